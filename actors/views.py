@@ -1,0 +1,61 @@
+"""The public shapes of a run, its nodes and its events: one definition for the HTTP API and the CLI."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from actors.store.runs import RunStore, StoredEvent
+from dag.events import event_to_json
+from dag.run_state import NodeState, RunState, fold
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def run_view(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": str(row["run_id"]),
+        "case_id": row["case_id"],
+        "goal": row["goal"],
+        "planner": row["planner"],
+        "status": row["status"],
+        "stop_reason": row["stop_reason"],
+        "detail": row["detail"],
+        "result": row["result"],
+        "plan": row["plan"],
+        "created_at": _iso(row["created_at"]),
+        "finished_at": _iso(row["finished_at"]),
+    }
+
+
+def node_view(node: NodeState) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "tool": node.tool,
+        "args": dict(node.args) if node.args is not None else None,
+        "fingerprint": node.fingerprint,
+        "status": node.status.value,
+        "attempts": node.attempts,
+        "dispatched_at": _iso(node.dispatched_at),
+        "started_at": _iso(node.started_at),
+        "finished_at": _iso(node.finished_at),
+        "error": node.error.model_dump(mode="json") if node.error is not None else None,
+        "decision": node.decision.model_dump(mode="json") if node.decision is not None else None,
+        "reused_from": node.reused_from,
+        "for_each_parent": node.parent,
+        "children": list(node.children) if node.children is not None else None,
+    }
+
+
+def nodes_view(state: RunState) -> list[dict[str, Any]]:
+    return [node_view(state.nodes[node_id]) for node_id in state.order]
+
+
+def event_view(stored: StoredEvent) -> dict[str, Any]:
+    return {"seq": stored.seq, "recorded_at": _iso(stored.recorded_at), **event_to_json(stored.event)}
+
+
+async def load_state(store: RunStore, run_id: str) -> RunState:
+    return fold(stored.event for stored in await store.events(run_id))

@@ -1,0 +1,267 @@
+"""Run state and the pure reducer that folds events into it.
+
+The supervisor applies each event here after recording it; after a crash the same reducer rebuilds the
+run from its stored events, so live state and recovered state cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, assert_never
+
+from dag.budget import Budgets
+from dag.events import (
+    GroupSettled,
+    JoinStarted,
+    NodeDenied,
+    NodeDispatched,
+    NodeError,
+    NodeExpanded,
+    NodeFailed,
+    NodeReused,
+    NodeSkipped,
+    NodeSucceeded,
+    PlanAccepted,
+    PlanningStarted,
+    RunCreated,
+    RunEvent,
+    RunFinished,
+)
+from dag.plan import Plan
+from dag.policy import Decision, Principal
+from dag.states import NodeStatus, RunStatus, StopReason, check_node_transition, check_run_transition
+
+
+def child_id(group_id: str, index: int) -> str:
+    return f"{group_id}[{index}]"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node of a run: a plan node, or a child of a ``for_each`` node (``parent`` and ``index`` set)."""
+
+    node_id: str
+    tool: str
+    status: NodeStatus = NodeStatus.PENDING
+    plan_node_id: str = ""
+    parent: str | None = None
+    index: int | None = None
+    children: tuple[str, ...] | None = None
+    args: Mapping[str, Any] | None = None
+    fingerprint: str | None = None
+    decision: Decision | None = None
+    attempts: int = 0
+    output: Any = None
+    error: NodeError | None = None
+    reused_from: str | None = None
+    skipped_because: str | None = None
+    dispatched_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def is_group(self) -> bool:
+        return self.children is not None
+
+
+@dataclass(frozen=True)
+class RunState:
+    run_id: str
+    principal: Principal
+    case_id: str
+    goal: str
+    planner: str
+    budgets: Budgets
+    created_at: datetime
+    proposal: Mapping[str, Any] | None = None
+    status: RunStatus = RunStatus.PENDING
+    round: int = 0
+    plan: Plan | None = None
+    nodes: Mapping[str, NodeState] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    fingerprints: Mapping[str, str] = field(default_factory=dict)
+    stop_reason: StopReason | None = None
+    detail: str | None = None
+    result: Mapping[str, Any] | None = None
+    finished_at: datetime | None = None
+
+    def output_of(self, node_id: str) -> Any:
+        """The structured output dependents see: a group's is the list of its children's outputs."""
+        node = self.nodes[node_id]
+        if node.children is not None:
+            return [self.output_of(child) for child in node.children]
+        return node.output
+
+    def executable_node_count(self) -> int:
+        """Nodes that call (or would call) a tool: everything but ``for_each`` parents."""
+        return sum(1 for node in self.nodes.values() if not node.is_group)
+
+    def in_flight(self) -> list[NodeState]:
+        return [
+            node for node in self.nodes.values() if node.status is NodeStatus.RUNNING and not node.is_group
+        ]
+
+
+def _set_run_status(state: RunState, status: RunStatus, **changes: Any) -> RunState:
+    check_run_transition(state.status, status)
+    return dataclasses.replace(state, status=status, **changes)
+
+
+def _with_node(state: RunState, node_id: str, status: NodeStatus | None = None, **changes: Any) -> RunState:
+    node = state.nodes[node_id]
+    if status is not None:
+        check_node_transition(node.status, status)
+        changes["status"] = status
+    nodes = dict(state.nodes)
+    nodes[node_id] = dataclasses.replace(node, **changes)
+    return dataclasses.replace(state, nodes=nodes)
+
+
+def apply(state: RunState | None, event: RunEvent) -> RunState:
+    """The state after ``event``. Raises ``IllegalTransition`` for an event the state cannot take."""
+    if state is None:
+        if not isinstance(event, RunCreated):
+            raise ValueError(f"a run's first event must be run_created, not {event.kind}")
+        return RunState(
+            run_id=event.run_id,
+            principal=Principal(event.tenant_id, event.subject, frozenset(event.scopes)),
+            case_id=event.case_id,
+            goal=event.goal,
+            planner=event.planner,
+            budgets=event.budgets,
+            created_at=event.at,
+            proposal=event.proposal,
+        )
+    match event:
+        case RunCreated():
+            raise ValueError("run_created may only start a run")
+        case PlanningStarted():
+            return _set_run_status(state, RunStatus.PLANNING, round=event.round)
+        case PlanAccepted():
+            plan = Plan.parse(event.plan)
+            nodes = dict(state.nodes)
+            for spec in plan.nodes:
+                nodes[spec.id] = NodeState(
+                    node_id=spec.id,
+                    tool=spec.tool,
+                    plan_node_id=spec.id,
+                    children=() if spec.for_each is not None else None,
+                )
+            order = state.order + tuple(spec.id for spec in plan.nodes)
+            return _set_run_status(state, RunStatus.RUNNING, plan=plan, nodes=nodes, order=order)
+        case NodeExpanded():
+            group = state.nodes[event.node_id]
+            children = tuple(child_id(event.node_id, index) for index in range(event.count))
+            state = _with_node(state, event.node_id, NodeStatus.RUNNING, children=children)
+            nodes = dict(state.nodes)
+            for index, node_id in enumerate(children):
+                nodes[node_id] = NodeState(
+                    node_id=node_id,
+                    tool=group.tool,
+                    plan_node_id=group.plan_node_id,
+                    parent=group.node_id,
+                    index=index,
+                )
+            return dataclasses.replace(state, nodes=nodes, order=state.order + children)
+        case NodeDispatched():
+            node = state.nodes[event.node_id]
+            state = _with_node(
+                state,
+                event.node_id,
+                NodeStatus.RUNNING,
+                args=event.args,
+                fingerprint=event.fingerprint,
+                decision=event.decision,
+                attempts=max(node.attempts, event.attempt),
+                dispatched_at=event.at,
+            )
+            if event.fingerprint in state.fingerprints:
+                return state
+            return dataclasses.replace(
+                state, fingerprints={**state.fingerprints, event.fingerprint: event.node_id}
+            )
+        case NodeDenied():
+            return _with_node(
+                state,
+                event.node_id,
+                NodeStatus.DENIED,
+                args=event.args,
+                fingerprint=event.fingerprint,
+                decision=event.decision,
+                finished_at=event.at,
+            )
+        case NodeReused():
+            source = state.nodes[event.source_node_id]
+            if not source.status.has_output:
+                raise ValueError(f"{event.node_id} reuses {source.node_id}, which has no output")
+            return _with_node(
+                state,
+                event.node_id,
+                NodeStatus.REUSED,
+                args=event.args,
+                fingerprint=event.fingerprint,
+                output=source.output,
+                reused_from=source.node_id,
+                finished_at=event.at,
+            )
+        case NodeSucceeded():
+            return _with_node(
+                state,
+                event.node_id,
+                NodeStatus.SUCCEEDED,
+                output=event.output,
+                started_at=event.started_at,
+                finished_at=event.finished_at,
+            )
+        case NodeFailed():
+            return _with_node(
+                state,
+                event.node_id,
+                NodeStatus.FAILED,
+                error=event.error,
+                started_at=event.started_at,
+                finished_at=event.finished_at or event.at,
+            )
+        case NodeSkipped():
+            return _with_node(
+                state,
+                event.node_id,
+                NodeStatus.SKIPPED,
+                skipped_because=event.cause_node_id,
+                finished_at=event.at,
+            )
+        case GroupSettled():
+            status = NodeStatus.SUCCEEDED if event.succeeded else NodeStatus.FAILED
+            return _with_node(state, event.node_id, status, finished_at=event.at)
+        case JoinStarted():
+            return _set_run_status(state, RunStatus.JOINING)
+        case RunFinished():
+            if not event.status.terminal:
+                raise ValueError(f"run_finished needs a terminal status, not {event.status}")
+            state = _set_run_status(
+                state,
+                event.status,
+                stop_reason=event.stop_reason,
+                detail=event.detail,
+                result=event.result,
+                finished_at=event.at,
+            )
+            for node in list(state.nodes.values()):
+                if not node.status.terminal:
+                    state = _with_node(state, node.node_id, NodeStatus.CANCELLED, finished_at=event.at)
+            return state
+        case _:
+            assert_never(event)
+
+
+def fold(events: Iterable[RunEvent]) -> RunState:
+    """Rebuild a run from its events, oldest first."""
+    state: RunState | None = None
+    for event in events:
+        state = apply(state, event)
+    if state is None:
+        raise ValueError("a run has at least one event")
+    return state

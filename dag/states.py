@@ -1,0 +1,118 @@
+"""Run and node states, their legal transitions, and the reasons a run can stop."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+from dag.errors import IllegalTransition
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    PLANNING = "planning"
+    RUNNING = "running"
+    JOINING = "joining"
+    COMPLETED = "completed"
+    NEEDS_HUMAN = "needs_human"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_RUN_STATUSES
+
+
+TERMINAL_RUN_STATUSES: Final = frozenset(
+    {RunStatus.COMPLETED, RunStatus.NEEDS_HUMAN, RunStatus.STOPPED, RunStatus.FAILED, RunStatus.CANCELLED}
+)
+
+_ENDINGS: Final = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.STOPPED})
+
+RUN_TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
+    RunStatus.PENDING: frozenset({RunStatus.PLANNING}) | _ENDINGS,
+    RunStatus.PLANNING: frozenset({RunStatus.RUNNING, RunStatus.NEEDS_HUMAN}) | _ENDINGS,
+    RunStatus.RUNNING: frozenset({RunStatus.JOINING}) | _ENDINGS,
+    RunStatus.JOINING: frozenset({RunStatus.COMPLETED, RunStatus.NEEDS_HUMAN, RunStatus.PLANNING}) | _ENDINGS,
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.NEEDS_HUMAN: frozenset(),
+    RunStatus.STOPPED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+
+class NodeStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    REUSED = "reused"
+    FAILED = "failed"
+    DENIED = "denied"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_NODE_STATUSES
+
+    @property
+    def has_output(self) -> bool:
+        """Whether dependents may consume this node's output."""
+        return self in (NodeStatus.SUCCEEDED, NodeStatus.REUSED)
+
+
+TERMINAL_NODE_STATUSES: Final = frozenset(
+    {
+        NodeStatus.SUCCEEDED,
+        NodeStatus.REUSED,
+        NodeStatus.FAILED,
+        NodeStatus.DENIED,
+        NodeStatus.SKIPPED,
+        NodeStatus.CANCELLED,
+    }
+)
+
+NODE_TRANSITIONS: Final[dict[NodeStatus, frozenset[NodeStatus]]] = {
+    NodeStatus.PENDING: frozenset(
+        {
+            NodeStatus.RUNNING,
+            NodeStatus.REUSED,
+            NodeStatus.FAILED,
+            NodeStatus.DENIED,
+            NodeStatus.SKIPPED,
+            NodeStatus.CANCELLED,
+        }
+    ),
+    NodeStatus.RUNNING: frozenset({NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.CANCELLED}),
+    NodeStatus.SUCCEEDED: frozenset(),
+    NodeStatus.REUSED: frozenset(),
+    NodeStatus.FAILED: frozenset(),
+    NodeStatus.DENIED: frozenset(),
+    NodeStatus.SKIPPED: frozenset(),
+    NodeStatus.CANCELLED: frozenset(),
+}
+
+
+def check_run_transition(source: RunStatus, target: RunStatus) -> None:
+    if target not in RUN_TRANSITIONS[source]:
+        raise IllegalTransition("run", source.value, target.value)
+
+
+def check_node_transition(source: NodeStatus, target: NodeStatus) -> None:
+    if target not in NODE_TRANSITIONS[source]:
+        raise IllegalTransition("node", source.value, target.value)
+
+
+class StopReason(StrEnum):
+    """Why a run ended anywhere but ``completed``. The README lists each with its meaning."""
+
+    PLAN_INVALID = "PLAN_INVALID"
+    PLANNER_ERROR = "PLANNER_ERROR"
+    NODE_BUDGET_EXHAUSTED = "NODE_BUDGET_EXHAUSTED"
+    FANOUT_LIMIT = "FANOUT_LIMIT"
+    REPLAN_LIMIT = "REPLAN_LIMIT"
+    INSUFFICIENT_EVIDENCE = "INSUFFICIENT_EVIDENCE"
+    UNRESOLVED_SOURCE_DOCUMENTS = "UNRESOLVED_SOURCE_DOCUMENTS"
+    INTERNAL_ERROR = "INTERNAL_ERROR"

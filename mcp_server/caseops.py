@@ -1,0 +1,156 @@
+"""The caseops tools' queries. Every query is scoped to the tenant of the caller's task token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+from mcp_server.contracts import (
+    AliasResolution,
+    CaseSnapshot,
+    PolicyRequirements,
+    RequiredDocument,
+    UnclassifiedDocument,
+    UnclassifiedDocuments,
+)
+from mcp_server.domain import newest_rule, normalize_label, with_offset
+
+
+class CaseopsError(Exception):
+    """A business error with a stable machine-readable code, returned to the caller as an isError result."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def case_not_found(case_id: str) -> CaseopsError:
+    # One answer for "no such case" and "another tenant's case": existence must not leak across tenants.
+    return CaseopsError("CASE_NOT_FOUND", f"case {case_id!r} was not found")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    canonical_code: str
+    rule_version: str
+    confidence: float
+
+
+class CaseopsRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def case_snapshot(self, tenant_id: str, case_id: str) -> CaseSnapshot:
+        row = await self._pool.fetchrow(
+            """SELECT case_id, version, status, policy_id, policy_version, submitted_at,
+                      submitted_at_offset_minutes, received_document_codes
+               FROM cases WHERE tenant_id = $1 AND case_id = $2 ORDER BY version DESC LIMIT 1""",
+            tenant_id,
+            case_id,
+        )
+        if row is None:
+            raise case_not_found(case_id)
+        return CaseSnapshot(
+            case_id=row["case_id"],
+            version=row["version"],
+            status=row["status"],
+            policy_id=row["policy_id"],
+            policy_version=row["policy_version"],
+            submitted_at=with_offset(row["submitted_at"], row["submitted_at_offset_minutes"]),
+            received_document_codes=sorted(row["received_document_codes"]),
+            evidence_ref=f"case://{row['case_id']}@{row['version']}",
+        )
+
+    async def policy_requirements(self, tenant_id: str, case_id: str) -> PolicyRequirements:
+        snapshot = await self.case_snapshot(tenant_id, case_id)
+        rows = await self._pool.fetch(
+            """SELECT p.effective_from, d.code, d.label
+               FROM policies p
+               LEFT JOIN policy_required_documents d USING (tenant_id, policy_id, version)
+               WHERE p.tenant_id = $1 AND p.policy_id = $2 AND p.version = $3
+               ORDER BY d.position""",
+            tenant_id,
+            snapshot.policy_id,
+            snapshot.policy_version,
+        )
+        if not rows:
+            raise CaseopsError(
+                "POLICY_NOT_FOUND", f"policy {snapshot.policy_id}@{snapshot.policy_version} was not found"
+            )
+        return PolicyRequirements(
+            case_id=case_id,
+            policy_id=snapshot.policy_id,
+            policy_version=snapshot.policy_version,
+            effective_from=rows[0]["effective_from"],
+            required_documents=[
+                RequiredDocument(code=row["code"], label=row["label"])
+                for row in rows
+                if row["code"] is not None
+            ],
+            evidence_ref=f"policy://{snapshot.policy_id}@{snapshot.policy_version}",
+        )
+
+    async def unclassified_documents(self, tenant_id: str, case_id: str) -> UnclassifiedDocuments:
+        await self._require_case(tenant_id, case_id)
+        rows = await self._pool.fetch(
+            """SELECT document_id, source_label, source_ref, captured_at, captured_at_offset_minutes
+               FROM source_documents
+               WHERE tenant_id = $1 AND case_id = $2 AND canonical_code IS NULL
+               ORDER BY document_id""",
+            tenant_id,
+            case_id,
+        )
+        return UnclassifiedDocuments(
+            case_id=case_id,
+            documents=[
+                UnclassifiedDocument(
+                    document_id=row["document_id"],
+                    source_label=row["source_label"],
+                    source_ref=row["source_ref"],
+                    captured_at=with_offset(row["captured_at"], row["captured_at_offset_minutes"]),
+                )
+                for row in rows
+            ],
+        )
+
+    async def resolve_document_alias(self, tenant_id: str, case_id: str, document_id: str) -> AliasResolution:
+        await self._require_case(tenant_id, case_id)
+        document = await self._pool.fetchrow(
+            """SELECT source_label, source_ref FROM source_documents
+               WHERE tenant_id = $1 AND case_id = $2 AND document_id = $3""",
+            tenant_id,
+            case_id,
+            document_id,
+        )
+        if document is None:
+            raise CaseopsError(
+                "DOCUMENT_NOT_FOUND", f"document {document_id!r} is not a document of this case"
+            )
+        rows = await self._pool.fetch(
+            """SELECT canonical_code, rule_version, confidence FROM document_aliases
+               WHERE tenant_id = $1 AND normalized_label = $2 AND active""",
+            tenant_id,
+            normalize_label(document["source_label"]),
+        )
+        rule = newest_rule(
+            _Rule(row["canonical_code"], row["rule_version"], float(row["confidence"])) for row in rows
+        )
+        return AliasResolution(
+            case_id=case_id,
+            document_id=document_id,
+            source_label=document["source_label"],
+            resolved=rule is not None,
+            canonical_code=rule.canonical_code if rule else None,
+            rule_version=rule.rule_version if rule else None,
+            confidence=rule.confidence if rule else None,
+            source_ref=document["source_ref"],
+        )
+
+    async def _require_case(self, tenant_id: str, case_id: str) -> None:
+        exists = await self._pool.fetchval(
+            "SELECT 1 FROM cases WHERE tenant_id = $1 AND case_id = $2 LIMIT 1", tenant_id, case_id
+        )
+        if not exists:
+            raise case_not_found(case_id)

@@ -1,0 +1,203 @@
+"""The caseops MCP server: ``MCPServer`` tools built from the contracts, served over Streamable HTTP.
+
+One stateless endpoint answers both protocol eras: 2026-07-28 (``server/discover``, no session) and
+2025-11-25 (the initialize handshake). Tenant, case and scopes come only from the verified task token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools.base import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel
+from starlette.applications import Starlette
+
+from dag.contracts import Risk, ToolContract
+from dag.fingerprint import canonical_json
+from mcp_server.auth import ASGIApp, TaskTokenAuth, require_claims
+from mcp_server.caseops import CaseopsError, CaseopsRepository, case_not_found
+from mcp_server.contracts import (
+    CASEOPS_TOOLS,
+    GET_CASE_SNAPSHOT,
+    GET_POLICY_REQUIREMENTS,
+    LIST_UNCLASSIFIED_DOCUMENTS,
+    RESOLVE_DOCUMENT_ALIAS,
+)
+from mcp_server.tokens import TaskClaims, TaskTokens
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+
+
+@dataclass
+class ToolServerConfig:
+    dsn: str
+    tokens: TaskTokens
+    latency_ms: int = 0
+    pool_size: int = 4
+
+
+@dataclass
+class _Backend:
+    """What tools need at call time; the pool exists only while the server's lifespan runs."""
+
+    config: ToolServerConfig
+    pool: asyncpg.Pool | None = None
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def repository(self) -> CaseopsRepository:
+        if self.pool is None:
+            raise RuntimeError("the tool server is not started")
+        return CaseopsRepository(self.pool)
+
+
+def _error_result(error: CaseopsError) -> CallToolResult:
+    payload = {"error": {"code": error.code, "message": error.message}}
+    return CallToolResult(content=[TextContent(type="text", text=canonical_json(payload))], is_error=True)
+
+
+def _annotations(contract: ToolContract) -> ToolAnnotations:
+    """Hints for clients, derived from the contract; raydag never trusts annotations for authorization."""
+    read_only = contract.risk is Risk.READ_ONLY
+    return ToolAnnotations(
+        title=contract.description,
+        read_only_hint=read_only,
+        destructive_hint=contract.risk is Risk.IRREVERSIBLE_WRITE,
+        idempotent_hint=read_only,
+        open_world_hint=False,
+    )
+
+
+def _tool_from_contract(contract: ToolContract, fn: Callable[..., Awaitable[object]]) -> Tool:
+    """A tool whose inputs, input validation and output schema all come from the contract.
+
+    The contract's input model forbids unknown fields, so the published ``inputSchema`` carries
+    ``additionalProperties: false`` and the server rejects what the schema does not allow.
+    """
+    signature = Tool.from_function(fn, name=contract.name)
+    if set(signature.fn_metadata.arg_model.model_fields) != set(contract.input_model.model_fields):
+        raise TypeError(f"{fn.__name__} does not take exactly the inputs of {contract.name}")
+    arg_model: type[ArgModelBase] = type(
+        f"{contract.input_model.__name__}Arguments", (contract.input_model, ArgModelBase), {}
+    )
+    return Tool(
+        fn=fn,
+        name=contract.name,
+        description=contract.description,
+        parameters=arg_model.model_json_schema(),
+        fn_metadata=FuncMetadata(arg_model=arg_model, output_model=contract.output_model),
+        is_async=True,
+        annotations=_annotations(contract),
+    )
+
+
+def build_mcp_server(backend: _Backend) -> MCPServer:
+    server = MCPServer("raydag-caseops", version="1.0.0", log_level="WARNING")
+
+    async def call(
+        tool: str, case_id: str, run: Callable[[CaseopsRepository, TaskClaims], Awaitable[BaseModel]]
+    ) -> Any:
+        claims = require_claims()
+        backend.calls[tool] = backend.calls.get(tool, 0) + 1
+        if backend.config.latency_ms:
+            await asyncio.sleep(backend.config.latency_ms / 1000)
+        try:
+            if case_id != claims.case_id:
+                raise case_not_found(case_id)  # a token is bound to one case; others do not exist for it
+            scope = CASEOPS_TOOLS[tool].scope
+            if scope not in claims.scopes:
+                raise CaseopsError(
+                    "INSUFFICIENT_SCOPE", f"{tool} needs scope {scope!r}, which the token lacks"
+                )
+            return await run(backend.repository(), claims)
+        except CaseopsError as error:
+            return _error_result(error)
+
+    async def caseops_get_case_snapshot(case_id: str) -> object:
+        return await call(
+            GET_CASE_SNAPSHOT.name,
+            case_id,
+            lambda repo, claims: repo.case_snapshot(claims.tenant_id, case_id),
+        )
+
+    async def caseops_get_policy_requirements(case_id: str) -> object:
+        return await call(
+            GET_POLICY_REQUIREMENTS.name,
+            case_id,
+            lambda repo, claims: repo.policy_requirements(claims.tenant_id, case_id),
+        )
+
+    async def caseops_list_unclassified_documents(case_id: str) -> object:
+        return await call(
+            LIST_UNCLASSIFIED_DOCUMENTS.name,
+            case_id,
+            lambda repo, claims: repo.unclassified_documents(claims.tenant_id, case_id),
+        )
+
+    async def caseops_resolve_document_alias(case_id: str, document_id: str) -> object:
+        return await call(
+            RESOLVE_DOCUMENT_ALIAS.name,
+            case_id,
+            lambda repo, claims: repo.resolve_document_alias(claims.tenant_id, case_id, document_id),
+        )
+
+    for contract, fn in (
+        (GET_CASE_SNAPSHOT, caseops_get_case_snapshot),
+        (GET_POLICY_REQUIREMENTS, caseops_get_policy_requirements),
+        (LIST_UNCLASSIFIED_DOCUMENTS, caseops_list_unclassified_documents),
+        (RESOLVE_DOCUMENT_ALIAS, caseops_resolve_document_alias),
+    ):
+        server._tool_manager._tools[contract.name] = _tool_from_contract(contract, fn)
+    return server
+
+
+class ToolServer:
+    """The MCP endpoint as an ASGI app plus the lifespan that must run around it.
+
+    Host it standalone (``asgi_app()``), or mount ``asgi`` in another app and enter ``lifespan()`` from
+    that app's own lifespan (a mounted app's lifespan is not run by Starlette).
+    """
+
+    def __init__(self, config: ToolServerConfig) -> None:
+        self._backend = _Backend(config)
+        self.mcp = build_mcp_server(self._backend)
+        inner = self.mcp.streamable_http_app(
+            streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host="127.0.0.1"
+        )
+        self.asgi: ASGIApp = TaskTokenAuth(inner, config.tokens)
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Tool calls this server has received, by tool: a count kept on the server's side."""
+        return dict(self._backend.calls)
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        config = self._backend.config
+        self._backend.pool = await asyncpg.create_pool(config.dsn, min_size=1, max_size=config.pool_size)
+        try:
+            async with self.mcp.session_manager.run():
+                yield
+        finally:
+            await self._backend.pool.close()
+            self._backend.pool = None
+
+    def asgi_app(self) -> Starlette:
+        @asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[None]:
+            async with self.lifespan():
+                yield
+
+        app = Starlette(lifespan=lifespan)
+        app.mount("/", self.asgi)
+        return app

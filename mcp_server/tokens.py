@@ -1,0 +1,141 @@
+"""Task tokens: short-lived JWTs the runtime mints for one tool call, and the server verifies.
+
+HS256 is pinned on both sides; ``iss`` and ``aud`` must match exactly; ``exp``/``nbf``/``iat`` are checked
+with ``LEEWAY_SECONDS`` of clock skew. Tenant, subject, run, case and scopes travel only here, never in
+tool arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import jwt
+from pydantic import BaseModel, ConfigDict
+
+from dag.errors import RaydagError
+
+ALGORITHM = "HS256"
+ISSUER = "raydag"
+LEEWAY_SECONDS = 5
+LIFETIME_SECONDS = 60
+MIN_KEY_BYTES = 32
+_REQUIRED_CLAIMS = [
+    "iss",
+    "aud",
+    "sub",
+    "tenant_id",
+    "task_id",
+    "case_id",
+    "scope",
+    "iat",
+    "nbf",
+    "exp",
+    "jti",
+]
+
+
+class TokenInvalid(RaydagError):
+    """A bearer token was missing, malformed, expired, or not meant for this server."""
+
+
+class TaskClaims(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    iss: str
+    aud: str
+    sub: str
+    tenant_id: str
+    task_id: str
+    case_id: str
+    scope: str
+    iat: int
+    nbf: int
+    exp: int
+    jti: str
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        return frozenset(self.scope.split())
+
+
+@dataclass(frozen=True)
+class TaskTokens:
+    """Mints and verifies task tokens for one MCP resource (``audience`` is its URL)."""
+
+    key: bytes
+    audience: str
+    issuer: str = ISSUER
+    lifetime_seconds: int = LIFETIME_SECONDS
+
+    def __post_init__(self) -> None:
+        if len(self.key) < MIN_KEY_BYTES:
+            raise ValueError(f"the token key must be at least {MIN_KEY_BYTES} bytes")
+
+    def mint(
+        self,
+        *,
+        subject: str,
+        tenant_id: str,
+        task_id: str,
+        case_id: str,
+        scopes: frozenset[str] | set[str],
+        now: int | None = None,
+    ) -> str:
+        issued = int(time.time()) if now is None else now
+        claims = {
+            "iss": self.issuer,
+            "aud": self.audience,
+            "sub": subject,
+            "tenant_id": tenant_id,
+            "task_id": task_id,
+            "case_id": case_id,
+            "scope": " ".join(sorted(scopes)),
+            "iat": issued,
+            "nbf": issued,
+            "exp": issued + self.lifetime_seconds,
+            "jti": uuid.uuid4().hex,
+        }
+        return jwt.encode(claims, self.key, algorithm=ALGORITHM)
+
+    def verify(self, token: str) -> TaskClaims:
+        try:
+            claims = jwt.decode(
+                token,
+                self.key,
+                algorithms=[ALGORITHM],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=LEEWAY_SECONDS,
+                options={"require": _REQUIRED_CLAIMS, "strict_aud": True},
+            )
+        except jwt.PyJWTError as exc:
+            raise TokenInvalid(f"invalid task token: {exc}") from None
+        return TaskClaims.model_validate(claims)
+
+
+def load_token_key(configured: str | None, home: Path) -> bytes:
+    """The signing key: ``RAYDAG_TOKEN_KEY`` if set, else one generated once per installation under ``home``."""
+    if configured:
+        key = configured.encode("utf-8")
+        if len(key) < MIN_KEY_BYTES:
+            raise ValueError(f"RAYDAG_TOKEN_KEY must be at least {MIN_KEY_BYTES} bytes long")
+        return key
+    path = home / "token.key"
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        scratch = home / f".token.key.{os.getpid()}.{secrets.token_hex(4)}"
+        descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32))
+        try:
+            os.link(scratch, path)  # atomic: a concurrent first start keeps exactly one key
+        except FileExistsError:
+            pass
+        finally:
+            scratch.unlink()
+    return path.read_text().strip().encode("utf-8")

@@ -1,0 +1,122 @@
+"""The conformance planner: a deterministic protocol driver for document checks, not an agent.
+
+It proposes the same four-step DAG for any case and computes the result from observations alone, so the
+control plane can be exercised end to end without a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+from dag.states import StopReason
+from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlanningContext
+
+CASE_TOOL = "caseops_get_case_snapshot"
+POLICY_TOOL = "caseops_get_policy_requirements"
+DOCUMENTS_TOOL = "caseops_list_unclassified_documents"
+RESOLVE_TOOL = "caseops_resolve_document_alias"
+
+
+class Outcome(StrEnum):
+    DOCUMENTS_COMPLETE = "DOCUMENTS_COMPLETE"
+    DOCUMENTS_COMPLETE_AFTER_NORMALIZATION = "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+    MISSING_REQUIRED_DOCUMENTS = "MISSING_REQUIRED_DOCUMENTS"
+
+
+class DocumentCheckResult(BaseModel):
+    """The answer of a document check; every list is sorted."""
+
+    outcome: Outcome
+    received_document_codes: list[str]
+    resolved_document_codes: list[str]
+    missing_document_codes: list[str]
+    unresolved_document_ids: list[str]
+    evidence_refs: list[str]
+
+
+def document_check_plan(case_id: str) -> dict[str, Any]:
+    """Snapshot, policy and documents in parallel; then one alias resolution per unclassified document."""
+    return {
+        "nodes": [
+            {"id": "case", "tool": CASE_TOOL, "args": {"case_id": case_id}},
+            {"id": "policy", "tool": POLICY_TOOL, "args": {"case_id": case_id}},
+            {"id": "docs", "tool": DOCUMENTS_TOOL, "args": {"case_id": case_id}},
+            {
+                "id": "resolve",
+                "tool": RESOLVE_TOOL,
+                "for_each": {"$ref": "docs", "pointer": "/documents"},
+                "args": {"case_id": case_id, "document_id": {"$item": "/document_id"}},
+            },
+        ]
+    }
+
+
+class ConformancePlanner:
+    name = "conformance"
+
+    async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
+        return document_check_plan(context.case_id)
+
+    async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
+        return decide_document_check(observations)
+
+
+def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
+    """The document-check verdict, from whatever tool outputs the run observed (node ids do not matter)."""
+    case = _single_output(observations, CASE_TOOL)
+    policy = _single_output(observations, POLICY_TOOL)
+    if case is None or policy is None:
+        missing = [tool for tool, output in ((CASE_TOOL, case), (POLICY_TOOL, policy)) if output is None]
+        return NeedsHuman(
+            StopReason.INSUFFICIENT_EVIDENCE, f"no successful observation of {', '.join(missing)}"
+        )
+
+    received = set(case["received_document_codes"])
+    required = {document["code"] for document in policy["required_documents"]}
+    resolved: set[str] = set()
+    unresolved: set[str] = set()
+    evidence = {case["evidence_ref"], policy["evidence_ref"]}
+    for observation in observations:
+        if observation.tool != RESOLVE_TOOL:
+            continue
+        output = observation.output
+        if output is not None and output["resolved"]:
+            resolved.add(output["canonical_code"])
+            evidence.add(output["source_ref"])
+        else:
+            unresolved.add(str(observation.args.get("document_id")))
+
+    still_missing = required - received - resolved
+    if required <= received:
+        outcome = Outcome.DOCUMENTS_COMPLETE
+    elif not still_missing:
+        outcome = Outcome.DOCUMENTS_COMPLETE_AFTER_NORMALIZATION
+    else:
+        outcome = Outcome.MISSING_REQUIRED_DOCUMENTS
+    result = DocumentCheckResult(
+        outcome=outcome,
+        received_document_codes=sorted(received),
+        resolved_document_codes=sorted(resolved),
+        missing_document_codes=sorted(still_missing),
+        unresolved_document_ids=sorted(unresolved),
+        evidence_refs=sorted(evidence),
+    ).model_dump(mode="json")
+    if still_missing and unresolved:
+        return NeedsHuman(
+            StopReason.UNRESOLVED_SOURCE_DOCUMENTS,
+            f"required documents {sorted(still_missing)} are missing and {len(unresolved)} source document(s) "
+            "could not be classified",
+            result=result,
+        )
+    return Final(result)
+
+
+def _single_output(observations: Sequence[Observation], tool: str) -> Any:
+    for observation in observations:
+        if observation.tool == tool and observation.status.has_output:
+            return observation.output
+    return None

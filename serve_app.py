@@ -1,0 +1,301 @@
+"""The run API: FastAPI behind Ray Serve, with the caseops MCP server mounted at ``/mcp``.
+
+``create_app(config)`` builds the ASGI app (uvicorn can serve it directly); ``RunAPI`` is the Serve
+deployment around it; ``app`` is what ``serve run serve_app:app`` starts, configured from ``RAYDAG_*``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Annotated, Any, Literal, cast
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from ray import serve
+from ray.serve import Application, Deployment
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+
+from actors.runtime import database, prepare_database
+from actors.service import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
+from actors.settings import ApiKeyGrant, Settings
+from actors.store.database import create_pool
+from actors.store.runs import RunStore
+from actors.supervisor import SupervisorConfig, get_or_create_supervisor
+from actors.views import event_view, load_state, nodes_view, run_view
+from dag.budget import Budgets
+from dag.policy import Principal
+from mcp_server.contracts import CaseId
+from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
+from mcp_server.tokens import TaskTokens, load_token_key
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_BASE = "https://raydag.dev/problems/"
+MAX_WAIT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    dsn: str
+    mcp_url: str
+    token_key: bytes
+    api_keys: dict[str, ApiKeyGrant]
+    limits: Budgets
+    supervisor_name: str
+    pool_size: int = 4
+    tool_latency_ms: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, dsn: str) -> ApiConfig:
+        return cls(
+            dsn=dsn,
+            mcp_url=settings.mcp_url or f"http://{settings.host}:{settings.port}{MCP_PATH}",
+            token_key=load_token_key(
+                settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+            ),
+            api_keys=settings.api_key_grants(),
+            limits=settings.budgets,
+            supervisor_name=settings.supervisor_name,
+            pool_size=settings.db_pool_size,
+            tool_latency_ms=settings.tool_latency_ms,
+        )
+
+    def supervisor_config(self) -> SupervisorConfig:
+        return SupervisorConfig(
+            dsn=self.dsn,
+            mcp_url=self.mcp_url,
+            token_key=self.token_key,
+            limits=self.limits,
+            pool_size=self.pool_size,
+        )
+
+
+class Problem(Exception):
+    """An RFC 9457 problem: the only shape errors leave this API in."""
+
+    def __init__(
+        self, status: int, slug: str, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+        self.detail = detail
+        self.headers = headers or {}
+        self.extra = extra
+
+    def response(self, instance: str) -> JSONResponse:
+        body = {
+            "type": PROBLEM_BASE + self.slug,
+            "title": HTTPStatus(self.status).phrase,
+            "status": self.status,
+            "detail": self.detail,
+            "instance": instance,
+            **self.extra,
+        }
+        return JSONResponse(body, status_code=self.status, media_type=PROBLEM_JSON, headers=self.headers)
+
+
+class RunCreate(BaseModel):
+    """``POST /runs``. Tenant, subject and scopes are deliberately absent: they come from the API key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case_id: CaseId
+    goal: str = Field(default=DEFAULT_GOAL, min_length=1, max_length=2000)
+    planner: Literal["conformance"] = "conformance"
+    plan: dict[str, Any] | None = None
+    budgets: Budgets | None = None
+
+
+IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+
+
+@dataclass
+class _AppState:
+    """What the lifespan opens for the routes: set on startup, closed on shutdown."""
+
+    store: RunStore = field(init=False)
+    supervisor: Any = field(init=False)
+
+
+def create_app(config: ApiConfig) -> FastAPI:
+    tool_server = ToolServer(
+        ToolServerConfig(
+            dsn=config.dsn,
+            tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
+            latency_ms=config.tool_latency_ms,
+            pool_size=config.pool_size,
+        )
+    )
+    state = _AppState()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await prepare_database(config.dsn)
+        pool = await create_pool(config.dsn, max_size=config.pool_size)
+        state.store = RunStore(pool)
+        state.supervisor = get_or_create_supervisor(
+            config.supervisor_config(), name=config.supervisor_name, detached=True
+        )
+        try:
+            async with tool_server.lifespan():
+                yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(title="raydag", version="0.1.0", lifespan=lifespan)
+    # A route, not a mount: the MCP app sees the path /mcp unchanged, and other paths stay FastAPI's 404s.
+    app.router.routes.append(Route(MCP_PATH, endpoint=tool_server.asgi, methods=["GET", "POST", "DELETE"]))
+    app.state.tool_server = tool_server
+
+    @app.exception_handler(Problem)
+    async def on_problem(request: Request, problem: Problem) -> JSONResponse:
+        return problem.response(request.url.path)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"location": "/" + "/".join(str(part) for part in error["loc"]), "message": error["msg"]}
+            for error in exc.errors()[:20]
+        ]
+        return Problem(
+            422, "invalid-request", "the request does not have the expected shape", errors=errors
+        ).response(request.url.path)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return Problem(
+            exc.status_code, "http-error", str(exc.detail), headers=dict(exc.headers or {})
+        ).response(request.url.path)
+
+    def authenticate(authorization: str | None) -> Principal:
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() == "bearer" and key:
+            for known, grant in config.api_keys.items():
+                if hmac.compare_digest(known.encode(), key.strip().encode()):
+                    return grant.principal()
+        raise Problem(
+            401,
+            "unauthorized",
+            "a valid API key is required: Authorization: Bearer <key>",
+            headers={"WWW-Authenticate": 'Bearer realm="raydag"'},
+        )
+
+    async def run_or_404(principal: Principal, run_id: str) -> dict[str, Any]:
+        row = await state.store.run_row(principal.tenant_id, run_id)
+        if row is None:
+            raise Problem(404, "run-not-found", f"run {run_id[:80]!r} was not found")
+        return row
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/runs", status_code=201)
+    async def create_run(
+        body: RunCreate,
+        authorization: Annotated[str | None, Header()] = None,
+        idempotency_key: IdempotencyKey = None,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+    ) -> JSONResponse:
+        principal = authenticate(authorization)
+        request = RunRequest(
+            principal=principal,
+            case_id=body.case_id,
+            goal=body.goal,
+            planner=body.planner,
+            plan=body.plan,
+            budgets=body.budgets,
+            idempotency_key=idempotency_key,
+        )
+        submitted: SubmitResult = await state.supervisor.submit.remote(request)
+        _raise_for_submission(submitted, body.case_id)
+        assert submitted.run_id is not None
+        if wait > 0:
+            await state.supervisor.wait.remote(submitted.run_id, wait)
+        row = await run_or_404(principal, submitted.run_id)
+        created = submitted.outcome is Submission.CREATED
+        return JSONResponse(
+            run_view(row),
+            status_code=201 if created else 200,
+            headers={"Location": f"/runs/{submitted.run_id}"},
+        )
+
+    @app.get("/runs/{run_id}")
+    async def get_run(run_id: str, authorization: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+        return run_view(await run_or_404(authenticate(authorization), run_id))
+
+    @app.get("/runs/{run_id}/nodes")
+    async def get_nodes(
+        run_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> list[dict[str, Any]]:
+        row = await run_or_404(authenticate(authorization), run_id)
+        return nodes_view(await load_state(state.store, str(row["run_id"])))
+
+    @app.get("/runs/{run_id}/events")
+    async def get_events(
+        run_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> list[dict[str, Any]]:
+        row = await run_or_404(authenticate(authorization), run_id)
+        return [event_view(stored) for stored in await state.store.events(str(row["run_id"]))]
+
+    return app
+
+
+def _raise_for_submission(submitted: SubmitResult, case_id: str) -> None:
+    match submitted.outcome:
+        case Submission.CREATED | Submission.REPLAYED:
+            return
+        case Submission.CASE_NOT_FOUND:
+            # The same answer for an unknown case and another tenant's case.
+            raise Problem(404, "case-not-found", f"case {case_id!r} was not found")
+        case Submission.IDEMPOTENCY_CONFLICT:
+            raise Problem(
+                409,
+                "idempotency-key-reused",
+                "this Idempotency-Key was already used with a different request",
+                run_id=submitted.run_id,
+            )
+        case Submission.PLAN_INVALID:
+            assert submitted.error is not None
+            raise Problem(422, "plan-invalid", submitted.error["message"], plan_error=submitted.error)
+        case Submission.UNKNOWN_PLANNER:
+            raise Problem(422, "unknown-planner", "the planner is not available", **(submitted.error or {}))
+
+
+@serve.deployment(name="raydag-api", ray_actor_options={"num_cpus": 0})
+@serve.ingress()
+class RunAPI:
+    """The Serve deployment. Without a config it reads ``RAYDAG_*`` (and may start the embedded database)."""
+
+    def __init__(self, config: ApiConfig | None = None) -> None:
+        self._resources = ExitStack()
+        if config is None:
+            settings = Settings()
+            dsn = self._resources.enter_context(database(settings))
+            config = ApiConfig.from_settings(settings, dsn)
+        self._config = config
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self._config)
+
+    def __del__(self) -> None:
+        self._resources.close()
+
+
+def build_app(config: ApiConfig | None = None) -> Application:
+    """The Serve application; without ``config`` each replica reads ``RAYDAG_*``."""
+    return cast(Deployment, RunAPI).bind(config)
+
+
+app = build_app()
+"""``serve run serve_app:app``"""
