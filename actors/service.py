@@ -142,7 +142,15 @@ class RunService:
     def _start(self, state: Any) -> None:
         task = asyncio.create_task(self._driver.drive(state, last_seq=1), name=f"run:{state.run_id}")
         self._runs[state.run_id] = task
-        task.add_done_callback(lambda _: self._runs.pop(state.run_id, None))
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        run_id = task.get_name().removeprefix("run:")
+        self._runs.pop(run_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            # The driver could not even record its failure (the store is down): the run stays unfinished
+            # in PostgreSQL until it is recovered.
+            log.error("run %s stopped without a terminal record", run_id, exc_info=task.exception())
 
     async def wait(self, run_id: str, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a run this process drives; ``True`` if it is no longer running here."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from dag.errors import PlanErrorCode, PlanInvalid
 
@@ -32,6 +33,23 @@ class PlanNode(BaseModel):
     args: dict[str, JsonValue] = Field(default_factory=dict)
     for_each: ForEach | None = None
     after: tuple[str, ...] = ()
+
+    @field_validator("args")
+    @classmethod
+    def _finite_numbers_only(cls, args: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if not _all_finite(args):
+            raise ValueError("NaN and infinite numbers are not JSON")
+        return args
+
+
+def _all_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_all_finite(child) for child in value.values())
+    if isinstance(value, list):
+        return all(_all_finite(child) for child in value)
+    return True
 
 
 class Plan(BaseModel):

@@ -56,11 +56,18 @@ def authorize(
             rule_id="scope.missing",
             reason=f"tool {tool!r} needs scope {contract.scope!r}, which the run does not hold",
         )
+    bindings = {"case_id": run_case_id}
     for field in sorted(contract.run_bound):
-        if field == "case_id" and args.get(field) != run_case_id:
+        if field not in bindings:  # fail closed: a binding the policy cannot check is not allowed through
             return Decision(
                 allowed=False,
-                rule_id="resource.case_bound",
-                reason="the node targets a case other than the run's case",
+                rule_id="resource.unknown_binding",
+                reason=f"tool {tool!r} binds {field!r} to the run, which this policy cannot check",
+            )
+        if args.get(field) != bindings[field]:
+            return Decision(
+                allowed=False,
+                rule_id=f"resource.{field.removesuffix('_id')}_bound",
+                reason=f"the node's {field} is not the run's",
             )
     return Decision(allowed=True, rule_id="allow.read_only_in_scope", reason="read-only tool, scope held")

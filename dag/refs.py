@@ -75,18 +75,23 @@ def _as_reference(value: Mapping[str, Any], *, node_id: str, location: str) -> R
     return None
 
 
-def iter_references(value: Any, *, node_id: str, path: Path = ()) -> Iterator[tuple[Path, Reference]]:
-    """Yield ``(path, reference)`` for every reference inside ``value``, outermost first."""
+def iter_references(
+    value: Any, *, node_id: str, path: Path = (), location: str = ""
+) -> Iterator[tuple[Path, Reference]]:
+    """Yield ``(path, reference)`` for every reference inside ``value``, outermost first.
+
+    ``location`` prefixes the JSON Pointer that errors report (the node's place in the plan).
+    """
     if isinstance(value, Mapping):
-        reference = _as_reference(value, node_id=node_id, location=format_path(path))
+        reference = _as_reference(value, node_id=node_id, location=location + format_path(path))
         if reference is not None:
             yield path, reference
             return
         for key, child in value.items():
-            yield from iter_references(child, node_id=node_id, path=(*path, key))
+            yield from iter_references(child, node_id=node_id, path=(*path, key), location=location)
     elif isinstance(value, list):
         for index, child in enumerate(value):
-            yield from iter_references(child, node_id=node_id, path=(*path, index))
+            yield from iter_references(child, node_id=node_id, path=(*path, index), location=location)
 
 
 def format_path(path: Path) -> str:
@@ -97,9 +102,12 @@ def format_path(path: Path) -> str:
 def resolve_pointer(document: Any, pointer: str, *, node_id: str | None) -> Any:
     """The part of ``document`` that ``pointer`` names, or ``ReferenceUnresolved``."""
     try:
-        return jsonpointer.resolve_pointer(document, pointer)
+        found = jsonpointer.resolve_pointer(document, pointer)
     except jsonpointer.JsonPointerException as exc:
         raise ReferenceUnresolved(node_id, pointer, str(exc)) from None
+    if isinstance(found, jsonpointer.EndOfList):  # RFC 6901: "-" names the element after the last one
+        raise ReferenceUnresolved(node_id, pointer, "'-' names no existing element")
+    return found
 
 
 _NO_ITEM = object()

@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator
+from pydantic import ValidationError
 
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.errors import PlanErrorCode, PlanInvalid
@@ -86,8 +87,15 @@ def _check_references(node: PlanNode, earlier: set[str], all_ids: set[str], loca
 
         check_pointer(node.for_each.pointer, node_id=node.id, location=f"{location}/for_each/pointer")
         _check_target(node, node.for_each.ref, earlier, all_ids, f"{location}/for_each")
-    for path, reference in iter_references(node.args, node_id=node.id):
+    for path, reference in iter_references(node.args, node_id=node.id, location=location):
         where = location + format_path(path)
+        if not path:
+            raise PlanInvalid(
+                PlanErrorCode.MALFORMED_REFERENCE,
+                "args must be an object of named arguments; a reference may stand only for an argument's value",
+                node_id=node.id,
+                location=where,
+            )
         if isinstance(reference, ItemRef):
             if node.for_each is None:
                 raise PlanInvalid(
@@ -118,11 +126,17 @@ def _check_static_arguments(node: PlanNode, contract: ToolContract, location: st
 
 
 def check_arguments(contract: ToolContract, args: Mapping[str, Any]) -> str | None:
-    """``None`` if resolved ``args`` fit the contract's input schema, else the first problem."""
-    error = next(iter(_validator(contract).iter_errors(dict(args))), None)
-    if error is None:
-        return None
-    return f"{format_path(tuple(error.absolute_path))}: {error.message[:300]}"
+    """``None`` if resolved ``args`` fit the contract's input model, else the first problem.
+
+    The model, not the published JSON Schema, is the final word: it is what the tool server applies, and
+    Python's ``re`` lets a schema ``$`` match before a trailing newline where the model does not.
+    """
+    try:
+        contract.input_model.model_validate(dict(args))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"{format_path(tuple(first['loc']))}: {first['msg'][:300]}"
+    return None
 
 
 @lru_cache(maxsize=256)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dag.errors import RaydagError
 
@@ -115,7 +115,10 @@ class TaskTokens:
             )
         except jwt.PyJWTError as exc:
             raise TokenInvalid(f"invalid task token: {exc}") from None
-        return TaskClaims.model_validate(claims)
+        try:
+            return TaskClaims.model_validate(claims)
+        except ValidationError as exc:
+            raise TokenInvalid(f"invalid task token: {exc.error_count()} malformed claim(s)") from None
 
 
 def load_token_key(configured: str | None, home: Path) -> bytes:

@@ -77,6 +77,12 @@ def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
 
     received = set(case["received_document_codes"])
     required = {document["code"] for document in policy["required_documents"]}
+    if not required <= received and _single_output(observations, DOCUMENTS_TOOL) is None:
+        # Without the document listing, "missing" could be wrong: a document may sit unclassified.
+        return NeedsHuman(
+            StopReason.INSUFFICIENT_EVIDENCE,
+            f"required documents are not all received and no successful observation of {DOCUMENTS_TOOL}",
+        )
     resolved: set[str] = set()
     unresolved: set[str] = set()
     evidence = {case["evidence_ref"], policy["evidence_ref"]}
