@@ -1,0 +1,209 @@
+"""One local Ray, one PostgreSQL database, one MCP tool server and one Serve app per test session.
+
+``RAYDAG_TEST_DATABASE_URL`` names a server to use (CI sets it to the machine's PostgreSQL); without it the
+embedded server is booted under ``.raydag-test/``. Either way the session gets a fresh database of its own,
+migrated and seeded with the demo fixture, and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from actors.background_server import BackgroundServer
+from actors.runtime import prepare_database
+from actors.settings import DEV_API_KEYS, ApiKeyGrant
+from actors.store.database import (
+    create_pool,
+    drop_database,
+    embedded_postgres,
+    ensure_database,
+    with_database,
+)
+from actors.store.runs import RunStore
+from actors.store.seed import demo_seed
+from actors.supervisor import SupervisorConfig, get_or_create_supervisor
+from dag.budget import Budgets
+from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
+from mcp_server.tokens import TaskTokens
+from tests.conftest import TEST_HOME
+
+DEMO_KEY = "dev-key-tenant-demo"
+OTHER_KEY = "dev-key-tenant-other"
+NO_DOCUMENTS_KEY = "test-key-no-documents"
+TEST_API_KEYS: dict[str, ApiKeyGrant] = {
+    **DEV_API_KEYS,
+    NO_DOCUMENTS_KEY: ApiKeyGrant(
+        tenant_id="tenant-demo", subject="limited", scopes=(SCOPE_CASES, SCOPE_POLICIES)
+    ),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> Iterator[str]:
+    configured = os.environ.get("RAYDAG_TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    with embedded_postgres(TEST_HOME / "session") as dsn:
+        yield with_database(dsn, "postgres")
+
+
+@pytest.fixture(scope="session")
+def dsn(admin_dsn: str) -> Iterator[str]:
+    name = f"raydag_test_{secrets.token_hex(4)}"
+    asyncio.run(ensure_database(admin_dsn, name))
+    database = with_database(admin_dsn, name)
+    asyncio.run(prepare_database(database, demo_seed()))
+    yield database
+    asyncio.run(drop_database(admin_dsn, name))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    import ray
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(
+        address="local",
+        num_cpus=8,
+        include_dashboard=False,
+        namespace="raydag",
+        logging_level=logging.WARNING,
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def token_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+@dataclass
+class RunningToolServer:
+    url: str
+    server: ToolServer
+    tokens: TaskTokens
+
+    def token(
+        self, *, tenant: str = "tenant-demo", case: str = "C-102", scopes: frozenset[str] | None = None
+    ) -> str:
+        from mcp_server.contracts import ALL_SCOPES
+
+        return self.tokens.mint(
+            subject="test",
+            tenant_id=tenant,
+            task_id="test/node/1",
+            case_id=case,
+            scopes=scopes if scopes is not None else frozenset(ALL_SCOPES),
+        )
+
+
+@pytest.fixture(scope="session")
+def start_tool_server(dsn: str, token_key: bytes) -> Iterator[Any]:
+    """Start MCP tool servers over real HTTP on loopback; all stop at the end of the session."""
+    started: list[BackgroundServer] = []
+
+    def start(latency_ms: int = 0) -> RunningToolServer:
+        http = BackgroundServer(host="127.0.0.1")
+        url = http.url + MCP_PATH
+        tokens = TaskTokens(key=token_key, audience=url)
+        server = ToolServer(ToolServerConfig(dsn=dsn, tokens=tokens, latency_ms=latency_ms, pool_size=4))
+        http.start(server.asgi_app())
+        started.append(http)
+        return RunningToolServer(url, server, tokens)
+
+    yield start
+    for http in started:
+        http.stop()
+
+
+@pytest.fixture(scope="session")
+def tool_server(start_tool_server: Any) -> RunningToolServer:
+    return start_tool_server()
+
+
+def supervisor_for(dsn: str, tool_server: RunningToolServer, token_key: bytes, name: str) -> Any:
+    config = SupervisorConfig(dsn=dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets())
+    return get_or_create_supervisor(config, name=name, detached=False)
+
+
+@pytest.fixture(scope="session")
+def supervisor(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes) -> Any:
+    return supervisor_for(dsn, tool_server, token_key, "raydag-test-supervisor")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes) -> Iterator[str]:
+    """The Serve app over real HTTP. Its supervisor calls the session's tool server, whose call counts
+    the tests can read."""
+    from ray import serve
+
+    from serve_app import ApiConfig, build_app
+
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    config = ApiConfig(
+        dsn=dsn,
+        mcp_url=tool_server.url,
+        token_key=token_key,
+        api_keys=TEST_API_KEYS,
+        limits=Budgets(),
+        supervisor_name="raydag-test-api-supervisor",
+    )
+    serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(base + "/healthz", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Serve app did not become healthy within 90 s")
+        time.sleep(0.25)
+    yield base
+    serve.shutdown()
+
+
+@pytest.fixture
+def client(api: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=api, timeout=90) as http:
+        yield http
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def store(dsn: str) -> AsyncIterator[RunStore]:
+    pool = await create_pool(dsn, max_size=4)
+    yield RunStore(pool)
+    await pool.close()
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}

@@ -1,0 +1,144 @@
+"""The ``raydag`` command line, run as a user would run it: in its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TEST_HOME
+
+RAYDAG = str(Path(sys.executable).parent / "raydag")
+
+
+def raydag(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RAYDAG, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def environment(home: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("RAYDAG_", "RAY_ADDRESS"))}
+    env.update(RAYDAG_HOME=str(home), RAY_USAGE_STATS_ENABLED="0", **extra)
+    return env
+
+
+@pytest.fixture
+def home(request: pytest.FixtureRequest) -> Path:
+    path = TEST_HOME / "cli" / request.node.name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def test_run_prints_the_run_as_json_and_exits_zero(dsn: str, home: Path) -> None:
+    done = raydag("run", "C-102", "--json", env=environment(home, RAYDAG_DATABASE_URL=dsn))
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["run"]["status"] == "completed"
+    assert report["run"]["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+    assert [node["node_id"] for node in report["nodes"]] == [
+        "case",
+        "policy",
+        "docs",
+        "resolve",
+        "resolve[0]",
+    ]
+
+
+def test_run_of_an_unknown_case_says_how_to_load_data_and_exits_2(dsn: str, home: Path) -> None:
+    done = raydag("run", "C-999", env=environment(home, RAYDAG_DATABASE_URL=dsn))
+
+    assert done.returncode == 2
+    assert "raydag seed" in done.stderr
+
+
+@pytest.mark.embedded_pg
+def test_demo_boots_the_embedded_database_runs_c102_and_stops_the_database(home: Path) -> None:
+    done = raydag("demo", env=environment(home))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION" in done.stdout
+    assert "evidence://C-102/DOC-C102-003@1" in done.stdout
+    assert (home / "pgdata" / "PG_VERSION").exists()
+    assert not (home / "pgdata" / "postmaster.pid").exists(), (
+        "the embedded server must stop when raydag exits"
+    )
+    assert (home / "token.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_seed_loads_a_file_and_reports_what_it_held(dsn: str, home: Path) -> None:
+    fixture = REPO / "actors" / "store" / "fixtures" / "demo.json"
+
+    done = raydag("seed", str(fixture), env=environment(home, RAYDAG_DATABASE_URL=dsn))
+
+    assert done.returncode == 0, done.stderr
+    assert "6 cases" in done.stdout
+
+
+def test_seed_of_a_malformed_file_is_a_clear_error(dsn: str, home: Path) -> None:
+    broken = home / "broken.json"
+    broken.write_text(json.dumps({"cases": [{"case_id": "C-1"}]}))
+
+    done = raydag("seed", str(broken), env=environment(home, RAYDAG_DATABASE_URL=dsn))
+
+    assert done.returncode == 2
+    assert "is not a valid seed file" in done.stderr
+    assert "tenant_id" in done.stderr
+
+
+def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_interrupt(
+    dsn: str, home: Path
+) -> None:
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = environment(home, RAYDAG_DATABASE_URL=dsn, RAYDAG_PORT=str(port), RAYDAG_DASHBOARD="false")
+    log = home / "serve.log"
+    with log.open("wb") as output:  # a file, not a pipe: a full pipe would block the server
+        server = subprocess.Popen(
+            [RAYDAG, "serve"], env=env, cwd=REPO, stdout=output, stderr=subprocess.STDOUT
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, log.read_text(errors="replace")
+            try:
+                if httpx.get(base + "/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "raydag serve did not become healthy within 120 s"
+            time.sleep(0.5)
+
+        # No RAYDAG_MCP_URL: the supervisor calls the app's own /mcp, through the Serve proxy.
+        response = httpx.post(
+            base + "/runs",
+            params={"wait": 60},
+            json={"case_id": "C-102"},
+            headers={"Authorization": "Bearer dev-key-tenant-demo"},
+            timeout=90,
+        )
+
+        assert response.status_code == 201, response.text
+        assert response.json()["status"] == "completed"
+        assert response.json()["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)

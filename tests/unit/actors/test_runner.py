@@ -1,0 +1,889 @@
+"""RunDriver without Ray, a database or a network: a recording sink, a strict scripted executor and planners."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from actors.mcp_client import ToolCall, ToolOutcome
+from actors.runner import RunDriver
+from dag.budget import Budgets
+from dag.events import (
+    ErrorKind,
+    JoinStarted,
+    NodeDenied,
+    NodeDispatched,
+    NodeError,
+    NodeExpanded,
+    NodeReused,
+    NodeSucceeded,
+    PlanAccepted,
+    RunCreated,
+    RunEvent,
+    RunFinished,
+)
+from dag.fingerprint import canonical_json
+from dag.run_state import RunState, apply, fold
+from dag.states import NodeStatus, RunStatus, StopReason
+from mcp_server.contracts import (
+    ALL_SCOPES,
+    CASEOPS_TOOLS,
+    SCOPE_CASES,
+    SCOPE_POLICIES,
+)
+from mcp_server.tokens import TaskTokens
+from planner import ConformancePlanner, Final, JoinDecision, Observation, PlanningContext, Replan
+from planner.conformance import (
+    CASE_TOOL,
+    DOCUMENTS_TOOL,
+    POLICY_TOOL,
+    RESOLVE_TOOL,
+    decide_document_check,
+    document_check_plan,
+)
+from tests.c102 import C102_RESULT, CASE_OUTPUT, DOCS_OUTPUT, POLICY_OUTPUT, RESOLVE_OUTPUT, document
+
+MCP_URL = "http://mcp.test/mcp"
+TOKENS = TaskTokens(key=b"k" * 32, audience=MCP_URL)
+RUN_ID = "3f1c9a0e-5b7d-4e2a-9c61-0d8e2f4a7b19"
+TENANT = "tenant-demo"
+SUBJECT = "alice@tenant-demo"
+CASE_ID = "C-102"
+T0 = datetime(2026, 7, 20, 9, 0, tzinfo=UTC)
+WAIT_S = 2.0
+
+
+CASE_ARGS = {"case_id": CASE_ID}
+RESOLVE_ARGS = {"case_id": CASE_ID, "document_id": "DOC-C102-003"}
+
+
+def ok(output: Any) -> ToolOutcome:
+    return ToolOutcome(output=output, error=None, started_at=T0, finished_at=T0 + timedelta(milliseconds=40))
+
+
+def failure(kind: ErrorKind, code: str, message: str) -> ToolOutcome:
+    error = NodeError(kind=kind, code=code, message=message)
+    return ToolOutcome(output=None, error=error, started_at=T0, finished_at=T0 + timedelta(seconds=10))
+
+
+# ---------------------------------------------------------------- fakes
+
+
+class SinkDown(RuntimeError):
+    """The event store is unreachable."""
+
+
+class RecordingSink:
+    """An in-memory event store: keeps every append and refuses a gap or overlap in sequence numbers."""
+
+    def __init__(
+        self,
+        journal: list[tuple[str, str]] | None = None,
+        *,
+        fail_on: Callable[[Sequence[RunEvent]], bool] | None = None,
+        failures: int = 0,
+    ) -> None:
+        self.appends: list[tuple[int, tuple[RunEvent, ...], RunState]] = []
+        self.violations: list[str] = []
+        self.refused: list[tuple[RunEvent, ...]] = []
+        self._next_seq = 2  # seq 1 is the run_created event the run starts from
+        self._journal = journal if journal is not None else []
+        self._fail_on = fail_on
+        self._failures = failures
+        self._appended = asyncio.Event()
+
+    async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:
+        if self._failures and self._fail_on is not None and self._fail_on(events):
+            self._failures -= 1
+            self.refused.append(tuple(events))
+            raise SinkDown("the event store is unreachable")
+        if first_seq != self._next_seq:
+            self.violations.append(f"append at seq {first_seq}, expected {self._next_seq}")
+            raise AssertionError(self.violations[-1])
+        if not events:
+            self.violations.append("an empty append")
+        self.appends.append((first_seq, tuple(events), state))
+        self._next_seq += len(events)
+        for event in events:
+            self._journal.append(("recorded " + event.kind, getattr(event, "node_id", "")))
+        self._appended.set()
+
+    @property
+    def events(self) -> list[RunEvent]:
+        return [event for _, events, _ in self.appends for event in events]
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [event for event in self.events if isinstance(event, kind)]
+
+    @property
+    def state(self) -> RunState:
+        return self.appends[-1][2]
+
+    async def reached(self, predicate: Callable[[RunState], bool]) -> RunState:
+        """Wait until the last recorded state satisfies ``predicate``."""
+        async with asyncio.timeout(WAIT_S):
+            while not (self.appends and predicate(self.state)):
+                self._appended.clear()
+                await self._appended.wait()
+        return self.state
+
+
+def call_key(tool: str, args: Mapping[str, Any]) -> tuple[str, str]:
+    return tool, canonical_json(args)
+
+
+@dataclass
+class Scripted:
+    outcome: ToolOutcome
+    gate: asyncio.Event | None = None
+
+
+class ScriptedExecutor:
+    """A strict ToolExecutor: each scripted (tool, args) answers once; anything else is a test failure."""
+
+    def __init__(
+        self, script: Mapping[tuple[str, str], Scripted], journal: list[tuple[str, str]] | None = None
+    ) -> None:
+        self._script = dict(script)
+        self._journal = journal if journal is not None else []
+        self.calls: list[ToolCall] = []
+        self.unexpected: list[ToolCall] = []
+        self.cancelled: list[str] = []
+        self.invoked: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self.settled: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    def run(self, call: ToolCall) -> Any:
+        # A plain function returning the coroutine, so the journal notes the moment run() is invoked.
+        self._journal.append(("run", call.node_id))
+        key = call_key(call.tool, call.args)
+        if key not in self._script:
+            self.unexpected.append(call)
+            raise AssertionError(f"unscripted call {call.node_id}: {key}")
+        step = self._script.pop(key)
+        self.calls.append(call)
+        self.invoked[call.node_id].set()
+        return self._perform(call, step)
+
+    async def _perform(self, call: ToolCall, step: Scripted) -> ToolOutcome:
+        try:
+            if step.gate is not None:
+                await step.gate.wait()
+            return step.outcome
+        except asyncio.CancelledError:
+            self.cancelled.append(call.node_id)
+            raise
+        finally:
+            self.settled[call.node_id].set()
+
+    @property
+    def unused(self) -> list[tuple[str, str]]:
+        return sorted(self._script)
+
+    @property
+    def called(self) -> list[str]:
+        return [call.node_id for call in self.calls]
+
+    def assert_done(self) -> None:
+        assert self.unexpected == [], f"unscripted calls: {[c.node_id for c in self.unexpected]}"
+        assert self.unused == [], f"scripted calls never made: {self.unused}"
+
+
+@dataclass(frozen=True)
+class Propose:
+    answer: Mapping[str, Any] | BaseException
+
+
+@dataclass(frozen=True)
+class Decide:
+    answer: JoinDecision | Callable[[Sequence[Observation]], JoinDecision]
+
+
+class ScriptedPlanner:
+    """A strict Planner: answers its steps in order; an unexpected call or an unused step fails the test."""
+
+    name = "scripted"
+
+    def __init__(self, *steps: Propose | Decide) -> None:
+        self._steps = list(steps)
+        self.errors: list[str] = []
+        self.contexts: list[PlanningContext] = []
+        self.observations: list[list[Observation]] = []
+
+    def _next(self, kind: type[Propose] | type[Decide]) -> Any:
+        if not self._steps or not isinstance(self._steps[0], kind):
+            expected = type(self._steps[0]).__name__ if self._steps else "nothing"
+            self.errors.append(f"unexpected {kind.__name__.lower()}; the script expected {expected}")
+            raise AssertionError(self.errors[-1])
+        return self._steps.pop(0).answer
+
+    async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
+        answer = self._next(Propose)
+        self.contexts.append(context)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
+        answer = self._next(Decide)
+        self.contexts.append(context)
+        self.observations.append(list(observations))
+        return answer(observations) if callable(answer) else answer
+
+    def assert_done(self) -> None:
+        assert self.errors == []
+        assert self._steps == [], f"planner steps never used: {self._steps}"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+_C102_CALLS = {
+    "case": (CASE_TOOL, CASE_ARGS, CASE_OUTPUT),
+    "policy": (POLICY_TOOL, CASE_ARGS, POLICY_OUTPUT),
+    "docs": (DOCUMENTS_TOOL, CASE_ARGS, DOCS_OUTPUT),
+    "resolve[0]": (RESOLVE_TOOL, RESOLVE_ARGS, RESOLVE_OUTPUT),
+}
+
+
+def only(*nodes: str, gates: Mapping[str, asyncio.Event] | None = None) -> dict[tuple[str, str], Scripted]:
+    """The C-102 calls of ``nodes``, each answering its C-102 output; ``gates`` hold an answer back."""
+    gates = gates or {}
+    script: dict[tuple[str, str], Scripted] = {}
+    for node in nodes:
+        tool, args, output = _C102_CALLS[node]
+        script[call_key(tool, args)] = Scripted(ok(output), gates.get(node))
+    return script
+
+
+def c102_script(gates: Mapping[str, asyncio.Event] | None = None) -> dict[tuple[str, str], Scripted]:
+    return only(*_C102_CALLS, gates=gates)
+
+
+def run_created(
+    *,
+    planner: str = "conformance",
+    scopes: Sequence[str] = ALL_SCOPES,
+    proposal: dict[str, Any] | None = None,
+    budgets: Budgets | None = None,
+) -> RunCreated:
+    return RunCreated(
+        at=T0,
+        run_id=RUN_ID,
+        tenant_id=TENANT,
+        subject=SUBJECT,
+        scopes=tuple(sorted(scopes)),
+        case_id=CASE_ID,
+        goal="Are the documents of C-102 complete?",
+        planner=planner,
+        budgets=budgets or Budgets(),
+        proposal=proposal,
+    )
+
+
+def driver(sink: RecordingSink, executor: ScriptedExecutor, planner: Any | None = None) -> RunDriver:
+    planners = {"conformance": ConformancePlanner()}
+    if planner is not None:
+        planners["scripted"] = planner
+    return RunDriver(
+        sink=sink,
+        executor=executor,
+        catalogue=CASEOPS_TOOLS,
+        planners=planners,
+        tokens=TOKENS,
+        mcp_url=MCP_URL,
+    )
+
+
+async def drive(run: RunDriver, created: RunCreated) -> RunState:
+    return await asyncio.wait_for(run.drive(apply(None, created), last_seq=1), WAIT_S)
+
+
+def assert_log_rebuilds(sink: RecordingSink, created: RunCreated, final: RunState) -> None:
+    """The run ended, the sink saw contiguous appends, and its log folds into exactly the returned state."""
+    assert sink.violations == []
+    assert final.status.terminal
+    assert isinstance(sink.events[-1], RunFinished)
+    assert fold([created, *sink.events]) == final
+
+
+def node_status(state: RunState) -> dict[str, NodeStatus]:
+    return {node_id: state.nodes[node_id].status for node_id in state.order}
+
+
+def snapshot_node(node_id: str, case_id: str = CASE_ID, **extra: Any) -> dict[str, Any]:
+    return {"id": node_id, "tool": CASE_TOOL, "args": {"case_id": case_id}, **extra}
+
+
+# ---------------------------------------------------------------- the C-102 document check
+
+
+async def test_c102_outputs_complete_the_run_with_the_normalized_document_result() -> None:
+    sink, executor = RecordingSink(), ScriptedExecutor(c102_script())
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    assert final.status is RunStatus.COMPLETED
+    assert final.stop_reason is None
+    assert final.result == C102_RESULT
+    assert node_status(final) == {
+        "case": NodeStatus.SUCCEEDED,
+        "policy": NodeStatus.SUCCEEDED,
+        "docs": NodeStatus.SUCCEEDED,
+        "resolve": NodeStatus.SUCCEEDED,
+        "resolve[0]": NodeStatus.SUCCEEDED,
+    }
+    assert final.nodes["resolve[0]"].args == RESOLVE_ARGS
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_the_joiner_sees_every_tool_node_in_run_order_and_no_group() -> None:
+    planner = ScriptedPlanner(Propose(document_check_plan(CASE_ID)), Decide(decide_document_check))
+    sink, executor = RecordingSink(), ScriptedExecutor(c102_script())
+    created = run_created(planner="scripted")
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    planner.assert_done()
+    [observations] = planner.observations
+    assert [(o.node_id, o.tool, o.status) for o in observations] == [
+        ("case", CASE_TOOL, NodeStatus.SUCCEEDED),
+        ("policy", POLICY_TOOL, NodeStatus.SUCCEEDED),
+        ("docs", DOCUMENTS_TOOL, NodeStatus.SUCCEEDED),
+        ("resolve[0]", RESOLVE_TOOL, NodeStatus.SUCCEEDED),
+    ]
+    assert observations[3].args == RESOLVE_ARGS
+    assert observations[3].output == RESOLVE_OUTPUT
+    assert final.result == C102_RESULT
+    executor.assert_done()
+
+
+async def test_the_planner_sees_the_case_goal_and_catalogue_but_nothing_of_the_principal() -> None:
+    planner = ScriptedPlanner(Propose({"nodes": [snapshot_node("case")]}), Decide(Final({"ok": True})))
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
+    created = run_created(planner="scripted")
+
+    await drive(driver(sink, executor, planner), created)
+
+    planner.assert_done()
+    context = planner.contexts[0]
+    assert context.case_id == CASE_ID
+    assert context.goal == created.goal
+    assert sorted(tool.name for tool in context.tools) == sorted(CASEOPS_TOOLS)
+    assert not any(hasattr(context, name) for name in ("tenant_id", "subject", "scopes", "principal"))
+
+
+async def test_resolve_children_are_dispatched_while_the_case_snapshot_is_still_running() -> None:
+    case_gate, resolve_gate = asyncio.Event(), asyncio.Event()
+    sink = RecordingSink()
+    executor = ScriptedExecutor(c102_script({"case": case_gate, "resolve[0]": resolve_gate}))
+    created = run_created()
+    running = asyncio.create_task(drive(driver(sink, executor), created))
+
+    async with asyncio.timeout(WAIT_S):
+        await executor.invoked["resolve[0]"].wait()
+    state = sink.state
+    assert state.nodes["case"].status is NodeStatus.RUNNING
+    assert state.nodes["docs"].status is NodeStatus.SUCCEEDED
+    assert state.nodes["resolve[0]"].status is NodeStatus.RUNNING
+    assert not any(isinstance(e, NodeSucceeded) and e.node_id == "case" for e in sink.events)
+
+    case_gate.set()
+    resolve_gate.set()
+    final = await running
+    assert final.status is RunStatus.COMPLETED
+    assert final.result == C102_RESULT
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_every_dispatch_is_recorded_before_the_executor_is_invoked_for_it() -> None:
+    journal: list[tuple[str, str]] = []
+    sink, executor = RecordingSink(journal), ScriptedExecutor(c102_script(), journal)
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    invocations = [node for what, node in journal if what == "run"]
+    assert sorted(invocations) == ["case", "docs", "policy", "resolve[0]"]
+    for node in invocations:
+        assert journal.index(("recorded node_dispatched", node)) < journal.index(("run", node)), node
+    for _, events, state in sink.appends:  # the state handed to the sink already holds the dispatch
+        for event in events:
+            if isinstance(event, NodeDispatched):
+                assert state.nodes[event.node_id].status is not NodeStatus.PENDING
+    assert final.status is RunStatus.COMPLETED
+    executor.assert_done()
+
+
+async def test_each_call_carries_a_task_token_for_this_run_node_and_principal() -> None:
+    sink, executor = RecordingSink(), ScriptedExecutor(c102_script())
+    created = run_created()
+
+    await drive(driver(sink, executor), created)
+
+    executor.assert_done()
+    assert sorted(executor.called) == ["case", "docs", "policy", "resolve[0]"]
+    jtis = set()
+    for call in executor.calls:
+        claims = TOKENS.verify(call.token)
+        assert claims.tenant_id == TENANT
+        assert claims.sub == SUBJECT
+        assert claims.case_id == CASE_ID
+        assert claims.scopes == frozenset(ALL_SCOPES)
+        assert claims.task_id == f"{RUN_ID}/{call.node_id}/1"
+        assert claims.aud == MCP_URL
+        jtis.add(claims.jti)
+        assert (call.run_id, call.attempt, call.mcp_url) == (RUN_ID, 1, MCP_URL)
+        assert call.timeout_s == CASEOPS_TOOLS[call.tool].timeout_s
+    assert len(jtis) == 4
+
+
+# ---------------------------------------------------------------- policy
+
+
+async def test_a_proposed_node_aimed_at_another_case_is_denied_and_never_executed() -> None:
+    proposal = {"nodes": [snapshot_node("case"), snapshot_node("other", case_id="C-201")]}
+    planner = ScriptedPlanner(Decide(Final({"checked": True})))  # a client proposal: propose() is not asked
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
+    created = run_created(planner="scripted", proposal=proposal)
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    [denied] = sink.of(NodeDenied)
+    assert denied.node_id == "other"
+    assert denied.args == {"case_id": "C-201"}
+    assert denied.decision.allowed is False
+    assert denied.decision.rule_id == "resource.case_bound"
+    assert executor.called == ["case"]
+    assert [event.node_id for event in sink.of(NodeDispatched)] == ["case"]
+    assert final.status is RunStatus.COMPLETED
+    assert final.nodes["other"].status is NodeStatus.DENIED
+    planner.assert_done()
+    assert [(o.node_id, o.status) for o in planner.observations[0]] == [
+        ("case", NodeStatus.SUCCEEDED),
+        ("other", NodeStatus.DENIED),
+    ]
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_case_id_taken_from_an_upstream_output_is_authorized_on_its_resolved_value() -> None:
+    other_case = {**CASE_OUTPUT, "case_id": "C-201"}
+    proposal = {
+        "nodes": [
+            snapshot_node("case"),
+            {
+                "id": "follow",
+                "tool": POLICY_TOOL,
+                "args": {"case_id": {"$ref": "case", "pointer": "/case_id"}},
+            },
+        ]
+    }
+    planner = ScriptedPlanner(Decide(Final({})))
+    sink = RecordingSink()
+    executor = ScriptedExecutor({call_key(CASE_TOOL, CASE_ARGS): Scripted(ok(other_case))})
+    created = run_created(planner="scripted", proposal=proposal)
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    [denied] = sink.of(NodeDenied)
+    assert (denied.node_id, denied.args, denied.decision.rule_id) == (
+        "follow",
+        {"case_id": "C-201"},
+        "resource.case_bound",
+    )
+    assert executor.called == ["case"]
+    executor.assert_done()
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_without_documents_read_the_listing_is_denied_and_its_dependent_skipped() -> None:
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case", "policy"))
+    created = run_created(scopes=(SCOPE_CASES, SCOPE_POLICIES))
+
+    final = await drive(driver(sink, executor), created)
+
+    [denied] = sink.of(NodeDenied)
+    assert denied.node_id == "docs"
+    assert denied.decision.rule_id == "scope.missing"
+    assert final.nodes["docs"].status is NodeStatus.DENIED
+    assert final.nodes["resolve"].status is NodeStatus.SKIPPED
+    assert final.nodes["resolve"].skipped_because == "docs"
+    assert sorted(executor.called) == ["case", "policy"]
+    # C-102 misses a document and the listing is unknown: the conformance verdict cannot be given.
+    assert final.status is RunStatus.NEEDS_HUMAN
+    assert final.stop_reason is StopReason.INSUFFICIENT_EVIDENCE
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- the fingerprint gate
+
+
+async def test_two_identical_nodes_execute_once_and_the_second_is_reused() -> None:
+    proposal = {"nodes": [snapshot_node("first"), snapshot_node("second")]}
+    planner = ScriptedPlanner(Decide(Final({})))
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
+    created = run_created(planner="scripted", proposal=proposal)
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert executor.called == ["first"]
+    [reused] = sink.of(NodeReused)
+    assert (reused.node_id, reused.source_node_id) == ("second", "first")
+    assert final.nodes["second"].status is NodeStatus.REUSED
+    assert final.nodes["second"].reused_from == "first"
+    assert final.nodes["second"].output == CASE_OUTPUT
+    assert final.status is RunStatus.COMPLETED
+    executor.assert_done()
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_node_identical_to_a_failed_one_fails_without_running_again() -> None:
+    proposal = {"nodes": [snapshot_node("first"), snapshot_node("second")]}
+    planner = ScriptedPlanner(Decide(Final({})))
+    lost = failure(ErrorKind.TRANSIENT, "TIMEOUT", "no answer within 10s")
+    sink = RecordingSink()
+    executor = ScriptedExecutor({call_key(CASE_TOOL, CASE_ARGS): Scripted(lost)})
+    created = run_created(planner="scripted", proposal=proposal)
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert executor.called == ["first"]
+    assert final.nodes["first"].error == lost.error
+    second = final.nodes["second"]
+    assert second.status is NodeStatus.FAILED
+    assert second.error is not None
+    assert second.error.code == "IDENTICAL_ACTION_FAILED"
+    executor.assert_done()
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- planning failures
+
+
+@pytest.mark.parametrize(
+    ("proposal", "code"),
+    [
+        ({"nodes": []}, "EMPTY_PLAN"),
+        ({"nodes": "case"}, "MALFORMED_PLAN"),
+        ({"nodes": [{"id": "x", "tool": "caseops_close_case", "args": CASE_ARGS}]}, "UNKNOWN_TOOL"),
+        ({"nodes": [snapshot_node("case"), snapshot_node("case")]}, "DUPLICATE_NODE_ID"),
+        (
+            {
+                "nodes": [
+                    {
+                        "id": "case",
+                        "tool": CASE_TOOL,
+                        "args": {"case_id": CASE_ID, "tenant_id": "tenant-other"},
+                    }
+                ]
+            },
+            "INVALID_ARGUMENTS",
+        ),
+        (
+            {"nodes": [snapshot_node("case", after=["policy"]), snapshot_node("policy")]},
+            "FORWARD_REFERENCE",
+        ),
+    ],
+    ids=["empty", "malformed", "unknown-tool", "duplicate-id", "extra-argument", "forward-reference"],
+)
+async def test_a_proposal_that_fails_validation_fails_the_run_with_its_error_code(
+    proposal: dict[str, Any], code: str
+) -> None:
+    planner = ScriptedPlanner(Propose(proposal))
+    sink, executor = RecordingSink(), ScriptedExecutor({})
+    created = run_created(planner="scripted")
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert final.status is RunStatus.FAILED
+    assert final.stop_reason is StopReason.PLAN_INVALID
+    assert final.detail is not None
+    assert json.loads(final.detail)["code"] == code
+    assert sink.of(PlanAccepted) == []
+    assert final.nodes == {}
+    planner.assert_done()
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_an_invalid_client_proposal_fails_the_run_without_asking_the_planner() -> None:
+    planner = ScriptedPlanner()
+    sink, executor = RecordingSink(), ScriptedExecutor({})
+    created = run_created(planner="scripted", proposal={"nodes": [snapshot_node("Bad Id")]})
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert (final.status, final.stop_reason) == (RunStatus.FAILED, StopReason.PLAN_INVALID)
+    assert final.detail is not None
+    assert json.loads(final.detail)["code"] == "INVALID_NODE_ID"
+    planner.assert_done()
+    executor.assert_done()
+
+
+async def test_a_planner_that_raises_fails_the_run_with_planner_error() -> None:
+    planner = ScriptedPlanner(Propose(RuntimeError("the model is unavailable")))
+    sink, executor = RecordingSink(), ScriptedExecutor({})
+    created = run_created(planner="scripted")
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert final.status is RunStatus.FAILED
+    assert final.stop_reason is StopReason.PLANNER_ERROR
+    assert final.detail == "the planner failed: RuntimeError"
+    assert "the model is unavailable" not in final.detail
+    planner.assert_done()
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_replan_request_stops_the_run_with_replan_limit() -> None:
+    planner = ScriptedPlanner(Propose({"nodes": [snapshot_node("case")]}), Decide(Replan("need the policy")))
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
+    created = run_created(planner="scripted")
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert final.status is RunStatus.STOPPED
+    assert final.stop_reason is StopReason.REPLAN_LIMIT
+    assert final.detail == "the planner asked to replan: need the policy"
+    assert final.result is None
+    assert len(sink.of(JoinStarted)) == 1
+    planner.assert_done()
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- budgets
+
+
+def three_documents_script(gates: Mapping[str, asyncio.Event] | None = None) -> dict[Any, Scripted]:
+    script = only("case", "policy", gates=gates)
+    many = {"case_id": CASE_ID, "documents": [document(f"DOC-C102-00{i}") for i in (3, 4, 5)]}
+    script[call_key(DOCUMENTS_TOOL, CASE_ARGS)] = Scripted(ok(many), (gates or {}).get("docs"))
+    return script
+
+
+async def test_a_fanout_beyond_the_budget_stops_the_run_and_cancels_nothing_when_nothing_runs() -> None:
+    docs_gate = asyncio.Event()
+    sink, executor = RecordingSink(), ScriptedExecutor(three_documents_script({"docs": docs_gate}))
+    created = run_created(budgets=Budgets(max_fanout=2))
+    running = asyncio.create_task(drive(driver(sink, executor), created))
+    await sink.reached(lambda s: all(n in s.nodes and s.nodes[n].status.terminal for n in ("case", "policy")))
+    docs_gate.set()
+
+    final = await running
+
+    assert final.status is RunStatus.STOPPED
+    assert final.stop_reason is StopReason.FANOUT_LIMIT
+    assert final.detail == "resolve: budget max_fanout exhausted: 3 > 2"
+    assert sink.of(NodeExpanded) == []
+    assert executor.cancelled == []
+    assert sorted(executor.called) == ["case", "docs", "policy"]
+    assert node_status(final) == {
+        "case": NodeStatus.SUCCEEDED,
+        "policy": NodeStatus.SUCCEEDED,
+        "docs": NodeStatus.SUCCEEDED,
+        "resolve": NodeStatus.CANCELLED,  # never dispatched; closed by run_finished
+    }
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_fanout_beyond_the_budget_cancels_exactly_the_calls_in_flight() -> None:
+    gates = {"case": asyncio.Event(), "policy": asyncio.Event()}  # never opened: still running at the stop
+    sink, executor = RecordingSink(), ScriptedExecutor(three_documents_script(gates))
+    created = run_created(budgets=Budgets(max_fanout=2))
+
+    final = await drive(driver(sink, executor), created)
+    async with asyncio.timeout(WAIT_S):
+        await executor.settled["case"].wait()
+        await executor.settled["policy"].wait()
+
+    assert final.stop_reason is StopReason.FANOUT_LIMIT
+    assert sorted(executor.cancelled) == ["case", "policy"]
+    assert node_status(final) == {
+        "case": NodeStatus.CANCELLED,
+        "policy": NodeStatus.CANCELLED,
+        "docs": NodeStatus.SUCCEEDED,
+        "resolve": NodeStatus.CANCELLED,
+    }
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_fanout_equal_to_the_budget_runs() -> None:
+    script = three_documents_script()
+    for document_id in ("DOC-C102-003", "DOC-C102-004", "DOC-C102-005"):
+        args = {"case_id": CASE_ID, "document_id": document_id}
+        output = {
+            **RESOLVE_OUTPUT,
+            "document_id": document_id,
+            "source_ref": f"evidence://C-102/{document_id}@1",
+        }
+        script[call_key(RESOLVE_TOOL, args)] = Scripted(ok(output))
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created(budgets=Budgets(max_fanout=3))
+
+    final = await drive(driver(sink, executor), created)
+
+    assert final.status is RunStatus.COMPLETED
+    assert [(e.node_id, e.count) for e in sink.of(NodeExpanded)] == [("resolve", 3)]
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_the_node_budget_counts_the_children_a_fanout_would_add() -> None:
+    sink, executor = RecordingSink(), ScriptedExecutor(three_documents_script())
+    created = run_created(budgets=Budgets(max_nodes=5))  # 3 tool nodes + 3 children = 6
+
+    final = await drive(driver(sink, executor), created)
+
+    assert final.status is RunStatus.STOPPED
+    assert final.stop_reason is StopReason.NODE_BUDGET_EXHAUSTED
+    assert final.detail == "resolve: budget max_nodes exhausted: 6 > 5"
+    assert sink.of(NodeExpanded) == []
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_an_empty_fanout_settles_its_group_and_the_run_completes() -> None:
+    complete_case = {
+        **CASE_OUTPUT,
+        "received_document_codes": ["ACCIDENT_CERTIFICATE", "IDENTITY_DOCUMENT", "LOSS_STATEMENT"],
+    }
+    script = only("policy")
+    script[call_key(CASE_TOOL, CASE_ARGS)] = Scripted(ok(complete_case))
+    script[call_key(DOCUMENTS_TOOL, CASE_ARGS)] = Scripted(ok({"case_id": CASE_ID, "documents": []}))
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    assert [(e.node_id, e.count) for e in sink.of(NodeExpanded)] == [("resolve", 0)]
+    assert final.nodes["resolve"].status is NodeStatus.SUCCEEDED
+    assert final.status is RunStatus.COMPLETED
+    assert final.result is not None
+    assert final.result["outcome"] == "DOCUMENTS_COMPLETE"
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_document_listed_twice_is_resolved_once_and_the_second_child_reuses_it() -> None:
+    script = only("case", "policy", "resolve[0]")
+    twice = {"case_id": CASE_ID, "documents": [document("DOC-C102-003"), document("DOC-C102-003")]}
+    script[call_key(DOCUMENTS_TOOL, CASE_ARGS)] = Scripted(ok(twice))
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    assert sorted(executor.called) == ["case", "docs", "policy", "resolve[0]"]
+    assert final.nodes["resolve[1]"].status is NodeStatus.REUSED
+    assert final.nodes["resolve[1]"].reused_from == "resolve[0]"
+    assert final.status is RunStatus.COMPLETED
+    assert final.result == C102_RESULT
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- tool failures
+
+
+async def test_a_failed_tool_fails_its_node_skips_its_dependents_and_the_run_still_joins() -> None:
+    timeout = failure(ErrorKind.TRANSIENT, "TIMEOUT", "no answer within 10s")
+    script = only("case", "policy")
+    script[call_key(DOCUMENTS_TOOL, CASE_ARGS)] = Scripted(timeout)
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    docs = final.nodes["docs"]
+    assert docs.status is NodeStatus.FAILED
+    assert docs.error == timeout.error
+    assert (docs.started_at, docs.finished_at) == (timeout.started_at, timeout.finished_at)
+    assert final.nodes["resolve"].status is NodeStatus.SKIPPED
+    assert final.nodes["resolve"].skipped_because == "docs"
+    assert len(sink.of(JoinStarted)) == 1
+    assert final.status is RunStatus.NEEDS_HUMAN
+    assert final.stop_reason is StopReason.INSUFFICIENT_EVIDENCE
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- the event sink
+
+
+async def test_a_sink_that_always_fails_makes_drive_raise_before_anything_runs() -> None:
+    # drive() cannot record a terminal state without a sink, so its own attempt to record the failure
+    # raises too and the error reaches the caller; nothing is planned or executed.
+    planner = ScriptedPlanner()
+    sink = RecordingSink(fail_on=lambda events: True, failures=1_000)
+    executor = ScriptedExecutor({})
+    created = run_created(planner="scripted")
+
+    with pytest.raises(SinkDown):
+        await drive(driver(sink, executor, planner), created)
+
+    assert sink.appends == []
+    assert [events[0].kind for events in sink.refused] == ["planning_started", "run_finished"]
+    refused_finish = sink.refused[1][0]
+    assert isinstance(refused_finish, RunFinished)
+    assert refused_finish.stop_reason is StopReason.INTERNAL_ERROR
+    planner.assert_done()
+    executor.assert_done()
+
+
+async def test_a_sink_failing_to_record_dispatches_fails_the_run_and_nothing_is_executed() -> None:
+    def has_dispatch(events: Sequence[RunEvent]) -> bool:
+        return any(isinstance(event, NodeDispatched) for event in events)
+
+    sink = RecordingSink(fail_on=has_dispatch, failures=1)
+    executor = ScriptedExecutor({})
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    assert final.status is RunStatus.FAILED
+    assert final.stop_reason is StopReason.INTERNAL_ERROR
+    assert executor.calls == []  # an unrecorded dispatch must never run
+    assert sink.of(NodeDispatched) == []
+    assert {node.status for node in final.nodes.values()} == {NodeStatus.CANCELLED}
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- the log is the run
+
+
+async def test_the_recorded_log_has_contiguous_seqs_and_folds_into_the_final_state() -> None:
+    sink, executor = RecordingSink(), ScriptedExecutor(c102_script())
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    seq = 2
+    for first_seq, events, _ in sink.appends:
+        assert first_seq == seq
+        seq += len(events)
+    assert final.status.terminal
+    assert fold([created, *sink.events]) == final
+    assert sink.state == final
+    kinds = [event.kind for event in sink.events]
+    assert kinds[:2] == ["planning_started", "plan_accepted"]
+    assert kinds[-2:] == ["join_started", "run_finished"]
+    executor.assert_done()

@@ -1,0 +1,303 @@
+"""``apply`` and ``fold``: the pure reducer that is the only way a run's state changes."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+from dag_run_builders import (
+    ALLOW,
+    AT,
+    CASE_ID,
+    CASE_OUTPUT,
+    CASE_TOOL,
+    DOCUMENT_IDS,
+    POLICY_TOOL,
+    RESOLVE_TOOL,
+    accepted_events,
+    dispatched,
+    expanded,
+    failed,
+    reads_done,
+    resolution_output,
+    resolve_args_of,
+    run_created,
+    running,
+    succeeded,
+)
+
+from dag.errors import IllegalTransition
+from dag.events import (
+    GroupSettled,
+    JoinStarted,
+    NodeReused,
+    PlanAccepted,
+    PlanningStarted,
+    RunEvent,
+    RunFinished,
+    event_from_json,
+    event_to_json,
+)
+from dag.fingerprint import action_fingerprint
+from dag.run_state import RunState, apply, fold
+from dag.states import NodeStatus, RunStatus, StopReason
+
+RESOLUTIONS = [
+    resolution_output(document_id, f"CODE_{index}") for index, document_id in enumerate(DOCUMENT_IDS)
+]
+
+
+def whole_run(plan: dict[str, Any]) -> list[RunEvent]:
+    """Every event of a document check that completes; children finish in reverse order."""
+    return [
+        *accepted_events(plan),
+        *reads_done(),
+        expanded("resolve", 3),
+        *[
+            dispatched(f"resolve[{index}]", RESOLVE_TOOL, resolve_args_of(doc))
+            for index, doc in enumerate(DOCUMENT_IDS)
+        ],
+        *[succeeded(f"resolve[{index}]", RESOLUTIONS[index]) for index in (2, 1, 0)],
+        GroupSettled(at=AT, node_id="resolve", succeeded=True),
+        JoinStarted(at=AT, round=1),
+        RunFinished(at=AT, status=RunStatus.COMPLETED, result={"outcome": "DOCUMENTS_COMPLETE"}),
+    ]
+
+
+def statuses(state: RunState) -> dict[str, NodeStatus]:
+    return {node_id: state.nodes[node_id].status for node_id in state.order}
+
+
+def test_a_run_starts_pending_with_the_principal_of_its_creation() -> None:
+    state = fold([run_created()])
+
+    assert state.status is RunStatus.PENDING
+    assert (state.principal.tenant_id, state.principal.subject) == ("tenant-a", "adjuster-7")
+    assert state.principal.scopes == frozenset({"cases:read", "policies:read", "documents:read"})
+    assert (state.case_id, state.plan, state.nodes) == (CASE_ID, None, {})
+
+
+def test_an_accepted_plan_makes_every_node_pending_in_plan_order(example_plan: dict[str, Any]) -> None:
+    state = running(example_plan)
+
+    assert (state.status, state.round) == (RunStatus.RUNNING, 1)
+    assert statuses(state) == dict.fromkeys(["case", "policy", "docs", "resolve"], NodeStatus.PENDING)
+    assert state.nodes["resolve"].children == ()
+    assert state.nodes["case"].children is None
+    assert state.executable_node_count() == 3
+
+
+def test_a_run_must_start_with_run_created() -> None:
+    with pytest.raises(ValueError, match="first event must be run_created"):
+        fold([PlanningStarted(at=AT, round=1)])
+    with pytest.raises(ValueError, match="may only start a run"):
+        fold([run_created(), run_created()])
+    with pytest.raises(ValueError, match="at least one event"):
+        fold([])
+
+
+def test_a_dispatch_records_args_fingerprint_decision_and_claims_the_fingerprint(
+    example_plan: dict[str, Any],
+) -> None:
+    args = {"case_id": CASE_ID}
+    state = running(example_plan, dispatched("case", CASE_TOOL, args))
+
+    case = state.nodes["case"]
+    assert (case.status, case.args, case.decision, case.attempts) == (NodeStatus.RUNNING, args, ALLOW, 1)
+    assert state.fingerprints == {action_fingerprint(CASE_TOOL, args): "case"}
+    assert [node.node_id for node in state.in_flight()] == ["case"]
+
+
+def test_the_first_dispatch_of_a_fingerprint_keeps_the_claim() -> None:
+    args = {"case_id": CASE_ID}
+    plan = {
+        "nodes": [
+            {"id": "one", "tool": CASE_TOOL, "args": args},
+            {"id": "two", "tool": CASE_TOOL, "args": args},
+        ]
+    }
+
+    state = running(plan, dispatched("one", CASE_TOOL, args), dispatched("two", CASE_TOOL, args))
+
+    assert state.fingerprints == {action_fingerprint(CASE_TOOL, args): "one"}
+
+
+def test_a_reused_node_takes_the_output_of_its_source() -> None:
+    args = {"case_id": CASE_ID}
+    plan = {
+        "nodes": [
+            {"id": "one", "tool": CASE_TOOL, "args": args},
+            {"id": "two", "tool": CASE_TOOL, "args": args},
+        ]
+    }
+    reuse = NodeReused(
+        at=AT,
+        node_id="two",
+        tool=CASE_TOOL,
+        args=args,
+        fingerprint=action_fingerprint(CASE_TOOL, args),
+        source_node_id="one",
+    )
+
+    state = running(plan, dispatched("one", CASE_TOOL, args), succeeded("one", CASE_OUTPUT), reuse)
+
+    two = state.nodes["two"]
+    assert (two.status, two.output, two.reused_from) == (NodeStatus.REUSED, CASE_OUTPUT, "one")
+    assert state.output_of("two") == CASE_OUTPUT
+
+
+def test_reusing_a_node_without_output_is_refused() -> None:
+    args = {"case_id": CASE_ID}
+    plan = {
+        "nodes": [
+            {"id": "one", "tool": CASE_TOOL, "args": args},
+            {"id": "two", "tool": CASE_TOOL, "args": args},
+        ]
+    }
+    reuse = NodeReused(at=AT, node_id="two", tool=CASE_TOOL, args=args, fingerprint="f", source_node_id="one")
+
+    with pytest.raises(ValueError, match="no output"):
+        running(plan, dispatched("one", CASE_TOOL, args), failed("one"), reuse)
+
+
+def test_expansion_adds_indexed_children_after_the_plan_nodes(example_plan: dict[str, Any]) -> None:
+    state = running(example_plan, *reads_done(), expanded("resolve", 3))
+
+    assert state.order[4:] == ("resolve[0]", "resolve[1]", "resolve[2]")
+    assert state.nodes["resolve"].status is NodeStatus.RUNNING
+    assert state.nodes["resolve"].children == ("resolve[0]", "resolve[1]", "resolve[2]")
+    child = state.nodes["resolve[1]"]
+    assert (child.parent, child.index, child.tool, child.plan_node_id) == (
+        "resolve",
+        1,
+        RESOLVE_TOOL,
+        "resolve",
+    )
+    assert state.executable_node_count() == 6
+
+
+def test_output_of_a_group_lists_its_childrens_outputs_in_index_order(example_plan: dict[str, Any]) -> None:
+    state = fold(whole_run(example_plan))
+
+    assert state.output_of("resolve") == RESOLUTIONS
+    assert state.output_of("docs")["documents"][0]["document_id"] == "D-1"
+
+
+def test_a_completed_run_has_every_node_ended_with_an_output(example_plan: dict[str, Any]) -> None:
+    state = fold(whole_run(example_plan))
+
+    assert state.status is RunStatus.COMPLETED
+    assert set(statuses(state).values()) == {NodeStatus.SUCCEEDED}
+    assert state.result == {"outcome": "DOCUMENTS_COMPLETE"}
+
+
+def test_run_finished_cancels_every_open_node_and_keeps_ended_ones(example_plan: dict[str, Any]) -> None:
+    state = running(
+        example_plan,
+        dispatched("case", CASE_TOOL, {"case_id": CASE_ID}),
+        succeeded("case", CASE_OUTPUT),
+        dispatched("policy", POLICY_TOOL, {"case_id": CASE_ID}),
+        RunFinished(
+            at=AT, status=RunStatus.STOPPED, stop_reason=StopReason.NODE_BUDGET_EXHAUSTED, detail="d"
+        ),
+    )
+
+    assert (state.status, state.stop_reason, state.finished_at) == (
+        RunStatus.STOPPED,
+        StopReason.NODE_BUDGET_EXHAUSTED,
+        AT,
+    )
+    assert statuses(state) == {
+        "case": NodeStatus.SUCCEEDED,
+        "policy": NodeStatus.CANCELLED,
+        "docs": NodeStatus.CANCELLED,
+        "resolve": NodeStatus.CANCELLED,
+    }
+    assert state.in_flight() == []
+
+
+def test_run_finished_cancels_a_running_group_and_its_open_children(example_plan: dict[str, Any]) -> None:
+    state = running(
+        example_plan,
+        *reads_done(),
+        expanded("resolve", 2),
+        dispatched("resolve[0]", RESOLVE_TOOL, resolve_args_of("D-1")),
+        RunFinished(at=AT, status=RunStatus.CANCELLED),
+    )
+
+    assert {node_id: state.nodes[node_id].status for node_id in ("resolve", "resolve[0]", "resolve[1]")} == {
+        "resolve": NodeStatus.CANCELLED,
+        "resolve[0]": NodeStatus.CANCELLED,
+        "resolve[1]": NodeStatus.CANCELLED,
+    }
+
+
+def test_run_finished_with_a_non_terminal_status_is_refused(example_plan: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="terminal status"):
+        running(example_plan, RunFinished(at=AT, status=RunStatus.JOINING))
+
+
+def test_a_node_succeeding_without_being_dispatched_is_an_illegal_transition(
+    example_plan: dict[str, Any],
+) -> None:
+    with pytest.raises(IllegalTransition) as caught:
+        running(example_plan, succeeded("case", CASE_OUTPUT))
+
+    assert (caught.value.entity, caught.value.source, caught.value.target) == ("node", "pending", "succeeded")
+
+
+def test_a_node_dispatched_twice_is_an_illegal_transition(example_plan: dict[str, Any]) -> None:
+    again = dispatched("case", CASE_TOOL, {"case_id": CASE_ID})
+
+    with pytest.raises(IllegalTransition) as caught:
+        running(example_plan, again, again)
+
+    assert (caught.value.entity, caught.value.source, caught.value.target) == ("node", "running", "running")
+
+
+def test_completing_a_run_that_never_joined_is_an_illegal_transition(example_plan: dict[str, Any]) -> None:
+    with pytest.raises(IllegalTransition) as caught:
+        running(example_plan, RunFinished(at=AT, status=RunStatus.COMPLETED))
+
+    assert (caught.value.entity, caught.value.source, caught.value.target) == ("run", "running", "completed")
+
+
+def test_accepting_a_plan_before_planning_is_an_illegal_transition(example_plan: dict[str, Any]) -> None:
+    with pytest.raises(IllegalTransition) as caught:
+        fold([run_created(), PlanAccepted(at=AT, round=1, plan=example_plan)])
+
+    assert (caught.value.entity, caught.value.source, caught.value.target) == ("run", "pending", "running")
+
+
+def test_folding_the_same_events_twice_gives_equal_states(example_plan: dict[str, Any]) -> None:
+    events = whole_run(example_plan)
+
+    first, second = fold(events), fold(events)
+
+    assert first == second
+    assert first is not second
+
+
+def test_fold_is_apply_from_nothing(example_plan: dict[str, Any]) -> None:
+    events = whole_run(example_plan)
+
+    assert functools.reduce(apply, events, None) == fold(events)
+
+
+def test_a_run_rebuilt_from_stored_events_equals_the_live_run(example_plan: dict[str, Any]) -> None:
+    events = whole_run(example_plan)
+
+    stored = [event_from_json(event_to_json(event)) for event in events]
+
+    assert fold(stored) == fold(events)
+
+
+def test_apply_leaves_the_previous_state_unchanged(example_plan: dict[str, Any]) -> None:
+    before = running(example_plan)
+
+    after = apply(before, dispatched("case", CASE_TOOL, {"case_id": CASE_ID}))
+
+    assert before.nodes["case"].status is NodeStatus.PENDING
+    assert before.fingerprints == {}
+    assert after.nodes["case"].status is NodeStatus.RUNNING

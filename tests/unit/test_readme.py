@@ -1,0 +1,59 @@
+"""The README's examples and reference tables are checked against the code, so they cannot rot."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from actors.settings import Settings
+from actors.store.seed import SeedData
+from dag.plan import Plan
+from dag.states import StopReason
+from dag.validate import validate_plan
+from mcp_server.contracts import CASEOPS_TOOLS
+from planner.conformance import document_check_plan
+from tests.conftest import REPO
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end != -1 else None]
+
+
+def json_blocks(text: str) -> list[object]:
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, flags=re.DOTALL)]
+
+
+def test_the_plan_example_is_the_conformance_plan_and_is_valid() -> None:
+    plan = json_blocks(section("The plan format"))[0]
+
+    assert plan == document_check_plan("C-102")
+    validate_plan(Plan.parse(plan), CASEOPS_TOOLS, max_nodes=64)
+
+
+def test_the_seed_example_is_a_valid_seed_file() -> None:
+    seed = SeedData.model_validate(json_blocks(section("Seed files"))[0])
+
+    assert [case.case_id for case in seed.cases] == ["C-102"]
+
+
+def test_every_setting_is_documented() -> None:
+    documented = set(re.findall(r"`(RAYDAG_[A-Z_]+)`", section("Configuration")))
+
+    assert {f"RAYDAG_{name.upper()}" for name in Settings.model_fields} <= documented
+
+
+def test_every_stop_reason_is_documented() -> None:
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", section("HTTP API"), flags=re.MULTILINE))
+
+    assert documented == {reason.value for reason in StopReason}
+
+
+def test_the_readme_shows_the_two_fresh_machine_commands() -> None:
+    commands = section("On a fresh machine")
+
+    assert "make demo" in commands
+    assert "make test" in commands
