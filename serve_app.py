@@ -193,7 +193,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     async def run_or_404(principal: Principal, run_id: str) -> dict[str, Any]:
         row = await state.store.run_row(principal.tenant_id, run_id)
         if row is None:
-            raise Problem(404, "run-not-found", f"run {run_id[:80]!r} was not found")
+            raise Problem(404, "run-not-found", "no run with this id was found")
         return row
 
     @app.get("/healthz", include_in_schema=False)
@@ -218,7 +218,7 @@ def create_app(config: ApiConfig) -> FastAPI:
             idempotency_key=idempotency_key,
         )
         submitted: SubmitResult = await state.supervisor.submit.remote(request)
-        _raise_for_submission(submitted, body.case_id)
+        _raise_for_submission(submitted)
         assert submitted.run_id is not None
         if wait > 0:
             await state.supervisor.wait.remote(submitted.run_id, wait)
@@ -251,13 +251,13 @@ def create_app(config: ApiConfig) -> FastAPI:
     return app
 
 
-def _raise_for_submission(submitted: SubmitResult, case_id: str) -> None:
+def _raise_for_submission(submitted: SubmitResult) -> None:
     match submitted.outcome:
         case Submission.CREATED | Submission.REPLAYED:
             return
         case Submission.CASE_NOT_FOUND:
-            # The same answer for an unknown case and another tenant's case.
-            raise Problem(404, "case-not-found", f"case {case_id!r} was not found")
+            # Byte for byte the same answer for an unknown case and another tenant's case.
+            raise Problem(404, "case-not-found", "no case with this id was found")
         case Submission.IDEMPOTENCY_CONFLICT:
             raise Problem(
                 409,

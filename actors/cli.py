@@ -123,7 +123,7 @@ def serve() -> None:
 
     settings = _settings()
     with database(settings) as dsn:
-        init_ray(dashboard=True)
+        init_ray(dashboard=settings.dashboard)
         ray_serve.start(http_options={"host": settings.host, "port": settings.port})
         config = ApiConfig.from_settings(settings, dsn)
         ray_serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     max_nodes: int = Field(default=Budgets().max_nodes, ge=1, le=10_000)
     max_fanout: int = Field(default=Budgets().max_fanout, ge=0, le=10_000)
     supervisor_name: str = "raydag-supervisor"
+    dashboard: bool = True
+    """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
     db_pool_size: int = Field(default=4, ge=1, le=50)
 
     @property
