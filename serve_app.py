@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, assert_never, cast
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,15 +24,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from actors.runtime import database, prepare_database
-from actors.service import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
+from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
 from actors.settings import ApiKeyGrant, Settings
 from actors.store.database import create_pool
 from actors.store.runs import RunStore
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from actors.views import event_view, load_state, nodes_view, run_view
-from dag.budget import Budgets
+from dag.budget import BudgetRequest, Budgets
 from dag.policy import Principal
-from mcp_server.contracts import CaseId
+from mcp_server.contracts import CASEOPS_TOOLS, CaseId
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens, load_token_key
 
@@ -53,6 +53,8 @@ class ApiConfig:
     supervisor_name: str
     pool_size: int = 4
     tool_latency_ms: int = 0
+    max_body_bytes: int = 2 * 1024 * 1024
+    tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, dsn: str) -> ApiConfig:
@@ -67,6 +69,7 @@ class ApiConfig:
             supervisor_name=settings.supervisor_name,
             pool_size=settings.db_pool_size,
             tool_latency_ms=settings.tool_latency_ms,
+            tenant_tools=settings.tenant_tool_grants(),
         )
 
     def supervisor_config(self) -> SupervisorConfig:
@@ -76,6 +79,7 @@ class ApiConfig:
             token_key=self.token_key,
             limits=self.limits,
             pool_size=self.pool_size,
+            tenant_tools=self.tenant_tools,
         )
 
 
@@ -111,12 +115,57 @@ class RunCreate(BaseModel):
 
     case_id: CaseId
     goal: str = Field(default=DEFAULT_GOAL, min_length=1, max_length=2000)
-    planner: Literal["conformance"] = "conformance"
+    planner: str = Field(default="conformance", min_length=1, max_length=64)
     plan: dict[str, Any] | None = None
-    budgets: Budgets | None = None
+    budgets: BudgetRequest | None = None
 
 
 IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+
+
+class BodyLimit:
+    """Refuses request bodies over ``max_bytes`` with 413 before anything parses them (pure ASGI, no buffering
+    of responses)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self._app = app
+        self._max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
+            await self._refuse(scope, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self._max_bytes:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await self._app(scope, counted, send)
+        except _BodyTooLarge:
+            await self._refuse(scope, send)
+
+    async def _refuse(self, scope: Any, send: Any) -> None:
+        problem = Problem(413, "body-too-large", f"the request body exceeds {self._max_bytes} bytes")
+        response = problem.response(scope.get("path", ""))
+        await response(scope, _no_receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _no_receive() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
 
 
 @dataclass
@@ -146,6 +195,8 @@ def create_app(config: ApiConfig) -> FastAPI:
         state.supervisor = get_or_create_supervisor(
             config.supervisor_config(), name=config.supervisor_name, detached=True
         )
+        # A supervisor that outlived an earlier deployment adopts this one's configuration for new runs.
+        await state.supervisor.reconfigure.remote(config.supervisor_config())
         try:
             async with tool_server.lifespan():
                 yield
@@ -153,6 +204,7 @@ def create_app(config: ApiConfig) -> FastAPI:
             await pool.close()
 
     app = FastAPI(title="raydag", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     # A route, not a mount: the MCP app sees the path /mcp unchanged, and other paths stay FastAPI's 404s.
     app.router.routes.append(Route(MCP_PATH, endpoint=tool_server.asgi, methods=["GET", "POST", "DELETE"]))
     app.state.tool_server = tool_server
@@ -167,17 +219,24 @@ def create_app(config: ApiConfig) -> FastAPI:
             {"location": "/" + "/".join(str(part) for part in error["loc"]), "message": error["msg"]}
             for error in exc.errors()[:20]
         ]
-        return Problem(
+        problem = Problem(
             422, "invalid-request", "the request does not have the expected shape", errors=errors
-        ).response(request.url.path)
+        )
+        return problem.response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return Problem(
-            exc.status_code, "http-error", str(exc.detail), headers=dict(exc.headers or {})
-        ).response(request.url.path)
+        problem = Problem(exc.status_code, "http-error", str(exc.detail), headers=dict(exc.headers or {}))
+        return problem.response(request.url.path)
 
-    def authenticate(authorization: str | None) -> Principal:
+    @app.exception_handler(Exception)
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        problem = Problem(500, "internal-error", "the server failed; nothing about your request was lost")
+        return problem.response(request.url.path)
+
+    def authenticated(authorization: Annotated[str | None, Header()] = None) -> Principal:
+        """Who is asking. A dependency, so it runs before the body is validated: no key, no 422 hints."""
         scheme, _, key = (authorization or "").partition(" ")
         if scheme.lower() == "bearer" and key:
             for known, grant in config.api_keys.items():
@@ -190,8 +249,11 @@ def create_app(config: ApiConfig) -> FastAPI:
             headers={"WWW-Authenticate": 'Bearer realm="raydag"'},
         )
 
+    # A default, not an Annotated alias: annotations are strings here, resolved in module scope.
+    caller = Depends(authenticated)
+
     async def run_or_404(principal: Principal, run_id: str) -> dict[str, Any]:
-        row = await state.store.run_row(principal.tenant_id, run_id)
+        row = await state.store.run_row(principal, run_id)
         if row is None:
             raise Problem(404, "run-not-found", "no run with this id was found")
         return row
@@ -203,11 +265,10 @@ def create_app(config: ApiConfig) -> FastAPI:
     @app.post("/runs", status_code=201)
     async def create_run(
         body: RunCreate,
-        authorization: Annotated[str | None, Header()] = None,
         idempotency_key: IdempotencyKey = None,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+        principal: Principal = caller,
     ) -> JSONResponse:
-        principal = authenticate(authorization)
         request = RunRequest(
             principal=principal,
             case_id=body.case_id,
@@ -231,22 +292,29 @@ def create_app(config: ApiConfig) -> FastAPI:
         )
 
     @app.get("/runs/{run_id}")
-    async def get_run(run_id: str, authorization: Annotated[str | None, Header()] = None) -> dict[str, Any]:
-        return run_view(await run_or_404(authenticate(authorization), run_id))
+    async def get_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
+        return run_view(await run_or_404(principal, run_id))
 
     @app.get("/runs/{run_id}/nodes")
-    async def get_nodes(
-        run_id: str, authorization: Annotated[str | None, Header()] = None
-    ) -> list[dict[str, Any]]:
-        row = await run_or_404(authenticate(authorization), run_id)
-        return nodes_view(await load_state(state.store, str(row["run_id"])))
+    async def get_nodes(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
+        row = await run_or_404(principal, run_id)
+        return nodes_view(await load_state(state.store, str(row["run_id"])), CASEOPS_TOOLS)
 
     @app.get("/runs/{run_id}/events")
-    async def get_events(
-        run_id: str, authorization: Annotated[str | None, Header()] = None
-    ) -> list[dict[str, Any]]:
-        row = await run_or_404(authenticate(authorization), run_id)
+    async def get_events(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
+        row = await run_or_404(principal, run_id)
         return [event_view(stored) for stored in await state.store.events(str(row["run_id"]))]
+
+    @app.post("/runs/{run_id}/cancel")
+    async def cancel_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
+        """Cancel a live run; cancelling a finished run changes nothing and says so."""
+        row = await run_or_404(principal, run_id)
+        outcome: Cancellation = await state.supervisor.cancel.remote(str(row["run_id"]))
+        if outcome is Cancellation.NOT_OWNED:
+            raise Problem(
+                409, "run-not-owned", "the run is live but no supervisor drives it now; retry shortly"
+            )
+        return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
 
     return app
 
@@ -270,6 +338,11 @@ def _raise_for_submission(submitted: SubmitResult) -> None:
             raise Problem(422, "plan-invalid", submitted.error["message"], plan_error=submitted.error)
         case Submission.UNKNOWN_PLANNER:
             raise Problem(422, "unknown-planner", "the planner is not available", **(submitted.error or {}))
+        case Submission.BUDGET_ABOVE_LIMIT:
+            error = submitted.error or {}
+            raise Problem(422, "budget-above-limit", str(error.get("message")), above=error.get("above"))
+        case _:
+            assert_never(submitted.outcome)
 
 
 @serve.deployment(name="raydag-api", ray_actor_options={"num_cpus": 0})

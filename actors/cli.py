@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, assert_never
 
 import typer
 from rich.console import Console
@@ -114,6 +114,40 @@ def seed(
 
 
 @app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
+    url: Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")] = "http://127.0.0.1:8000",
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="RAYDAG_API_KEY", help="An API key of the run's tenant.", show_default=False),
+    ] = None,
+) -> None:
+    """Cancel a live run through the HTTP API; cancelling a finished run changes nothing and says so."""
+    import httpx
+
+    if not api_key:
+        errors.print("an API key is needed: --api-key or RAYDAG_API_KEY")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    try:
+        response = httpx.post(
+            f"{url.rstrip('/')}/runs/{run_id}/cancel",
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=60,
+        )
+    except httpx.HTTPError as exc:
+        errors.print(f"[red]cannot reach {url}:[/red] {exc}")
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+    body = response.json()
+    if response.status_code != 200:
+        errors.print(f"[red]{body.get('title', response.status_code)}:[/red] {body.get('detail', '')}")
+        raise typer.Exit(EXIT_BAD_INPUT if response.status_code in (401, 404) else EXIT_RUN_FAILED)
+    if body["cancel"] == "cancelled":
+        console.print(f"run {run_id} cancelled")
+    else:
+        console.print(f"run {run_id} had already finished ({body['status']}); nothing to cancel")
+
+
+@app.command()
 def serve() -> None:
     """Run the HTTP API (Ray Serve) and the MCP server in the foreground until interrupted."""
     from ray import serve as ray_serve
@@ -142,22 +176,19 @@ def _run_case(
 ) -> dict[str, Any]:
     import ray
 
-    from actors.service import RunRequest, Submission
-    from actors.settings import ApiKeyGrant
+    from actors.service import DEFAULT_GOAL, RunRequest, Submission
+    from dag.policy import Principal
     from mcp_server.contracts import ALL_SCOPES
 
-    principal = ApiKeyGrant(
-        tenant_id=tenant, subject=f"cli:{os.environ.get('USER', 'operator')}", scopes=ALL_SCOPES
-    )
+    # The operator at the console acts with every scope of the tenant it names.
+    principal = Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", frozenset(ALL_SCOPES))
     request = RunRequest(
-        principal=principal.principal(), case_id=case_id, planner=planner, idempotency_key=key
+        principal=principal, case_id=case_id, goal=goal or DEFAULT_GOAL, planner=planner, idempotency_key=key
     )
-    if goal is not None:
-        request = RunRequest(
-            principal=request.principal, case_id=case_id, goal=goal, planner=planner, idempotency_key=key
-        )
     submitted = ray.get(runtime.supervisor.submit.remote(request))
     match submitted.outcome:
+        case Submission.CREATED | Submission.REPLAYED:
+            pass
         case Submission.CASE_NOT_FOUND:
             errors.print(
                 f"[red]case {case_id!r} was not found for tenant {tenant!r}.[/red] "
@@ -167,25 +198,28 @@ def _run_case(
         case Submission.IDEMPOTENCY_CONFLICT:
             errors.print(f"[red]idempotency key {key!r} was already used for a different request[/red]")
             raise typer.Exit(EXIT_BAD_INPUT)
-        case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID:
-            errors.print(f"[red]rejected:[/red] {submitted.error}")
+        case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID | Submission.BUDGET_ABOVE_LIMIT:
+            errors.print(f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}")
             raise typer.Exit(EXIT_BAD_INPUT)
+        case _:
+            assert_never(submitted.outcome)
     while not ray.get(runtime.supervisor.wait.remote(submitted.run_id, 5.0)):
         pass
-    return asyncio.run(_read_report(runtime.dsn, tenant, submitted.run_id))
+    return asyncio.run(_read_report(runtime.dsn, principal, submitted.run_id))
 
 
-async def _read_report(dsn: str, tenant: str, run_id: str) -> dict[str, Any]:
+async def _read_report(dsn: str, principal: Any, run_id: str) -> dict[str, Any]:
     from actors.store.database import create_pool
     from actors.store.runs import RunStore
     from actors.views import load_state, nodes_view, run_view
+    from mcp_server.contracts import CASEOPS_TOOLS
 
     pool = await create_pool(dsn, max_size=1)
     try:
         store = RunStore(pool)
-        row = await store.run_row(tenant, run_id)
+        row = await store.run_row(principal, run_id)
         assert row is not None
-        return {"run": run_view(row), "nodes": nodes_view(await load_state(store, run_id))}
+        return {"run": run_view(row), "nodes": nodes_view(await load_state(store, run_id), CASEOPS_TOOLS)}
     finally:
         await pool.close()
 

@@ -74,7 +74,7 @@ async def _call(call: ToolCall, catalogue: ToolCatalogue) -> tuple[Any, NodeErro
     refusals: list[int] = []
 
     async def note_refusal(response: httpx2.Response) -> None:
-        if response.status_code in (401, 403):
+        if response.status_code >= 400:
             refusals.append(response.status_code)
 
     http = httpx2.AsyncClient(
@@ -91,11 +91,7 @@ async def _call(call: ToolCall, catalogue: ToolCatalogue) -> tuple[Any, NodeErro
             result = await client.call_tool(call.tool, call.args)
     except Exception:
         if refusals:  # the SDK reports a refused request only as "Server returned an error response"
-            return None, NodeError(
-                kind=ErrorKind.AUTHORIZATION,
-                code=f"HTTP_{refusals[0]}",
-                message="the tool server refused the task token",
-            )
+            return None, _classify_status(refusals[0])
         raise
     if result.is_error:
         return None, _classify_tool_error(" ".join(getattr(block, "text", "") for block in result.content))
@@ -111,6 +107,14 @@ async def _call(call: ToolCall, catalogue: ToolCatalogue) -> tuple[Any, NodeErro
     return result.structured_content, None
 
 
+_KIND_OF_CODE = {
+    "INSUFFICIENT_SCOPE": ErrorKind.AUTHORIZATION,
+    "TOKEN_NOT_FOR_TOOL": ErrorKind.AUTHORIZATION,
+    "UPSTREAM_UNAVAILABLE": ErrorKind.TRANSIENT,
+}
+"""Tool error codes that are not business answers; every other refusal by a tool is a business answer."""
+
+
 def _classify_tool_error(text: str) -> NodeError:
     """An ``isError`` result: the tool ran and refused. Business codes arrive as JSON from caseops."""
     try:
@@ -120,21 +124,27 @@ def _classify_tool_error(text: str) -> NodeError:
         if "validation error" in text or "Unknown tool" in text:
             return NodeError(kind=ErrorKind.CONTRACT, code="TOOL_REJECTED_ARGUMENTS", message=text[:500])
         return NodeError(kind=ErrorKind.BUSINESS, code="TOOL_ERROR", message=text[:500])
-    kind = ErrorKind.AUTHORIZATION if code == "INSUFFICIENT_SCOPE" else ErrorKind.BUSINESS
-    return NodeError(kind=kind, code=code, message=message)
+    return NodeError(kind=_KIND_OF_CODE.get(code, ErrorKind.BUSINESS), code=code, message=message)
 
 
 def _classify_exception(exc: BaseException) -> NodeError:
     if isinstance(exc, MCPError):
         return NodeError(kind=ErrorKind.PROTOCOL, code=f"JSONRPC_{exc.code}", message=exc.message[:500])
     if isinstance(exc, httpx2.HTTPStatusError):
-        status = exc.response.status_code
-        kind = ErrorKind.TRANSIENT if status in (429, 502, 503, 504) else ErrorKind.PROTOCOL
-        return NodeError(kind=kind, code=f"HTTP_{status}", message=f"the tool server answered HTTP {status}")
+        return _classify_status(exc.response.status_code)
     if isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError):
         return NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message=type(exc).__name__)
-    # Neither the arguments nor the exception text are recorded: they may carry data we must not log.
+    # Only the exception's type is recorded: its text may echo arguments or tokens.
     return NodeError(kind=ErrorKind.UNKNOWN_EFFECT, code="UNEXPECTED_ERROR", message=type(exc).__name__)
+
+
+def _classify_status(status: int) -> NodeError:
+    if status in (401, 403):
+        return NodeError(
+            kind=ErrorKind.AUTHORIZATION, code=f"HTTP_{status}", message="the tool server refused the token"
+        )
+    kind = ErrorKind.TRANSIENT if status in (429, 502, 503, 504) else ErrorKind.PROTOCOL
+    return NodeError(kind=kind, code=f"HTTP_{status}", message=f"the tool server answered HTTP {status}")
 
 
 def _leaf(exc: BaseException) -> BaseException:

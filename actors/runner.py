@@ -1,7 +1,8 @@
-"""The run driver: plan, validate, authorize, dispatch, join — recording every transition before acting.
+"""The run driver: plan, execute, join — and replan — recording every transition before acting on it.
 
-It decides nothing itself: the scheduler says what can happen, the policy authorizes, the budget stops,
-the transition table judges legality, and the planner judges the evidence. It performs and records.
+It decides nothing itself: the planner proposes and judges the evidence, ``dag`` validates, authorizes,
+gates and budgets, and ``RoundExecution`` performs one round. The driver sequences them and turns their
+answers into the run's transitions.
 """
 
 from __future__ import annotations
@@ -9,57 +10,53 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol, assert_never
+import random
+from collections.abc import Awaitable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, assert_never
 
+from actors.execution import ExecutionContext, Interruption, RoundExecution
 from actors.executor import ToolExecutor
-from actors.mcp_client import MODERN_PROTOCOL, ToolCall, ToolOutcome
+from actors.mcp_client import MODERN_PROTOCOL
+from actors.recording import EventSink, RunRecorder, now
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
 from dag.errors import BudgetExceeded, PlanInvalid
-from dag.events import (
-    ErrorKind,
-    GroupSettled,
-    JoinStarted,
-    NodeDenied,
-    NodeDispatched,
-    NodeError,
-    NodeExpanded,
-    NodeFailed,
-    NodeReused,
-    NodeSkipped,
-    NodeSucceeded,
-    PlanAccepted,
-    PlanningStarted,
-    RunEvent,
-    RunFinished,
-)
+from dag.events import JoinStarted, PlanAccepted, PlanningStarted
+from dag.health import ToolHealth
 from dag.plan import Plan
-from dag.policy import authorize
-from dag.run_state import RunState, apply
-from dag.scheduler import Expand, Ready, Settle, Skip, Unresolvable, next_steps
+from dag.policy import effective_tools
+from dag.retry import RetryPolicy
+from dag.run_state import RunState
 from dag.states import RunStatus, StopReason
-from dag.validate import check_arguments, validate_plan
+from dag.validate import validate_plan
+from dag.verify import unsupported_citations
 from mcp_server.tokens import TaskTokens
-from planner.base import Final, NeedsHuman, Observation, Planner, PlanningContext, Replan, ToolSpec
+from planner.base import (
+    Final,
+    JoinDecision,
+    NeedsHuman,
+    Observation,
+    Planner,
+    PlanningContext,
+    Replan,
+    ToolSpec,
+)
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
 
-class EventSink(Protocol):
-    async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None: ...
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
+JOIN_GRACE_S = 10.0
+"""How long a join may still take after the deadline passed: a run that has its answer should complete."""
 
 
-@dataclass(frozen=True)
-class _Stop:
-    reason: StopReason
-    detail: str
+class _Halt(Exception):
+    """Planning was cut short by a cancellation or the deadline."""
+
+    def __init__(self, interruption: Interruption) -> None:
+        super().__init__(interruption.detail)
+        self.interruption = interruption
 
 
 class RunDriver:
@@ -75,216 +72,208 @@ class RunDriver:
         tokens: TaskTokens,
         mcp_url: str,
         protocol: str = MODERN_PROTOCOL,
+        health: ToolHealth | None = None,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._sink = sink
-        self._executor = executor
         self._catalogue = catalogue
         self._planners = planners
-        self._tokens = tokens
-        self._mcp_url = mcp_url
-        self._protocol = protocol
+        self.context = ExecutionContext(
+            executor=executor,
+            catalogue=catalogue,
+            tokens=tokens,
+            mcp_url=mcp_url,
+            protocol=protocol,
+            health=health if health is not None else ToolHealth(),
+            retry=retry if retry is not None else RetryPolicy(),
+            rng=rng if rng is not None else random.Random(),
+        )
 
-    async def drive(self, state: RunState, last_seq: int) -> RunState:
-        run = _Run(state, last_seq, self._sink)
+    async def drive(self, state: RunState, last_seq: int, cancel: asyncio.Event | None = None) -> RunState:
+        run = RunRecorder(state, last_seq, self._sink)
         try:
-            await self._drive(run)
+            await self._drive(run, cancel if cancel is not None else asyncio.Event())
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("run %s failed inside the runtime", run.state.run_id)
             if not run.state.status.terminal:
-                await run.record(
-                    RunFinished(
-                        at=now(),
-                        status=RunStatus.FAILED,
-                        stop_reason=StopReason.INTERNAL_ERROR,
-                        detail="the runtime failed; see the supervisor's log",
-                    )
+                await run.finish(
+                    RunStatus.FAILED,
+                    StopReason.INTERNAL_ERROR,
+                    "the runtime failed; see the supervisor's log",
                 )
         return run.state
 
-    async def _drive(self, run: _Run) -> None:
-        state = run.state
-        planner = self._planners[state.planner]
-        context = PlanningContext(
-            case_id=state.case_id,
-            goal=state.goal,
-            tools=[ToolSpec.of(contract) for contract in self._catalogue.values()],
-        )
-        await run.record(PlanningStarted(at=now(), round=1))
-        try:
-            proposal = state.proposal if state.proposal is not None else await planner.propose(context)
-        except Exception as exc:
-            log.warning("planner %s failed for run %s: %s", planner.name, state.run_id, type(exc).__name__)
-            await run.finish(
-                RunStatus.FAILED, StopReason.PLANNER_ERROR, f"the planner failed: {type(exc).__name__}"
+    async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
+        planner = self._planners[run.state.planner]
+        deadline = run.state.created_at + timedelta(seconds=run.state.budgets.deadline_s)
+        replan_reason: str | None = None
+        while True:
+            round_number = run.state.round + 1
+            await run.record(PlanningStarted(at=now(), round=round_number))
+            try:
+                accepted = await self._plan(run, planner, round_number, replan_reason, cancel, deadline)
+            except _Halt as halt:
+                await self._halt(run, halt.interruption)
+                return
+            if not accepted:
+                return
+            interruption = await RoundExecution(run, self.context, cancel, deadline).run()
+            if interruption is not None and interruption.reason is StopReason.CANCELLED:
+                await run.finish(RunStatus.CANCELLED, StopReason.CANCELLED, interruption.detail)
+                return
+            await run.record(
+                JoinStarted(
+                    at=now(), round=round_number, reason=interruption.detail if interruption else None
+                )
             )
-            return
+            try:
+                decision = await _bounded(
+                    planner.decide(self._context(run.state, round_number, None), observations(run.state)),
+                    cancel,
+                    deadline + timedelta(seconds=JOIN_GRACE_S),
+                )
+            except _Halt as halt:
+                await self._halt(run, interruption or halt.interruption)
+                return
+            next_reason = await self._conclude(run, decision, interruption)
+            if next_reason is None:
+                return
+            replan_reason = next_reason
+
+    async def _plan(
+        self,
+        run: RunRecorder,
+        planner: Planner,
+        round_number: int,
+        reason: str | None,
+        cancel: asyncio.Event,
+        deadline: datetime,
+    ) -> bool:
+        """Ask for, validate and accept a plan; ``False`` when the run ended instead."""
+        state = run.state
+        if round_number == 1 and state.proposal is not None:
+            proposal: Any = state.proposal
+        else:
+            try:
+                proposal = await _bounded(
+                    planner.propose(self._context(state, round_number, reason)), cancel, deadline
+                )
+            except _Halt:
+                raise
+            except Exception as exc:
+                log.warning(
+                    "planner %s failed for run %s: %s", planner.name, state.run_id, type(exc).__name__
+                )
+                await run.finish(
+                    RunStatus.FAILED, StopReason.PLANNER_ERROR, f"the planner failed: {type(exc).__name__}"
+                )
+                return False
+        budgets = state.budgets
         try:
-            plan = validate_plan(Plan.parse(proposal), self._catalogue, max_nodes=state.budgets.max_nodes)
+            plan = validate_plan(
+                Plan.parse(proposal),
+                self._catalogue,
+                max_nodes=budgets.max_nodes if round_number == 1 else 10_000,
+                round_number=round_number,
+                earlier=state.earlier_names(),
+            )
+            if round_number > 1:
+                budgets.check_plan_size(nodes=state.node_count(), added=len(plan.nodes))
         except PlanInvalid as exc:
             await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(exc.as_dict()))
-            return
-        await run.record(PlanAccepted(at=now(), round=1, plan=plan.to_json()))
+            return False
+        except BudgetExceeded as exc:
+            await run.finish(
+                RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"replan {round_number}: {exc}"
+            )
+            return False
+        await run.record(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
+        return True
 
-        stop = await self._execute(run)
-        if stop is not None:
-            await run.finish(RunStatus.STOPPED, stop.reason, stop.detail)
-            return
-
-        await run.record(JoinStarted(at=now(), round=1))
-        decision = await planner.decide(context, observations(run.state))
+    async def _conclude(
+        self, run: RunRecorder, decision: JoinDecision, interruption: Interruption | None
+    ) -> str | None:
+        """Turn the joiner's decision into the run's end, or return the reason for the next round."""
         match decision:
             case Final():
-                await run.record(
-                    RunFinished(at=now(), status=RunStatus.COMPLETED, result=dict(decision.result))
-                )
-            case NeedsHuman():
-                await run.record(
-                    RunFinished(
-                        at=now(),
-                        status=RunStatus.NEEDS_HUMAN,
-                        stop_reason=decision.stop_reason,
-                        detail=decision.detail,
-                        result=dict(decision.result) if decision.result is not None else None,
+                unsupported = unsupported_citations(decision.citations, run.state)
+                if unsupported:
+                    await run.finish(
+                        RunStatus.NEEDS_HUMAN,
+                        StopReason.FINAL_ANSWER_UNSUPPORTED,
+                        f"the answer cites what no tool output of this run contains: {unsupported[:20]}",
+                        dict(decision.result),
                     )
-                )
+                else:  # a run that has its answer completes, even when a budget ran out on the way
+                    await run.finish(
+                        RunStatus.COMPLETED,
+                        None,
+                        interruption.detail if interruption else None,
+                        dict(decision.result),
+                    )
+                return None
+            case NeedsHuman():
+                result = dict(decision.result) if decision.result is not None else None
+                if interruption is not None:
+                    await run.finish(RunStatus.STOPPED, interruption.reason, interruption.detail, result)
+                else:
+                    await run.finish(RunStatus.NEEDS_HUMAN, decision.stop_reason, decision.detail, result)
+                return None
             case Replan():
-                await run.finish(
-                    RunStatus.STOPPED,
-                    StopReason.REPLAN_LIMIT,
-                    f"the planner asked to replan: {decision.reason}",
-                )
+                if interruption is not None:
+                    await run.finish(RunStatus.STOPPED, interruption.reason, interruption.detail)
+                    return None
+                budgets = run.state.budgets
+                try:
+                    budgets.check_stale(stale_replans=run.state.rounds_without_new_evidence())
+                    budgets.check_replan(replans=run.state.round)
+                except BudgetExceeded as exc:
+                    await run.finish(
+                        RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"{decision.reason}: {exc}"
+                    )
+                    return None
+                return decision.reason
             case _:
                 assert_never(decision)
 
-    async def _execute(self, run: _Run) -> _Stop | None:
-        """Dispatch every node the moment its dependencies have outputs; return when nothing more can run."""
-        in_flight: dict[asyncio.Task[ToolOutcome], str] = {}
-        try:
-            while True:
-                events, calls, stop = self._decide_steps(run.state)
-                if stop is not None:
-                    return stop
-                if events:
-                    await run.record(*events)
-                    for call in calls:
-                        in_flight[asyncio.create_task(self._executor.run(call))] = call.node_id
-                    continue
-                if not in_flight:
-                    return None
-                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                await run.record(*[_completion(in_flight.pop(task), task.result()) for task in done])
-        finally:
-            for task in in_flight:
-                task.cancel()
+    async def _halt(self, run: RunRecorder, interruption: Interruption) -> None:
+        status = RunStatus.CANCELLED if interruption.reason is StopReason.CANCELLED else RunStatus.STOPPED
+        await run.finish(status, interruption.reason, interruption.detail)
 
-    def _decide_steps(self, state: RunState) -> tuple[list[RunEvent], list[ToolCall], _Stop | None]:
-        events: list[RunEvent] = []
-        calls: list[ToolCall] = []
-        claimed: set[str] = set(state.fingerprints)
-        executable = state.executable_node_count()
-        at = now()
-        for step in next_steps(state):
-            match step:
-                case Skip():
-                    events.append(NodeSkipped(at=at, node_id=step.node_id, cause_node_id=step.cause_node_id))
-                case Settle():
-                    events.append(GroupSettled(at=at, node_id=step.node_id, succeeded=step.succeeded))
-                case Unresolvable():
-                    error = NodeError(kind=ErrorKind.CONTRACT, code=step.code, message=step.message)
-                    events.append(NodeFailed(at=at, node_id=step.node_id, error=error))
-                case Expand():
-                    try:
-                        state.budgets.check_expansion(executable_nodes=executable, fanout=step.count)
-                    except BudgetExceeded as exc:
-                        return [], [], _Stop(STOP_REASON_OF_BUDGET[exc.budget], f"{step.node_id}: {exc}")
-                    executable += step.count
-                    events.append(NodeExpanded(at=at, node_id=step.node_id, count=step.count))
-                case Ready():
-                    event, call = self._gate(state, step, claimed, at)
-                    if event is not None:
-                        events.append(event)
-                    if call is not None:
-                        calls.append(call)
-                case _:
-                    assert_never(step)
-        return events, calls, None
-
-    def _gate(
-        self, state: RunState, step: Ready, claimed: set[str], at: datetime
-    ) -> tuple[RunEvent | None, ToolCall | None]:
-        """Contract, then policy, then the fingerprint gate; only then a dispatch."""
-        problem = check_arguments(self._catalogue[step.tool], step.args)
-        if problem is not None:
-            error = NodeError(kind=ErrorKind.CONTRACT, code="INVALID_ARGUMENTS", message=problem)
-            return NodeFailed(at=at, node_id=step.node_id, error=error), None
-        decision = authorize(
-            principal=state.principal,
-            run_case_id=state.case_id,
-            catalogue=self._catalogue,
-            tool=step.tool,
-            args=step.args,
-        )
-        common: dict[str, Any] = {"at": at, "node_id": step.node_id, "tool": step.tool, "args": step.args}
-        if not decision.allowed:
-            return NodeDenied(**common, fingerprint=step.fingerprint, decision=decision), None
-        if step.fingerprint in claimed:
-            source_id = state.fingerprints.get(step.fingerprint)
-            if source_id is None:
-                return None, None  # an identical action is being dispatched in this very step: wait for it
-            source = state.nodes[source_id]
-            if source.status.has_output:
-                return NodeReused(**common, fingerprint=step.fingerprint, source_node_id=source_id), None
-            if source.status.terminal:
-                error = NodeError(
-                    kind=ErrorKind.BUSINESS,
-                    code="IDENTICAL_ACTION_FAILED",
-                    message=f"the identical action of {source_id!r} already ran and failed",
-                )
-                return NodeFailed(at=at, node_id=step.node_id, error=error), None
-            return None, None  # the identical action is in flight: reuse its output when it lands
-        claimed.add(step.fingerprint)
-        attempt = 1
-        token = self._tokens.mint(
-            subject=state.principal.subject,
-            tenant_id=state.principal.tenant_id,
-            task_id=f"{state.run_id}/{step.node_id}/{attempt}",
+    def _context(self, state: RunState, round_number: int, reason: str | None) -> PlanningContext:
+        """What the planner is shown: only the tools this run could use right now, and observations as data."""
+        authority = self.context.authority(state)
+        tools = [ToolSpec.of(contract) for contract in effective_tools(authority, self._catalogue).values()]
+        return PlanningContext(
             case_id=state.case_id,
-            scopes=state.principal.scopes,
+            goal=state.goal,
+            tools=tools,
+            round=round_number,
+            observations=tuple(observations(state)),
+            replan_reason=reason,
         )
-        call = ToolCall(
-            run_id=state.run_id,
-            node_id=step.node_id,
-            attempt=attempt,
-            tool=step.tool,
-            args=step.args,
-            mcp_url=self._mcp_url,
-            token=token,
-            timeout_s=self._catalogue[step.tool].timeout_s,
-            protocol=self._protocol,
-        )
-        return NodeDispatched(
-            **common, fingerprint=step.fingerprint, attempt=attempt, decision=decision
-        ), call
 
 
-def _completion(node_id: str, outcome: ToolOutcome) -> RunEvent:
-    if outcome.error is None:
-        return NodeSucceeded(
-            at=now(),
-            node_id=node_id,
-            output=outcome.output,
-            started_at=outcome.started_at,
-            finished_at=outcome.finished_at,
+async def _bounded(work: Awaitable[_T], cancel: asyncio.Event, deadline: datetime) -> _T:
+    """Await ``work`` unless the run is cancelled or ``deadline`` passes first (then raise ``_Halt``)."""
+    task = asyncio.ensure_future(work)
+    cancelled = asyncio.create_task(cancel.wait())
+    try:
+        remaining = max(0.0, (deadline - now()).total_seconds())
+        done, _ = await asyncio.wait(
+            {task, cancelled}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
         )
-    return NodeFailed(
-        at=now(),
-        node_id=node_id,
-        error=outcome.error,
-        started_at=outcome.started_at,
-        finished_at=outcome.finished_at,
-    )
+        if task in done:
+            return task.result()
+        if cancelled in done:
+            raise _Halt(Interruption(StopReason.CANCELLED, "the run was cancelled"))
+        raise _Halt(Interruption(StopReason.DEADLINE_EXCEEDED, "the run's deadline passed while planning"))
+    finally:
+        task.cancel()
+        cancelled.cancel()
 
 
 def observations(state: RunState) -> list[Observation]:
@@ -296,25 +285,3 @@ def observations(state: RunState) -> list[Observation]:
             continue
         seen.append(Observation(node_id, node.tool, node.args, node.status, node.output, node.error))
     return seen
-
-
-class _Run:
-    """A run's state plus its event cursor: every event is applied in memory, then persisted, then adopted."""
-
-    def __init__(self, state: RunState, last_seq: int, sink: EventSink) -> None:
-        self.state = state
-        self.last_seq = last_seq
-        self._sink = sink
-
-    async def record(self, *events: RunEvent) -> None:
-        if not events:
-            return
-        state = self.state
-        for event in events:
-            state = apply(state, event)  # raises IllegalTransition before anything is written
-        await self._sink.append(state, self.last_seq + 1, events)
-        self.state = state
-        self.last_seq += len(events)
-
-    async def finish(self, status: RunStatus, reason: StopReason, detail: str) -> None:
-        await self.record(RunFinished(at=now(), status=status, stop_reason=reason, detail=detail))

@@ -1,9 +1,10 @@
-"""Run submission and ownership in one process: the logic the RunSupervisor actor hosts."""
+"""Run submission, ownership in this process, waiting and cancellation: what the RunSupervisor actor hosts."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,16 +14,19 @@ from typing import Any
 import asyncpg
 
 from actors.executor import ToolExecutor
-from actors.runner import RunDriver, now
+from actors.recording import now
+from actors.runner import RunDriver
 from actors.store.runs import Creation, RunStore
-from dag.budget import Budgets
+from dag.budget import BudgetAboveLimit, BudgetRequest, Budgets
 from dag.contracts import ToolCatalogue
 from dag.errors import PlanInvalid
 from dag.events import RunCreated
 from dag.fingerprint import sha256_hex
+from dag.health import ToolHealth
 from dag.plan import Plan
 from dag.policy import Principal
-from dag.run_state import apply
+from dag.run_state import RunState, apply
+from dag.states import RunStatus
 from dag.validate import validate_plan
 from mcp_server.tokens import TaskTokens
 from planner.base import Planner
@@ -30,6 +34,7 @@ from planner.base import Planner
 log = logging.getLogger(__name__)
 
 DEFAULT_GOAL = "Check that the case has every document its policy requires."
+_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -41,18 +46,20 @@ class RunRequest:
     goal: str = DEFAULT_GOAL
     planner: str = "conformance"
     plan: Mapping[str, Any] | None = None
-    budgets: Budgets | None = None
+    budgets: BudgetRequest | None = None
     idempotency_key: str | None = None
 
     def fingerprint(self) -> str:
-        """What makes two requests "the same" for an idempotency key."""
+        """What makes two requests "the same" for an idempotency key: the body and who sent it."""
         return sha256_hex(
             {
+                "subject": self.principal.subject,
+                "scopes": sorted(self.principal.scopes),
                 "case_id": self.case_id,
                 "goal": self.goal,
                 "planner": self.planner,
                 "plan": self.plan,
-                "budgets": self.budgets.model_dump() if self.budgets else None,
+                "budgets": self.budgets.model_dump(exclude_none=True) if self.budgets else None,
             }
         )
 
@@ -64,6 +71,7 @@ class Submission(StrEnum):
     CASE_NOT_FOUND = "case_not_found"
     UNKNOWN_PLANNER = "unknown_planner"
     PLAN_INVALID = "plan_invalid"
+    BUDGET_ABOVE_LIMIT = "budget_above_limit"
 
 
 @dataclass(frozen=True)
@@ -73,8 +81,16 @@ class SubmitResult:
     error: dict[str, Any] | None = None
 
 
+class Cancellation(StrEnum):
+    CANCELLED = "cancelled"
+    ALREADY_FINISHED = "already_finished"
+    NOT_FOUND = "not_found"
+    NOT_OWNED = "not_owned"
+    """The run is live but driven by no process here (its supervisor died); recovery owns it."""
+
+
 class RunService:
-    """Creates runs (once per idempotency key), drives them in the background, and waits on them."""
+    """Creates runs (once per idempotency key), drives them in the background, waits on and cancels them."""
 
     def __init__(
         self,
@@ -86,11 +102,15 @@ class RunService:
         tokens: TaskTokens,
         mcp_url: str,
         limits: Budgets,
+        tenant_tools: Mapping[str, tuple[str, ...]] | None = None,
+        health: ToolHealth | None = None,
     ) -> None:
+        self._pool = pool
         self.store = RunStore(pool)
         self._catalogue = catalogue
         self._planners = planners
         self._limits = limits
+        self._tenant_tools = tenant_tools
         self._driver = RunDriver(
             sink=self.store,
             executor=executor,
@@ -98,8 +118,10 @@ class RunService:
             planners=planners,
             tokens=tokens,
             mcp_url=mcp_url,
+            health=health,
         )
         self._runs: dict[str, asyncio.Task[Any]] = {}
+        self._cancels: dict[str, asyncio.Event] = {}
 
     async def submit(self, request: RunRequest) -> SubmitResult:
         if request.planner not in self._planners:
@@ -107,14 +129,23 @@ class RunService:
                 Submission.UNKNOWN_PLANNER,
                 error={"planner": request.planner, "known": sorted(self._planners)},
             )
+        try:
+            budgets = self._limits.lowered_by(request.budgets)
+        except BudgetAboveLimit as exc:
+            above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
+            return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})
         if not await self.store.case_exists(request.principal.tenant_id, request.case_id):
             return SubmitResult(Submission.CASE_NOT_FOUND)
-        budgets = self._limits.lowered_by(request.budgets)
         if request.plan is not None:
             try:
                 validate_plan(Plan.parse(request.plan), self._catalogue, max_nodes=budgets.max_nodes)
             except PlanInvalid as exc:
                 return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
+        tenant_tools = (
+            self._tenant_tools.get(request.principal.tenant_id, ())
+            if self._tenant_tools is not None
+            else None
+        )
         created = RunCreated(
             at=now(),
             run_id=str(uuid.uuid4()),
@@ -126,6 +157,7 @@ class RunService:
             planner=request.planner,
             budgets=budgets,
             proposal=dict(request.plan) if request.plan is not None else None,
+            tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
         )
         creation, run_id = await self.store.create_run(
             created, idempotency_key=request.idempotency_key, request_hash=request.fingerprint()
@@ -139,31 +171,63 @@ class RunService:
             case Creation.CONFLICT:
                 return SubmitResult(Submission.IDEMPOTENCY_CONFLICT, run_id)
 
-    def _start(self, state: Any) -> None:
-        task = asyncio.create_task(self._driver.drive(state, last_seq=1), name=f"run:{state.run_id}")
+    def _start(self, state: RunState) -> None:
+        cancel = asyncio.Event()
+        task = asyncio.create_task(
+            self._driver.drive(state, last_seq=1, cancel=cancel), name=f"run:{state.run_id}"
+        )
         self._runs[state.run_id] = task
+        self._cancels[state.run_id] = cancel
         task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         run_id = task.get_name().removeprefix("run:")
         self._runs.pop(run_id, None)
+        self._cancels.pop(run_id, None)
         if not task.cancelled() and task.exception() is not None:
             # The driver could not even record its failure (the store is down): the run stays unfinished
             # in PostgreSQL until it is recovered.
             log.error("run %s stopped without a terminal record", run_id, exc_info=task.exception())
 
     async def wait(self, run_id: str, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for a run this process drives; ``True`` if it is no longer running here."""
+        """Wait up to ``timeout_s`` for the run to reach a terminal state; ``True`` if it has."""
+        task = self._runs.get(run_id)
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=timeout_s)
+            return bool(done)
+        deadline = time.monotonic() + timeout_s
+        while True:  # driven elsewhere (another supervisor, or being recovered): watch the database
+            status = await self.store.run_status(run_id)
+            if status is None or RunStatus(status).terminal:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+
+    async def cancel(self, run_id: str, timeout_s: float = 30.0) -> Cancellation:
+        """Cancel a run this process drives: in-flight calls are cancelled and nothing more is dispatched."""
         task = self._runs.get(run_id)
         if task is None:
-            return True
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
-        return bool(done)
+            status = await self.store.run_status(run_id)
+            if status is None:
+                return Cancellation.NOT_FOUND
+            return Cancellation.ALREADY_FINISHED if RunStatus(status).terminal else Cancellation.NOT_OWNED
+        self._cancels[run_id].set()
+        await asyncio.wait({task}, timeout=timeout_s)
+        status = await self.store.run_status(run_id)
+        return Cancellation.CANCELLED if status == RunStatus.CANCELLED else Cancellation.ALREADY_FINISHED
 
     def active_runs(self) -> int:
         return len(self._runs)
 
+    def drives(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    async def close_pool(self) -> None:
+        await self._pool.close()
+
     async def close(self) -> None:
-        for task in list(self._runs.values()):
-            task.cancel()
+        """Cancel every run this process drives, recording each as cancelled."""
+        for cancel in self._cancels.values():
+            cancel.set()
         await asyncio.gather(*self._runs.values(), return_exceptions=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ class Settings(BaseSettings):
     dashboard: bool = True
     """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
     db_pool_size: int = Field(default=4, ge=1, le=50)
+    tenant_tools: str | None = None
+    """JSON ``{"<tenant>": ["<tool>", ...]}``: each tenant's tool catalogue. Unset: every tool for every tenant."""
 
     @property
     def home_dir(self) -> Path:
@@ -62,8 +65,13 @@ class Settings(BaseSettings):
         return Budgets(max_nodes=self.max_nodes, max_fanout=self.max_fanout)
 
     def api_key_grants(self) -> dict[str, ApiKeyGrant]:
-        """``RAYDAG_API_KEYS`` (JSON: key → grant), or the documented dev keys when it is unset."""
+        """``RAYDAG_API_KEYS`` (JSON: key → grant), or the documented dev keys — on a loopback host only."""
         if self.api_keys is None:
+            if not _is_loopback(self.host):
+                raise ValueError(
+                    f"RAYDAG_HOST={self.host} is not a loopback address: set RAYDAG_API_KEYS; the documented "
+                    "development keys are refused off loopback"
+                )
             return dict(DEV_API_KEYS)
         try:
             raw: Any = json.loads(self.api_keys.get_secret_value())
@@ -75,3 +83,29 @@ class Settings(BaseSettings):
                 'RAYDAG_API_KEYS must be a JSON object {"<key>": {"tenant_id": ..., "subject": ..., '
                 f'"scopes": [...]}}: {exc}'
             ) from None
+
+    def tenant_tool_grants(self) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+        """``RAYDAG_TENANT_TOOLS`` as (tenant, tools) pairs, or ``None`` when every tenant gets every tool."""
+        if self.tenant_tools is None:
+            return None
+        try:
+            raw: Any = json.loads(self.tenant_tools)
+            if not isinstance(raw, dict) or not all(
+                isinstance(tools, list) and all(isinstance(tool, str) for tool in tools)
+                for tools in raw.values()
+            ):
+                raise ValueError("expected a JSON object of lists of tool names")
+        except ValueError as exc:
+            raise ValueError(
+                f'RAYDAG_TENANT_TOOLS must be JSON {{"<tenant>": ["<tool>", ...]}}: {exc}'
+            ) from None
+        return tuple(sorted((tenant, tuple(sorted(tools))) for tenant, tools in raw.items()))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

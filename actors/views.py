@@ -6,7 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from actors.store.runs import RunStore, StoredEvent
+from dag.contracts import Recording, ToolCatalogue
 from dag.events import event_to_json
+from dag.fingerprint import sha256_hex
 from dag.run_state import NodeState, RunState, fold
 
 
@@ -30,11 +32,16 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def node_view(node: NodeState) -> dict[str, Any]:
+def node_view(node: NodeState, catalogue: ToolCatalogue) -> dict[str, Any]:
+    contract = catalogue.get(node.tool)
+    args: Any = dict(node.args) if node.args is not None else None
+    if args is not None and contract is not None and contract.recording is Recording.DIGEST:
+        args = {"sha256": sha256_hex(args)}
     return {
         "node_id": node.node_id,
+        "round": node.round,
         "tool": node.tool,
-        "args": dict(node.args) if node.args is not None else None,
+        "args": args,
         "fingerprint": node.fingerprint,
         "status": node.status.value,
         "attempts": node.attempts,
@@ -49,8 +56,8 @@ def node_view(node: NodeState) -> dict[str, Any]:
     }
 
 
-def nodes_view(state: RunState) -> list[dict[str, Any]]:
-    return [node_view(state.nodes[node_id]) for node_id in state.order]
+def nodes_view(state: RunState, catalogue: ToolCatalogue) -> list[dict[str, Any]]:
+    return [node_view(state.nodes[node_id], catalogue) for node_id in state.order]
 
 
 def event_view(stored: StoredEvent) -> dict[str, Any]:

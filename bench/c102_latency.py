@@ -29,7 +29,7 @@ from actors.store.database import drop_database, embedded_postgres, ensure_datab
 from actors.store.seed import demo_seed
 from bench._stats import HEADER, row
 from dag.budget import Budgets
-from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS
+from mcp_server.contracts import CASEOPS_TOOLS
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 
@@ -46,7 +46,12 @@ def _free_port() -> int:
 async def sequential_c102(url: str, tokens: TaskTokens) -> None:
     def call(tool: str, args: dict[str, str]) -> ToolCall:
         token = tokens.mint(
-            subject="bench", tenant_id="tenant-demo", task_id="bench", case_id="C-102", scopes=set(ALL_SCOPES)
+            subject="bench",
+            tenant_id="tenant-demo",
+            task_id="bench",
+            case_id="C-102",
+            tool=tool,
+            scopes={CASEOPS_TOOLS[tool].scope},
         )
         return ToolCall("bench", "n", 1, tool, args, url, token, 10.0, protocol="legacy")
 

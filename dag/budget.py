@@ -4,36 +4,102 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dag.errors import BudgetExceeded
+from dag.errors import BudgetExceeded, RaydagError
 from dag.states import StopReason
 
 
 class Budgets(BaseModel):
-    """Hard limits of one run. A request may lower a limit, never raise it above the server's."""
+    """Hard limits of one run. Per-tool timeouts and attempts come from each tool's contract."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_nodes: int = Field(default=64, ge=1, le=10_000)
-    max_fanout: int = Field(default=32, ge=0, le=10_000)
+    max_nodes: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="Nodes in the run, all rounds, for_each parents and children.",
+    )
+    max_fanout: int = Field(default=32, ge=0, le=10_000, description="Children of one for_each.")
+    max_replans: int = Field(default=2, ge=0, le=20, description="Plan rounds after the first.")
+    max_parallel: int = Field(
+        default=16, ge=1, le=1_000, description="Tool calls in flight at once in one run."
+    )
+    deadline_s: float = Field(
+        default=120.0, gt=0, le=3_600, description="Wall-clock seconds from the run's start."
+    )
+    repeat_limit: int = Field(
+        default=3, ge=1, le=100, description="How often one action (fingerprint) may be proposed in a run."
+    )
+    max_stale_replans: int = Field(
+        default=1, ge=0, le=20, description="Replan rounds that may add no new evidence before the run stops."
+    )
 
-    def lowered_by(self, requested: Budgets | None) -> Budgets:
-        """These limits, each lowered to ``requested``'s where that is smaller."""
+    def lowered_by(self, requested: BudgetRequest | None) -> Budgets:
+        """These limits with the requested ones applied; raises ``BudgetAboveLimit`` if a request exceeds one."""
         if requested is None:
             return self
-        return Budgets(
-            max_nodes=min(self.max_nodes, requested.max_nodes),
-            max_fanout=min(self.max_fanout, requested.max_fanout),
-        )
+        asked = requested.model_dump(exclude_none=True)
+        above = {
+            name: (value, getattr(self, name)) for name, value in asked.items() if value > getattr(self, name)
+        }
+        if above:
+            raise BudgetAboveLimit(above)
+        return self.model_copy(update=asked)
 
-    def check_expansion(self, *, executable_nodes: int, fanout: int) -> None:
-        """Raise ``BudgetExceeded`` if a ``for_each`` of ``fanout`` items may not be added to the run."""
+    def check_expansion(self, *, nodes: int, fanout: int) -> None:
+        """Raise ``BudgetExceeded`` if a ``for_each`` of ``fanout`` items may not be added to a run of ``nodes``."""
         if fanout > self.max_fanout:
             raise BudgetExceeded("max_fanout", fanout, self.max_fanout)
-        if executable_nodes + fanout > self.max_nodes:
-            raise BudgetExceeded("max_nodes", executable_nodes + fanout, self.max_nodes)
+        if nodes + fanout > self.max_nodes:
+            raise BudgetExceeded("max_nodes", nodes + fanout, self.max_nodes)
+
+    def check_plan_size(self, *, nodes: int, added: int) -> None:
+        """Raise ``BudgetExceeded`` if a replan of ``added`` nodes may not join a run of ``nodes``."""
+        if nodes + added > self.max_nodes:
+            raise BudgetExceeded("max_nodes", nodes + added, self.max_nodes)
+
+    def check_replan(self, *, replans: int) -> None:
+        """``replans`` is the number of rounds after the first, counting the one about to start."""
+        if replans > self.max_replans:
+            raise BudgetExceeded("max_replans", replans, self.max_replans)
+
+    def check_stale(self, *, stale_replans: int) -> None:
+        if stale_replans > self.max_stale_replans:
+            raise BudgetExceeded("max_stale_replans", stale_replans, self.max_stale_replans)
+
+    def check_repeat(self, *, proposals: int) -> None:
+        if proposals > self.repeat_limit:
+            raise BudgetExceeded("repeat_limit", proposals, self.repeat_limit)
+
+
+class BudgetRequest(BaseModel):
+    """Budgets a request asks for: each may only lower the server's limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_nodes: int | None = Field(default=None, ge=1)
+    max_fanout: int | None = Field(default=None, ge=0)
+    max_replans: int | None = Field(default=None, ge=0)
+    max_parallel: int | None = Field(default=None, ge=1)
+    deadline_s: float | None = Field(default=None, gt=0)
+    repeat_limit: int | None = Field(default=None, ge=1)
+    max_stale_replans: int | None = Field(default=None, ge=0)
+
+
+class BudgetAboveLimit(RaydagError):
+    """A request asked for more than the server allows. The requester must lower it."""
+
+    def __init__(self, above: dict[str, tuple[float, float]]) -> None:
+        detail = ", ".join(f"{name} {asked} > {limit}" for name, (asked, limit) in sorted(above.items()))
+        super().__init__(f"requested budgets exceed the server's limits: {detail}")
+        self.above = above
 
 
 STOP_REASON_OF_BUDGET: dict[str, StopReason] = {
     "max_nodes": StopReason.NODE_BUDGET_EXHAUSTED,
     "max_fanout": StopReason.FANOUT_LIMIT,
+    "max_replans": StopReason.REPLAN_LIMIT,
+    "deadline_s": StopReason.DEADLINE_EXCEEDED,
+    "repeat_limit": StopReason.REPEATED_ACTION_FINGERPRINT,
+    "max_stale_replans": StopReason.NO_NEW_EVIDENCE,
 }

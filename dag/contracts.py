@@ -19,12 +19,28 @@ class Risk(StrEnum):
     IRREVERSIBLE_WRITE = "irreversible_write"
 
 
+class Recording(StrEnum):
+    """What the run's record keeps of a call's arguments and output."""
+
+    FULL = "full"
+    """Arguments and output as they were, for the API, the joiner and recovery."""
+    DIGEST = "digest"
+    """Read APIs show SHA-256 digests instead of the values (the event log still holds them for recovery)."""
+
+
+INVESTIGATE = "investigate"
+"""The run stage of a document check. A tool declares the stages it may be used in."""
+
+
 @dataclass(frozen=True)
 class ToolContract:
-    """A tool's declared contract.
+    """A tool's declared contract, not just its signature.
 
-    ``run_bound`` names the input fields whose value is fixed by the run (never chosen by a planner):
-    the policy checks them against the run before every dispatch.
+    - ``run_bound`` input fields are fixed by the run (``case_id`` is the run's case): a planner writes
+      them, the policy checks them against the run before every dispatch.
+    - ``observed_bound`` input fields must carry a value this run has already seen in a tool output
+      (a ``document_id`` the run listed for its case), never one a planner made up.
+    - Every other input field is proposable by a planner.
     """
 
     name: str
@@ -35,8 +51,29 @@ class ToolContract:
     input_model: type[BaseModel]
     output_model: type[BaseModel]
     run_bound: frozenset[str] = field(default_factory=lambda: frozenset({"case_id"}))
+    observed_bound: frozenset[str] = frozenset()
+    stages: frozenset[str] = frozenset({INVESTIGATE})
     timeout_s: float = 10.0
-    max_attempts: int = 1
+    max_attempts: int = 3
+    recording: Recording = Recording.FULL
+
+    def __post_init__(self) -> None:
+        inputs = set(self.input_model.model_fields)
+        for bound in (self.run_bound, self.observed_bound):
+            if not bound <= inputs:
+                raise ValueError(f"{self.name}: bound fields {sorted(bound - inputs)} are not inputs")
+        if self.max_attempts < 1 or self.timeout_s <= 0:
+            raise ValueError(f"{self.name}: max_attempts must be >= 1 and timeout_s > 0")
+
+    @property
+    def idempotent(self) -> bool:
+        """Read-only calls may be repeated: that is what makes a retry safe."""
+        return self.risk is Risk.READ_ONLY
+
+    @property
+    def proposable(self) -> frozenset[str]:
+        """Input fields a planner chooses freely."""
+        return frozenset(self.input_model.model_fields) - self.run_bound - self.observed_bound
 
     @cached_property
     def input_schema(self) -> dict[str, Any]:

@@ -50,6 +50,9 @@ class RunCreated(_Event):
     budgets: Budgets
     proposal: dict[str, JsonValue] | None = None
     """A plan the requester proposed; it is validated and authorized like any planner's."""
+    stage: str = "investigate"
+    tenant_tools: tuple[str, ...] | None = None
+    """The tenant's tool catalogue when the run was created (``None``: every tool)."""
 
 
 class PlanningStarted(_Event):
@@ -101,6 +104,18 @@ class NodeReused(_Event):
     source_node_id: str
 
 
+class NodeRetryScheduled(_Event):
+    """Attempt ``attempt`` failed transiently; the next one is dispatched after ``delay_s``."""
+
+    kind: Literal["node_retry_scheduled"] = "node_retry_scheduled"
+    node_id: str
+    attempt: int
+    error: NodeError
+    delay_s: float
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
 class NodeSucceeded(_Event):
     kind: Literal["node_succeeded"] = "node_succeeded"
     node_id: str
@@ -134,6 +149,8 @@ class GroupSettled(_Event):
 class JoinStarted(_Event):
     kind: Literal["join_started"] = "join_started"
     round: int
+    reason: str | None = None
+    """Why the round ended early (a budget stop or a cancellation), if it did."""
 
 
 class RunFinished(_Event):
@@ -152,6 +169,7 @@ RunEvent = Annotated[
     | NodeDispatched
     | NodeDenied
     | NodeReused
+    | NodeRetryScheduled
     | NodeSucceeded
     | NodeFailed
     | NodeSkipped

@@ -10,8 +10,24 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from dag.errors import PlanErrorCode, PlanInvalid
+from dag.refs import NodeRef, iter_references
 
 NODE_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+EARLIER_ROUND_REF = re.compile(r"^r([1-9][0-9]{0,2})\.([a-z0-9][a-z0-9_-]{0,63})$")
+"""``r1.docs``: node ``docs`` of round 1, as a later round's plan names it."""
+
+
+def qualified_id(round_number: int, node_id: str) -> str:
+    """A node's id in the run: round 1 keeps its plan ids; later rounds are namespaced (``r2.docs``)."""
+    return node_id if round_number == 1 else f"r{round_number}.{node_id}"
+
+
+def qualify(target: str, round_number: int) -> str:
+    """The run id a reference in a plan of ``round_number`` names: its own round's node, or an earlier one."""
+    earlier = EARLIER_ROUND_REF.fullmatch(target)
+    if earlier:
+        return qualified_id(int(earlier.group(1)), earlier.group(2))
+    return qualified_id(round_number, target)
 
 
 class ForEach(BaseModel):
@@ -34,22 +50,29 @@ class PlanNode(BaseModel):
     for_each: ForEach | None = None
     after: tuple[str, ...] = ()
 
-    @field_validator("args")
+    @field_validator("args", mode="before")
     @classmethod
-    def _finite_numbers_only(cls, args: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        if not _all_finite(args):
-            raise ValueError("NaN and infinite numbers are not JSON")
+    def _plain_bounded_json(cls, args: object) -> object:
+        """Checked before parsing: deep nesting would exhaust the parser, NaN is not JSON."""
+        _check_json(args, depth=0)
         return args
 
 
-def _all_finite(value: object) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
+MAX_ARGS_DEPTH = 32
+"""How deeply ``args`` may nest. Tool inputs are flat records; this leaves ample room and stops abuse."""
+
+
+def _check_json(value: object, depth: int) -> None:
+    if depth > MAX_ARGS_DEPTH:
+        raise ValueError(f"args nest deeper than {MAX_ARGS_DEPTH} levels")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and infinite numbers are not JSON")
     if isinstance(value, dict):
-        return all(_all_finite(child) for child in value.values())
-    if isinstance(value, list):
-        return all(_all_finite(child) for child in value)
-    return True
+        for child in value.values():
+            _check_json(child, depth + 1)
+    elif isinstance(value, list):
+        for child in value:
+            _check_json(child, depth + 1)
 
 
 class Plan(BaseModel):
@@ -84,11 +107,10 @@ class Plan(BaseModel):
 
 
 def dependencies(node: PlanNode) -> tuple[str, ...]:
-    """The ids ``node`` waits for: its references, its ``for_each`` source and ``after``, in first-seen order."""
-    from dag.refs import (
-        NodeRef,
-        iter_references,
-    )  # refs imports nothing from here; kept local to stay acyclic
+    """The names ``node`` waits for: its references, its ``for_each`` source and ``after``, in first-seen order.
+
+    Names are as the plan writes them; ``qualify`` turns them into run node ids.
+    """
 
     seen: dict[str, None] = {}
     if node.for_each is not None:

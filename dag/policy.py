@@ -1,14 +1,18 @@
-"""The policy engine: who may run which tool, on what, decided on resolved arguments."""
+"""The policy engine: who may run which tool, on what, decided on resolved arguments.
+
+Decisions are values. The same rules that decide a dispatch also decide which tools a planner is shown,
+so a planner never sees a tool the run could not use.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from dag.contracts import Risk, ToolCatalogue
+from dag.contracts import INVESTIGATE, Risk, ToolCatalogue, ToolContract
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,19 @@ class Principal:
     tenant_id: str
     subject: str
     scopes: frozenset[str]
+
+
+@dataclass(frozen=True)
+class RunAuthority:
+    """Everything the policy weighs that is not in the node: who, which case, which stage, which tools."""
+
+    principal: Principal
+    case_id: str
+    stage: str = INVESTIGATE
+    tenant_tools: frozenset[str] | None = None
+    """The tenant's tool catalogue; ``None`` grants the whole catalogue."""
+    unhealthy: frozenset[str] = field(default_factory=frozenset)
+    """Tools the circuit breaker has taken out of service for now."""
 
 
 class Decision(BaseModel):
@@ -30,44 +47,93 @@ class Decision(BaseModel):
     reason: str
 
 
+ALLOWED = Decision(allowed=True, rule_id="allow.read_only_in_scope", reason="read-only tool, scope held")
+
+
+def _deny(rule_id: str, reason: str) -> Decision:
+    return Decision(allowed=False, rule_id=rule_id, reason=reason)
+
+
+def tool_decision(authority: RunAuthority, catalogue: ToolCatalogue, tool: str) -> Decision:
+    """Whether the run may use ``tool`` at all, before looking at arguments."""
+    contract = catalogue.get(tool)
+    if contract is None:
+        return _deny("tool.not_in_catalogue", f"tool {tool[:80]!r} is not available")
+    if authority.tenant_tools is not None and tool not in authority.tenant_tools:
+        return _deny("tenant.tool_not_granted", f"tool {tool!r} is not in this tenant's catalogue")
+    if contract.risk is not Risk.READ_ONLY:
+        return _deny(
+            "risk.read_only_only",
+            f"tool {tool!r} has risk {contract.risk.value}; runs may only call read-only tools",
+        )
+    if authority.stage not in contract.stages:
+        return _deny("stage.not_allowed", f"tool {tool!r} is not used in stage {authority.stage!r}")
+    if contract.scope not in authority.principal.scopes:
+        return _deny(
+            "scope.missing", f"tool {tool!r} needs scope {contract.scope!r}, which the run does not hold"
+        )
+    if tool in authority.unhealthy:
+        return _deny("tool.unhealthy", f"tool {tool!r} is failing and out of service for a cool-off period")
+    return ALLOWED
+
+
+def effective_tools(authority: RunAuthority, catalogue: ToolCatalogue) -> dict[str, ToolContract]:
+    """The tools a planner may see: tenant catalogue ∩ scopes ∩ stage ∩ risk policy ∩ health."""
+    return {
+        name: contract
+        for name, contract in catalogue.items()
+        if tool_decision(authority, catalogue, name).allowed
+    }
+
+
 def authorize(
-    *,
-    principal: Principal,
-    run_case_id: str,
+    authority: RunAuthority,
     catalogue: ToolCatalogue,
     tool: str,
     args: Mapping[str, Any],
+    observed: Mapping[str, frozenset[str]],
 ) -> Decision:
-    """Decide whether ``tool`` may run with the resolved ``args`` inside this run."""
-    contract = catalogue.get(tool)
-    if contract is None:
-        return Decision(
-            allowed=False, rule_id="tool.not_in_catalogue", reason=f"tool {tool!r} is not available"
-        )
-    if contract.risk is not Risk.READ_ONLY:
-        return Decision(
-            allowed=False,
-            rule_id="risk.read_only_only",
-            reason=f"tool {tool!r} has risk {contract.risk.value}; runs may only call read-only tools",
-        )
-    if contract.scope not in principal.scopes:
-        return Decision(
-            allowed=False,
-            rule_id="scope.missing",
-            reason=f"tool {tool!r} needs scope {contract.scope!r}, which the run does not hold",
-        )
-    bindings = {"case_id": run_case_id}
-    for field in sorted(contract.run_bound):
-        if field not in bindings:  # fail closed: a binding the policy cannot check is not allowed through
-            return Decision(
-                allowed=False,
-                rule_id="resource.unknown_binding",
-                reason=f"tool {tool!r} binds {field!r} to the run, which this policy cannot check",
+    """Decide whether ``tool`` may run with the resolved ``args`` inside this run.
+
+    ``observed`` maps each observed-bound field to the values this run has seen in its tool outputs.
+    """
+    decision = tool_decision(authority, catalogue, tool)
+    if not decision.allowed:
+        return decision
+    contract = catalogue[tool]
+    bindings = {"case_id": authority.case_id}
+    for name in sorted(contract.run_bound):
+        if name not in bindings:  # fail closed: a binding the policy cannot check is not waved through
+            return _deny(
+                "resource.unknown_binding",
+                f"tool {tool!r} binds {name!r} to the run, which this policy cannot check",
             )
-        if args.get(field) != bindings[field]:
-            return Decision(
-                allowed=False,
-                rule_id=f"resource.{field.removesuffix('_id')}_bound",
-                reason=f"the node's {field} is not the run's",
+        if args.get(name) != bindings[name]:
+            return _deny(f"resource.{name.removesuffix('_id')}_bound", f"the node's {name} is not the run's")
+    for name in sorted(contract.observed_bound):
+        if args.get(name) not in observed.get(name, frozenset()):
+            return _deny(
+                "resource.not_observed",
+                f"the node's {name} is not one this run has seen in a tool output for its case",
             )
-    return Decision(allowed=True, rule_id="allow.read_only_in_scope", reason="read-only tool, scope held")
+    return ALLOWED
+
+
+def observed_values(outputs: Iterable[Any], names: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Every string found under each key of ``names`` anywhere in ``outputs``."""
+    wanted = frozenset(names)
+    found: dict[str, set[str]] = {name: set() for name in wanted}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, child in value.items():
+                if key in wanted and isinstance(child, str):
+                    found[key].add(child)
+                walk(child)
+        elif isinstance(value, list):
+            for child in value:
+                walk(child)
+
+    for output in outputs:
+        walk(output)
+    return {name: frozenset(values) for name, values in found.items()}

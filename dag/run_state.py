@@ -21,6 +21,7 @@ from dag.events import (
     NodeError,
     NodeExpanded,
     NodeFailed,
+    NodeRetryScheduled,
     NodeReused,
     NodeSkipped,
     NodeSucceeded,
@@ -30,8 +31,8 @@ from dag.events import (
     RunEvent,
     RunFinished,
 )
-from dag.plan import Plan
-from dag.policy import Decision, Principal
+from dag.plan import Plan, PlanNode, qualified_id
+from dag.policy import Decision, Principal, RunAuthority
 from dag.states import NodeStatus, RunStatus, StopReason, check_node_transition, check_run_transition
 
 
@@ -47,6 +48,7 @@ class NodeState:
     tool: str
     status: NodeStatus = NodeStatus.PENDING
     plan_node_id: str = ""
+    round: int = 1
     parent: str | None = None
     index: int | None = None
     children: tuple[str, ...] | None = None
@@ -77,16 +79,41 @@ class RunState:
     budgets: Budgets
     created_at: datetime
     proposal: Mapping[str, Any] | None = None
+    stage: str = "investigate"
+    tenant_tools: frozenset[str] | None = None
     status: RunStatus = RunStatus.PENDING
     round: int = 0
-    plan: Plan | None = None
+    plans: tuple[Plan, ...] = ()
+    specs: Mapping[str, PlanNode] = field(default_factory=dict)
+    """Every plan node by its run id (``docs``, ``r2.docs``)."""
     nodes: Mapping[str, NodeState] = field(default_factory=dict)
     order: tuple[str, ...] = ()
     fingerprints: Mapping[str, str] = field(default_factory=dict)
+    """Each dispatched action's fingerprint → the node that executes it (later identical nodes reuse it)."""
+    proposals: Mapping[str, int] = field(default_factory=dict)
+    """How often each fingerprint has been proposed and decided in this run (the repeat limit counts these)."""
     stop_reason: StopReason | None = None
     detail: str | None = None
     result: Mapping[str, Any] | None = None
     finished_at: datetime | None = None
+
+    @property
+    def plan(self) -> Plan | None:
+        """The first round's plan."""
+        return self.plans[0] if self.plans else None
+
+    @property
+    def authority(self) -> RunAuthority:
+        return RunAuthority(self.principal, self.case_id, self.stage, self.tenant_tools)
+
+    def spec_of(self, node: NodeState) -> PlanNode:
+        return self.specs[qualified_id(node.round, node.plan_node_id)]
+
+    def earlier_names(self) -> frozenset[str]:
+        """How a later round's plan names this run's nodes so far: ``r1.docs``, ``r2.check``."""
+        return frozenset(
+            f"r{node.round}.{node.plan_node_id}" for node in self.nodes.values() if node.parent is None
+        )
 
     def output_of(self, node_id: str) -> Any:
         """The structured output dependents see: a group's is the list of its children's outputs."""
@@ -95,9 +122,18 @@ class RunState:
             return [self.output_of(child) for child in node.children]
         return node.output
 
-    def executable_node_count(self) -> int:
-        """Nodes that call (or would call) a tool: everything but ``for_each`` parents."""
-        return sum(1 for node in self.nodes.values() if not node.is_group)
+    def rounds_without_new_evidence(self) -> int:
+        """Replan rounds (after the first) in which no node produced a new output (reuses do not count)."""
+        fresh = {
+            node.round
+            for node in self.nodes.values()
+            if node.status is NodeStatus.SUCCEEDED and not node.is_group
+        }
+        return sum(1 for round_number in range(2, self.round + 1) if round_number not in fresh)
+
+    def node_count(self) -> int:
+        """Nodes in the run's DAG, ``for_each`` parents and children alike: what ``max_nodes`` bounds."""
+        return len(self.nodes)
 
     def in_flight(self) -> list[NodeState]:
         return [
@@ -134,6 +170,8 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             budgets=event.budgets,
             created_at=event.at,
             proposal=event.proposal,
+            stage=event.stage,
+            tenant_tools=frozenset(event.tenant_tools) if event.tenant_tools is not None else None,
         )
     match event:
         case RunCreated():
@@ -141,17 +179,31 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         case PlanningStarted():
             return _set_run_status(state, RunStatus.PLANNING, round=event.round)
         case PlanAccepted():
+            if event.round != state.round:
+                raise ValueError(f"plan for round {event.round} accepted during round {state.round}")
             plan = Plan.parse(event.plan)
             nodes = dict(state.nodes)
+            specs = dict(state.specs)
+            added = []
             for spec in plan.nodes:
-                nodes[spec.id] = NodeState(
-                    node_id=spec.id,
+                node_id = qualified_id(event.round, spec.id)
+                nodes[node_id] = NodeState(
+                    node_id=node_id,
                     tool=spec.tool,
                     plan_node_id=spec.id,
+                    round=event.round,
                     children=() if spec.for_each is not None else None,
                 )
-            order = state.order + tuple(spec.id for spec in plan.nodes)
-            return _set_run_status(state, RunStatus.RUNNING, plan=plan, nodes=nodes, order=order)
+                specs[node_id] = spec
+                added.append(node_id)
+            return _set_run_status(
+                state,
+                RunStatus.RUNNING,
+                plans=(*state.plans, plan),
+                specs=specs,
+                nodes=nodes,
+                order=state.order + tuple(added),
+            )
         case NodeExpanded():
             group = state.nodes[event.node_id]
             children = tuple(child_id(event.node_id, index) for index in range(event.count))
@@ -165,9 +217,14 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                     parent=group.node_id,
                     index=index,
                 )
-            return dataclasses.replace(state, nodes=nodes, order=state.order + children)
+            at = state.order.index(event.node_id) + 1  # children read right after their parent
+            return dataclasses.replace(
+                state, nodes=nodes, order=state.order[:at] + children + state.order[at:]
+            )
         case NodeDispatched():
             node = state.nodes[event.node_id]
+            if event.attempt != node.attempts + 1:
+                raise ValueError(f"{event.node_id}: attempt {event.attempt} after {node.attempts}")
             state = _with_node(
                 state,
                 event.node_id,
@@ -175,16 +232,19 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 args=event.args,
                 fingerprint=event.fingerprint,
                 decision=event.decision,
-                attempts=max(node.attempts, event.attempt),
+                attempts=event.attempt,
                 dispatched_at=event.at,
             )
+            if event.attempt > 1:
+                return state  # a retry is the same proposal, not a new one
+            state = _proposed(state, event.fingerprint)
             if event.fingerprint in state.fingerprints:
                 return state
             return dataclasses.replace(
                 state, fingerprints={**state.fingerprints, event.fingerprint: event.node_id}
             )
         case NodeDenied():
-            return _with_node(
+            state = _with_node(
                 state,
                 event.node_id,
                 NodeStatus.DENIED,
@@ -193,11 +253,12 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 decision=event.decision,
                 finished_at=event.at,
             )
+            return _proposed(state, event.fingerprint)
         case NodeReused():
             source = state.nodes[event.source_node_id]
             if not source.status.has_output:
                 raise ValueError(f"{event.node_id} reuses {source.node_id}, which has no output")
-            return _with_node(
+            state = _with_node(
                 state,
                 event.node_id,
                 NodeStatus.REUSED,
@@ -207,6 +268,9 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 reused_from=source.node_id,
                 finished_at=event.at,
             )
+            return _proposed(state, event.fingerprint)
+        case NodeRetryScheduled():
+            return _with_node(state, event.node_id, NodeStatus.RETRYING, error=event.error)
         case NodeSucceeded():
             return _with_node(
                 state,
@@ -255,6 +319,12 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             return state
         case _:
             assert_never(event)
+
+
+def _proposed(state: RunState, fingerprint: str) -> RunState:
+    return dataclasses.replace(
+        state, proposals={**state.proposals, fingerprint: state.proposals.get(fingerprint, 0) + 1}
+    )
 
 
 def fold(events: Iterable[RunEvent]) -> RunState:

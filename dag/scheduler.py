@@ -11,7 +11,7 @@ from typing import Any
 
 from dag.errors import ReferenceUnresolved
 from dag.fingerprint import action_fingerprint
-from dag.plan import PlanNode, dependencies
+from dag.plan import PlanNode, dependencies, qualify
 from dag.refs import resolve_args, resolve_pointer
 from dag.run_state import NodeState, RunState
 from dag.states import NodeStatus
@@ -19,7 +19,7 @@ from dag.states import NodeStatus
 
 @dataclass(frozen=True)
 class Ready:
-    """Arguments resolved; the node may be authorized and dispatched."""
+    """Arguments resolved; the node may be authorized, gated and dispatched."""
 
     node_id: str
     tool: str
@@ -64,17 +64,14 @@ Step = Ready | Expand | Settle | Skip | Unresolvable
 
 
 def next_steps(state: RunState) -> list[Step]:
-    """Every step that can be taken now, in plan order. Pure: the caller records and performs them."""
-    if state.plan is None:
-        return []
-    specs = {spec.id: spec for spec in state.plan.nodes}
+    """Every step that can be taken now, in run order. Pure: the caller records and performs them."""
     steps: list[Step] = []
     for node_id in state.order:
         node = state.nodes[node_id]
         if node.is_group and node.status is NodeStatus.RUNNING:
             steps.extend(_settle(state, node))
         elif node.status is NodeStatus.PENDING:
-            spec = specs[node.plan_node_id]
+            spec = state.spec_of(node)
             step = (
                 _child_step(state, node, spec)
                 if node.parent is not None
@@ -94,17 +91,17 @@ def _settle(state: RunState, group: NodeState) -> list[Step]:
 
 
 def _plan_node_step(state: RunState, node: NodeState, spec: PlanNode) -> Step | None:
-    for dependency in dependencies(spec):
+    for name in dependencies(spec):
+        dependency = qualify(name, node.round)
         upstream = state.nodes[dependency]
         if not upstream.status.terminal:
             return None
         if not upstream.status.has_output:
             return Skip(node.node_id, cause_node_id=dependency)
     if spec.for_each is not None:
+        source = qualify(spec.for_each.ref, node.round)
         try:
-            items = resolve_pointer(
-                state.output_of(spec.for_each.ref), spec.for_each.pointer, node_id=spec.for_each.ref
-            )
+            items = resolve_pointer(state.output_of(source), spec.for_each.pointer, node_id=source)
         except ReferenceUnresolved as exc:
             return Unresolvable(node.node_id, "REFERENCE_UNRESOLVED", str(exc))
         if not isinstance(items, list):
@@ -120,14 +117,13 @@ def _plan_node_step(state: RunState, node: NodeState, spec: PlanNode) -> Step | 
 def _child_step(state: RunState, node: NodeState, spec: PlanNode) -> Step:
     assert spec.for_each is not None
     assert node.index is not None
-    items = resolve_pointer(
-        state.output_of(spec.for_each.ref), spec.for_each.pointer, node_id=spec.for_each.ref
-    )
+    source = qualify(spec.for_each.ref, node.round)
+    items = resolve_pointer(state.output_of(source), spec.for_each.pointer, node_id=source)
     return _ready(state, node, spec, item=items[node.index], has_item=True)
 
 
 def _ready(state: RunState, node: NodeState, spec: PlanNode, *, item: Any, has_item: bool = False) -> Step:
-    outputs = _OutputView(state)
+    outputs = _OutputView(state, node.round)
     try:
         if has_item:
             args = resolve_args(spec.args, outputs, node_id=node.node_id, item=item)
@@ -139,13 +135,14 @@ def _ready(state: RunState, node: NodeState, spec: PlanNode, *, item: Any, has_i
 
 
 class _OutputView(Mapping[str, Any]):
-    """Outputs looked up on demand, so a node resolves only what it references."""
+    """Outputs by the names a plan of ``round_number`` uses, looked up only when referenced."""
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, round_number: int) -> None:
         self._state = state
+        self._round = round_number
 
-    def __getitem__(self, node_id: str) -> Any:
-        return self._state.output_of(node_id)
+    def __getitem__(self, name: str) -> Any:
+        return self._state.output_of(qualify(name, self._round))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._state.nodes)

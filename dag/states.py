@@ -46,6 +46,7 @@ RUN_TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
 class NodeStatus(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
+    RETRYING = "retrying"
     SUCCEEDED = "succeeded"
     REUSED = "reused"
     FAILED = "failed"
@@ -85,7 +86,10 @@ NODE_TRANSITIONS: Final[dict[NodeStatus, frozenset[NodeStatus]]] = {
             NodeStatus.CANCELLED,
         }
     ),
-    NodeStatus.RUNNING: frozenset({NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.CANCELLED}),
+    NodeStatus.RUNNING: frozenset(
+        {NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.RETRYING, NodeStatus.CANCELLED}
+    ),
+    NodeStatus.RETRYING: frozenset({NodeStatus.RUNNING, NodeStatus.FAILED, NodeStatus.CANCELLED}),
     NodeStatus.SUCCEEDED: frozenset(),
     NodeStatus.REUSED: frozenset(),
     NodeStatus.FAILED: frozenset(),
@@ -113,6 +117,11 @@ class StopReason(StrEnum):
     NODE_BUDGET_EXHAUSTED = "NODE_BUDGET_EXHAUSTED"
     FANOUT_LIMIT = "FANOUT_LIMIT"
     REPLAN_LIMIT = "REPLAN_LIMIT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    REPEATED_ACTION_FINGERPRINT = "REPEATED_ACTION_FINGERPRINT"
+    NO_NEW_EVIDENCE = "NO_NEW_EVIDENCE"
     INSUFFICIENT_EVIDENCE = "INSUFFICIENT_EVIDENCE"
     UNRESOLVED_SOURCE_DOCUMENTS = "UNRESOLVED_SOURCE_DOCUMENTS"
+    FINAL_ANSWER_UNSUPPORTED = "FINAL_ANSWER_UNSUPPORTED"
+    CANCELLED = "CANCELLED"
     INTERNAL_ERROR = "INTERNAL_ERROR"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -11,12 +12,42 @@ from pydantic import ValidationError
 
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.errors import PlanErrorCode, PlanInvalid
-from dag.plan import NODE_ID_PATTERN, Plan, PlanNode
-from dag.refs import ItemRef, Path, format_path, iter_references
+from dag.plan import EARLIER_ROUND_REF, NODE_ID_PATTERN, Plan, PlanNode
+from dag.refs import ItemRef, Path, check_pointer, format_path, iter_references
+
+FORBIDDEN_ARGUMENT_KEYS = frozenset(
+    {
+        "tenant",
+        "tenant_id",
+        "subject",
+        "sub",
+        "principal",
+        "scope",
+        "scopes",
+        "token",
+        "access_token",
+        "authorization",
+        "api_key",
+        "credentials",
+        "password",
+        "secret",
+    }
+)
+"""Identity and credentials come from authentication, never from a plan: a plan carrying them is rejected."""
 
 
-def validate_plan(plan: Plan, catalogue: ToolCatalogue, *, max_nodes: int) -> Plan:
-    """Return ``plan`` if it may run against ``catalogue``; otherwise raise ``PlanInvalid``."""
+def validate_plan(
+    plan: Plan,
+    catalogue: ToolCatalogue,
+    *,
+    max_nodes: int,
+    round_number: int = 1,
+    earlier: frozenset[str] = frozenset(),
+) -> Plan:
+    """Return ``plan`` if it may run against ``catalogue``; otherwise raise ``PlanInvalid``.
+
+    ``earlier`` holds the names (``r1.docs``) of earlier rounds' nodes a replan may reference.
+    """
     if not plan.nodes:
         raise PlanInvalid(PlanErrorCode.EMPTY_PLAN, "a plan needs at least one node", location="/nodes")
     if len(plan.nodes) > max_nodes:
@@ -25,7 +56,7 @@ def validate_plan(plan: Plan, catalogue: ToolCatalogue, *, max_nodes: int) -> Pl
             f"the plan has {len(plan.nodes)} nodes; the run allows at most {max_nodes}",
             location="/nodes",
         )
-    earlier: set[str] = set()
+    seen: set[str] = set()
     all_ids = {node.id for node in plan.nodes}
     for index, node in enumerate(plan.nodes):
         location = f"/nodes/{index}"
@@ -35,7 +66,7 @@ def validate_plan(plan: Plan, catalogue: ToolCatalogue, *, max_nodes: int) -> Pl
                 f"node id {node.id[:80]!r} does not match {NODE_ID_PATTERN.pattern}",
                 location=f"{location}/id",
             )
-        if node.id in earlier:
+        if node.id in seen:
             raise PlanInvalid(
                 PlanErrorCode.DUPLICATE_NODE_ID,
                 f"node id {node.id!r} is used twice",
@@ -50,13 +81,54 @@ def validate_plan(plan: Plan, catalogue: ToolCatalogue, *, max_nodes: int) -> Pl
                 node_id=node.id,
                 location=f"{location}/tool",
             )
-        _check_references(node, earlier, all_ids, location)
+        _check_no_identity_fields(node, location)
+        _check_references(node, seen, all_ids, earlier, round_number, location)
         _check_static_arguments(node, contract, location)
-        earlier.add(node.id)
+        seen.add(node.id)
     return plan
 
 
-def _check_target(node: PlanNode, target: str, earlier: set[str], all_ids: set[str], location: str) -> None:
+def _check_no_identity_fields(node: PlanNode, location: str) -> None:
+    def walk(value: object, path: str) -> None:
+        if isinstance(value, dict):
+            for key, child in value.items():
+                if isinstance(key, str) and key.lower() in FORBIDDEN_ARGUMENT_KEYS:
+                    raise PlanInvalid(
+                        PlanErrorCode.FORBIDDEN_ARGUMENT,
+                        f"node {node.id!r} carries {key!r}: tenant, identity and credentials never come from a plan",
+                        node_id=node.id,
+                        location=f"{path}/{key}",
+                    )
+                walk(child, f"{path}/{key}")
+        elif isinstance(value, list):
+            for index, child in enumerate(value):
+                walk(child, f"{path}/{index}")
+
+    walk(node.args, f"{location}/args")
+
+
+@dataclass(frozen=True)
+class _Targets:
+    """What a reference may name: nodes listed before it, or earlier rounds' nodes (``r1.docs``)."""
+
+    seen: set[str]
+    all_ids: set[str]
+    earlier: frozenset[str]
+    round_number: int
+
+
+def _check_target(node: PlanNode, target: str, targets: _Targets, location: str) -> None:
+    earlier_round = EARLIER_ROUND_REF.fullmatch(target)
+    if earlier_round:
+        if int(earlier_round.group(1)) < targets.round_number and target in targets.earlier:
+            return
+        raise PlanInvalid(
+            PlanErrorCode.UNKNOWN_REFERENCE,
+            f"node {node.id!r} refers to {target[:80]!r}, which no earlier round of this run has",
+            node_id=node.id,
+            location=location,
+        )
+    seen, all_ids = targets.seen, targets.all_ids
     if target == node.id:
         raise PlanInvalid(
             PlanErrorCode.SELF_REFERENCE,
@@ -64,7 +136,7 @@ def _check_target(node: PlanNode, target: str, earlier: set[str], all_ids: set[s
             node_id=node.id,
             location=location,
         )
-    if target in earlier:
+    if target in seen:
         return
     if target in all_ids:
         raise PlanInvalid(
@@ -81,12 +153,18 @@ def _check_target(node: PlanNode, target: str, earlier: set[str], all_ids: set[s
     )
 
 
-def _check_references(node: PlanNode, earlier: set[str], all_ids: set[str], location: str) -> None:
+def _check_references(
+    node: PlanNode,
+    seen: set[str],
+    all_ids: set[str],
+    earlier: frozenset[str],
+    round_number: int,
+    location: str,
+) -> None:
+    targets = _Targets(seen, all_ids, earlier, round_number)
     if node.for_each is not None:
-        from dag.refs import check_pointer
-
         check_pointer(node.for_each.pointer, node_id=node.id, location=f"{location}/for_each/pointer")
-        _check_target(node, node.for_each.ref, earlier, all_ids, f"{location}/for_each")
+        _check_target(node, node.for_each.ref, targets, f"{location}/for_each")
     for path, reference in iter_references(node.args, node_id=node.id, location=location):
         where = location + format_path(path)
         if not path:
@@ -105,9 +183,9 @@ def _check_references(node: PlanNode, earlier: set[str], all_ids: set[str], loca
                     location=where,
                 )
         else:
-            _check_target(node, reference.node, earlier, all_ids, where)
+            _check_target(node, reference.node, targets, where)
     for position, after in enumerate(node.after):
-        _check_target(node, after, earlier, all_ids, f"{location}/after/{position}")
+        _check_target(node, after, targets, f"{location}/after/{position}")
 
 
 def _check_static_arguments(node: PlanNode, contract: ToolContract, location: str) -> None:

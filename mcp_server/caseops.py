@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from dag.errors import RaydagError
 from mcp_server.contracts import (
     AliasResolution,
     CaseSnapshot,
@@ -17,7 +18,7 @@ from mcp_server.contracts import (
 from mcp_server.domain import newest_rule, normalize_label, with_offset
 
 
-class CaseopsError(Exception):
+class CaseopsError(RaydagError):
     """A business error with a stable machine-readable code, returned to the caller as an isError result."""
 
     def __init__(self, code: str, message: str) -> None:

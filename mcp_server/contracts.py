@@ -124,6 +124,7 @@ RESOLVE_DOCUMENT_ALIAS = ToolContract(
     risk=Risk.READ_ONLY,
     input_model=DocumentInput,
     output_model=AliasResolution,
+    observed_bound=frozenset({"document_id"}),
 )
 
 CASEOPS_TOOLS = catalogue_of(

@@ -7,11 +7,12 @@ One stateless endpoint answers both protocol eras: 2026-07-28 (``server/discover
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import asyncpg
 from mcp.server.mcpserver import MCPServer
@@ -44,7 +45,10 @@ class ToolServerConfig:
     dsn: str
     tokens: TaskTokens
     latency_ms: int = 0
+    """Simulated upstream latency per call (benchmarks, tests); 0 in production."""
     pool_size: int = 4
+    faults: dict[str, int] = field(default_factory=dict)
+    """Fault injection for tests: the first N calls of each named tool answer UPSTREAM_UNAVAILABLE."""
 
 
 @dataclass
@@ -53,7 +57,8 @@ class _Backend:
 
     config: ToolServerConfig
     pool: asyncpg.Pool | None = None
-    calls: dict[str, int] = field(default_factory=dict)
+    calls: Counter[str] = field(default_factory=Counter)
+    executions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     def repository(self) -> CaseopsRepository:
         if self.pool is None:
@@ -102,16 +107,18 @@ def _tool_from_contract(contract: ToolContract, fn: Callable[..., Awaitable[obje
 
 
 def build_mcp_server(backend: _Backend) -> MCPServer:
-    server = MCPServer("raydag-caseops", version="1.0.0", log_level="WARNING")
-
     async def call(
         tool: str, case_id: str, run: Callable[[CaseopsRepository, TaskClaims], Awaitable[BaseModel]]
-    ) -> Any:
+    ) -> BaseModel | CallToolResult:
         claims = require_claims()
-        backend.calls[tool] = backend.calls.get(tool, 0) + 1
+        backend.calls[tool] += 1
         if backend.config.latency_ms:
             await asyncio.sleep(backend.config.latency_ms / 1000)
         try:
+            if tool != claims.tool:
+                raise CaseopsError(
+                    "TOKEN_NOT_FOR_TOOL", f"the task token was minted for another tool than {tool}"
+                )
             if case_id != claims.case_id:
                 raise case_not_found(case_id)  # a token is bound to one case; others do not exist for it
             scope = CASEOPS_TOOLS[tool].scope
@@ -119,6 +126,9 @@ def build_mcp_server(backend: _Backend) -> MCPServer:
                 raise CaseopsError(
                     "INSUFFICIENT_SCOPE", f"{tool} needs scope {scope!r}, which the token lacks"
                 )
+            if backend.calls[tool] <= backend.config.faults.get(tool, 0):
+                raise CaseopsError("UPSTREAM_UNAVAILABLE", "the upstream system is unavailable; retry later")
+            backend.executions[(claims.tenant_id, case_id, tool)] += 1
             return await run(backend.repository(), claims)
         except CaseopsError as error:
             return _error_result(error)
@@ -151,14 +161,16 @@ def build_mcp_server(backend: _Backend) -> MCPServer:
             lambda repo, claims: repo.resolve_document_alias(claims.tenant_id, case_id, document_id),
         )
 
-    for contract, fn in (
-        (GET_CASE_SNAPSHOT, caseops_get_case_snapshot),
-        (GET_POLICY_REQUIREMENTS, caseops_get_policy_requirements),
-        (LIST_UNCLASSIFIED_DOCUMENTS, caseops_list_unclassified_documents),
-        (RESOLVE_DOCUMENT_ALIAS, caseops_resolve_document_alias),
-    ):
-        server._tool_manager._tools[contract.name] = _tool_from_contract(contract, fn)
-    return server
+    tools = [
+        _tool_from_contract(contract, fn)
+        for contract, fn in (
+            (GET_CASE_SNAPSHOT, caseops_get_case_snapshot),
+            (GET_POLICY_REQUIREMENTS, caseops_get_policy_requirements),
+            (LIST_UNCLASSIFIED_DOCUMENTS, caseops_list_unclassified_documents),
+            (RESOLVE_DOCUMENT_ALIAS, caseops_resolve_document_alias),
+        )
+    ]
+    return MCPServer("raydag-caseops", version="1.0.0", log_level="WARNING", tools=tools)
 
 
 class ToolServer:
@@ -178,8 +190,25 @@ class ToolServer:
 
     @property
     def calls(self) -> dict[str, int]:
-        """Tool calls this server has received, by tool: a count kept on the server's side."""
+        """Tool calls this server has received, by tool, whether or not they were allowed to execute."""
         return dict(self._backend.calls)
+
+    def simulate(self, *, latency_ms: int = 0, faults: dict[str, int] | None = None) -> None:
+        """Change the simulated upstream latency and injected faults (benchmarks and tests; off by default).
+
+        Fault counts apply to the calls received from now on.
+        """
+        backend = self._backend
+        backend.config = dataclasses.replace(
+            backend.config,
+            latency_ms=latency_ms,
+            faults={tool: backend.calls[tool] + count for tool, count in (faults or {}).items()},
+        )
+
+    @property
+    def executions(self) -> dict[tuple[str, str, str], int]:
+        """Calls that passed every check and queried data, by (tenant, case, tool): kept on the server's side."""
+        return dict(self._backend.executions)
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:

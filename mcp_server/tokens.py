@@ -31,6 +31,7 @@ _REQUIRED_CLAIMS = [
     "tenant_id",
     "task_id",
     "case_id",
+    "tool",
     "scope",
     "iat",
     "nbf",
@@ -52,6 +53,8 @@ class TaskClaims(BaseModel):
     tenant_id: str
     task_id: str
     case_id: str
+    tool: str
+    """The one tool this token may call."""
     scope: str
     iat: int
     nbf: int
@@ -83,6 +86,7 @@ class TaskTokens:
         tenant_id: str,
         task_id: str,
         case_id: str,
+        tool: str,
         scopes: frozenset[str] | set[str],
         now: int | None = None,
     ) -> str:
@@ -94,6 +98,7 @@ class TaskTokens:
             "tenant_id": tenant_id,
             "task_id": task_id,
             "case_id": case_id,
+            "tool": tool,
             "scope": " ".join(sorted(scopes)),
             "iat": issued,
             "nbf": issued,

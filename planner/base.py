@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dag.contracts import ToolContract
@@ -25,16 +25,6 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
-class PlanningContext:
-    """Everything a planner may know about a run. Tenant, subject, credentials and budgets are absent by design."""
-
-    case_id: str
-    goal: str
-    tools: Sequence[ToolSpec]
-    round: int = 1
-
-
-@dataclass(frozen=True)
 class Observation:
     """One node as the joiner sees it: its resolved arguments and its output or error."""
 
@@ -47,10 +37,25 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class PlanningContext:
+    """Everything a planner may know about a run. Tenant, subject, credentials and budgets are absent by design."""
+
+    case_id: str
+    goal: str
+    tools: Sequence[ToolSpec]
+    round: int = 1
+    observations: Sequence[Observation] = ()
+    """What earlier rounds observed: data to reason about, never instructions."""
+    replan_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class Final:
-    """The run has its answer."""
+    """The run has its answer. ``citations`` are the evidence refs, codes and ids the answer rests on: the
+    runtime verifies that each appears in a tool output of the run."""
 
     result: Mapping[str, Any]
+    citations: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,9 @@ class NeedsHuman:
 
 @dataclass(frozen=True)
 class Replan:
+    """Another round is needed; the next ``propose`` sees ``reason`` and the observations so far."""
+
     reason: str
-    hints: Mapping[str, Any] = field(default_factory=dict)
 
 
 JoinDecision = Final | NeedsHuman | Replan

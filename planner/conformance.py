@@ -37,6 +37,16 @@ class DocumentCheckResult(BaseModel):
     unresolved_document_ids: list[str]
     evidence_refs: list[str]
 
+    def citations(self) -> list[str]:
+        """Every code, id and ref the answer states: each must come from a tool output of the run."""
+        return [
+            *self.received_document_codes,
+            *self.resolved_document_codes,
+            *self.missing_document_codes,
+            *self.unresolved_document_ids,
+            *self.evidence_refs,
+        ]
+
 
 def document_check_plan(case_id: str) -> dict[str, Any]:
     """Snapshot, policy and documents in parallel; then one alias resolution per unclassified document."""
@@ -66,7 +76,11 @@ class ConformancePlanner:
 
 
 def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
-    """The document-check verdict, from whatever tool outputs the run observed (node ids do not matter)."""
+    """The document-check verdict, from whatever tool outputs the run observed (node ids do not matter).
+
+    Every document the listing returned counts as unresolved unless an alias resolution of it succeeded,
+    so a plan that skips resolutions cannot turn into a "missing documents" answer.
+    """
     case = _single_output(observations, CASE_TOOL)
     policy = _single_output(observations, POLICY_TOOL)
     if case is None or policy is None:
@@ -77,24 +91,28 @@ def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
 
     received = set(case["received_document_codes"])
     required = {document["code"] for document in policy["required_documents"]}
-    if not required <= received and _single_output(observations, DOCUMENTS_TOOL) is None:
+    listing = _single_output(observations, DOCUMENTS_TOOL)
+    if not required <= received and listing is None:
         # Without the document listing, "missing" could be wrong: a document may sit unclassified.
         return NeedsHuman(
             StopReason.INSUFFICIENT_EVIDENCE,
             f"required documents are not all received and no successful observation of {DOCUMENTS_TOOL}",
         )
+    candidates = {document["document_id"] for document in listing["documents"]} if listing else set()
     resolved: set[str] = set()
-    unresolved: set[str] = set()
+    resolved_ids: set[str] = set()
     evidence = {case["evidence_ref"], policy["evidence_ref"]}
     for observation in observations:
         if observation.tool != RESOLVE_TOOL:
             continue
+        document_id = str(observation.args.get("document_id"))
+        candidates.add(document_id)
         output = observation.output
-        if output is not None and output["resolved"]:
+        if observation.status.has_output and output["resolved"]:
             resolved.add(output["canonical_code"])
+            resolved_ids.add(document_id)
             evidence.add(output["source_ref"])
-        else:
-            unresolved.add(str(observation.args.get("document_id")))
+    unresolved = candidates - resolved_ids
 
     still_missing = required - received - resolved
     if required <= received:
@@ -103,14 +121,15 @@ def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
         outcome = Outcome.DOCUMENTS_COMPLETE_AFTER_NORMALIZATION
     else:
         outcome = Outcome.MISSING_REQUIRED_DOCUMENTS
-    result = DocumentCheckResult(
+    answer = DocumentCheckResult(
         outcome=outcome,
         received_document_codes=sorted(received),
         resolved_document_codes=sorted(resolved),
         missing_document_codes=sorted(still_missing),
         unresolved_document_ids=sorted(unresolved),
         evidence_refs=sorted(evidence),
-    ).model_dump(mode="json")
+    )
+    result = answer.model_dump(mode="json")
     if still_missing and unresolved:
         return NeedsHuman(
             StopReason.UNRESOLVED_SOURCE_DOCUMENTS,
@@ -118,7 +137,7 @@ def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
             "could not be classified",
             result=result,
         )
-    return Final(result)
+    return Final(result, citations=answer.citations())
 
 
 def _single_output(observations: Sequence[Observation], tool: str) -> Any:

@@ -15,6 +15,7 @@ from dag.events import (
     NodeDenied,
     NodeDispatched,
     NodeFailed,
+    NodeRetryScheduled,
     NodeSucceeded,
     PlanAccepted,
     RunCreated,
@@ -25,7 +26,9 @@ from dag.events import (
     event_to_json,
 )
 from dag.fingerprint import sha256_hex
+from dag.policy import Principal
 from dag.run_state import RunState
+from dag.states import NodeStatus
 
 
 class Creation(StrEnum):
@@ -65,9 +68,9 @@ class RunStore:
         now = created.at
         async with self._pool.acquire() as connection, connection.transaction():
             run_id = await connection.fetchval(
-                """INSERT INTO runs (run_id, tenant_id, subject, case_id, goal, planner, status,
+                """INSERT INTO runs (run_id, tenant_id, subject, scopes, case_id, goal, planner, status,
                                      idempotency_key, request_hash, last_seq, created_at, updated_at)
-                   VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, 1, $9, $9)
+                   VALUES ($1, $2, $3, $10, $4, $5, $6, 'pending', $7, $8, 1, $9, $9)
                    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
                    RETURNING run_id""",
                 uuid.UUID(created.run_id),
@@ -79,6 +82,7 @@ class RunStore:
                 idempotency_key,
                 request_hash,
                 now,
+                list(created.scopes),
             )
             if run_id is not None:
                 await connection.execute(
@@ -134,50 +138,70 @@ class RunStore:
     async def _write_ledger(
         self, connection: asyncpg.Connection, run_id: uuid.UUID, state: RunState, events: Sequence[RunEvent]
     ) -> None:
+        """One ledger row per attempt: opened at dispatch (or refusal), closed by the attempt's outcome."""
         for event in events:
             match event:
                 case NodeDispatched() | NodeDenied():
-                    attempt = event.attempt if isinstance(event, NodeDispatched) else 1
-                    status = "running" if isinstance(event, NodeDispatched) else "denied"
+                    dispatched = isinstance(event, NodeDispatched)
                     await connection.execute(
                         """INSERT INTO tool_ledger (run_id, node_id, attempt, tool, fingerprint, args_hash,
                                                     decision, status, dispatched_at)
                            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
                         run_id,
                         event.node_id,
-                        attempt,
+                        event.attempt if isinstance(event, NodeDispatched) else 1,
                         event.tool,
                         event.fingerprint,
                         sha256_hex(event.args),
                         event.decision.model_dump(mode="json"),
-                        status,
+                        NodeStatus.RUNNING.value if dispatched else NodeStatus.DENIED.value,
                         event.at,
                     )
-                case NodeSucceeded() | NodeFailed():
-                    error = event.error.model_dump(mode="json") if isinstance(event, NodeFailed) else None
+                case NodeSucceeded() | NodeFailed() | NodeRetryScheduled():
+                    status = NodeStatus.SUCCEEDED if isinstance(event, NodeSucceeded) else NodeStatus.FAILED
+                    error = None if isinstance(event, NodeSucceeded) else event.error.model_dump(mode="json")
+                    attempt = (
+                        event.attempt
+                        if isinstance(event, NodeRetryScheduled)
+                        else state.nodes[event.node_id].attempts
+                    )
                     await connection.execute(
                         """UPDATE tool_ledger SET status = $4, error = $5, started_at = $6, finished_at = $7
-                           WHERE run_id = $1 AND node_id = $2 AND attempt = $3 AND status = 'running'""",
+                           WHERE run_id = $1 AND node_id = $2 AND attempt = $3 AND status = $8""",
                         run_id,
                         event.node_id,
-                        state.nodes[event.node_id].attempts,
-                        "succeeded" if isinstance(event, NodeSucceeded) else "failed",
+                        attempt,
+                        status.value,
                         error,
                         event.started_at,
                         event.finished_at,
+                        NodeStatus.RUNNING.value,
                     )
                 case RunFinished():
                     await connection.execute(
-                        """UPDATE tool_ledger SET status = 'cancelled', finished_at = $2
-                           WHERE run_id = $1 AND status = 'running'""",
+                        """UPDATE tool_ledger SET status = $3, finished_at = $2
+                           WHERE run_id = $1 AND status = $4""",
                         run_id,
                         event.at,
+                        NodeStatus.CANCELLED.value,
+                        NodeStatus.RUNNING.value,
                     )
                 case _:
                     pass
 
-    async def run_row(self, tenant_id: str, run_id: str) -> dict[str, Any] | None:
-        """The run's summary, or ``None`` for an unknown run or another tenant's run (indistinguishable)."""
+    async def run_status(self, run_id: str) -> str | None:
+        try:
+            key = uuid.UUID(run_id)
+        except ValueError:
+            return None
+        status: str | None = await self._pool.fetchval("SELECT status FROM runs WHERE run_id = $1", key)
+        return status
+
+    async def run_row(self, principal: Principal, run_id: str) -> dict[str, Any] | None:
+        """The run's summary if ``principal`` may read it: same tenant, and at least the scopes the run held.
+
+        ``None`` for an unknown run, another tenant's run, or one the reader lacks scopes for: indistinguishable.
+        """
         try:
             key = uuid.UUID(run_id)
         except ValueError:
@@ -185,9 +209,10 @@ class RunStore:
         row = await self._pool.fetchrow(
             """SELECT run_id, tenant_id, case_id, goal, planner, status, stop_reason, detail, result, plan,
                       created_at, updated_at, finished_at, last_seq
-               FROM runs WHERE run_id = $1 AND tenant_id = $2""",
+               FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]""",
             key,
-            tenant_id,
+            principal.tenant_id,
+            sorted(principal.scopes),
         )
         return dict(row) if row is not None else None
 

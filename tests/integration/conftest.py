@@ -105,16 +105,23 @@ class RunningToolServer:
     tokens: TaskTokens
 
     def token(
-        self, *, tenant: str = "tenant-demo", case: str = "C-102", scopes: frozenset[str] | None = None
+        self,
+        tool: str,
+        *,
+        tenant: str = "tenant-demo",
+        case: str = "C-102",
+        scopes: frozenset[str] | None = None,
     ) -> str:
-        from mcp_server.contracts import ALL_SCOPES
+        """A task token for one call of ``tool``, with that tool's scope unless ``scopes`` says otherwise."""
+        from mcp_server.contracts import CASEOPS_TOOLS
 
         return self.tokens.mint(
             subject="test",
             tenant_id=tenant,
             task_id="test/node/1",
             case_id=case,
-            scopes=scopes if scopes is not None else frozenset(ALL_SCOPES),
+            tool=tool,
+            scopes=scopes if scopes is not None else frozenset({CASEOPS_TOOLS[tool].scope}),
         )
 
 
@@ -190,6 +197,13 @@ def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: 
         time.sleep(0.25)
     yield base
     serve.shutdown()
+
+
+@pytest.fixture
+def simulated(tool_server: RunningToolServer) -> Iterator[RunningToolServer]:
+    """The session tool server, with latency or faults set by the test and cleared afterwards."""
+    yield tool_server
+    tool_server.server.simulate()
 
 
 @pytest.fixture

@@ -173,10 +173,9 @@ def test_requests_without_a_valid_api_key_are_401(client: httpx.Client, headers:
         ({}, "/body/case_id"),
         ({"case_id": "C-102", "tenant_id": "tenant-other"}, "/body/tenant_id"),
         ({"case_id": "C 102; DROP"}, "/body/case_id"),
-        ({"case_id": "C-102", "planner": "gpt"}, "/body/planner"),
         ({"case_id": "C-102", "plan": "not an object"}, "/body/plan"),
     ],
-    ids=["missing-case", "tenant-in-body", "bad-case-id", "unknown-planner", "plan-not-object"],
+    ids=["missing-case", "tenant-in-body", "bad-case-id", "plan-not-object"],
 )
 def test_malformed_bodies_are_422_problems_naming_the_field(
     client: httpx.Client, body: dict[str, Any], location: str
@@ -307,10 +306,18 @@ def test_lowered_budgets_stop_a_fan_out_with_a_specific_reason(client: httpx.Cli
     assert run["stop_reason"] == "FANOUT_LIMIT"
 
 
-def test_a_budget_above_the_server_limit_is_refused(client: httpx.Client) -> None:
-    response = start_run(client, {"case_id": "C-102", "budgets": {"max_nodes": 100_000}})
+def test_a_budget_above_the_server_limit_is_refused_naming_the_limit(client: httpx.Client) -> None:
+    response = start_run(client, {"case_id": "C-102", "budgets": {"max_nodes": 100_000, "max_fanout": 4}})
 
-    assert_problem(response, 422, "invalid-request")
+    problem = assert_problem(response, 422, "budget-above-limit")
+    assert problem["above"] == {"max_nodes": {"requested": 100_000, "limit": 64}}
+
+
+def test_a_budget_that_is_not_a_budget_is_a_422(client: httpx.Client) -> None:
+    response = start_run(client, {"case_id": "C-102", "budgets": {"max_tokens_per_day": 5}})
+
+    problem = assert_problem(response, 422, "invalid-request")
+    assert "/body/budgets/max_tokens_per_day" in [error["location"] for error in problem["errors"]]
 
 
 def test_unknown_routes_are_problem_json(client: httpx.Client) -> None:

@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES
+from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
 from tests.c102 import CASE_OUTPUT, RESOLVE_OUTPUT
 from tests.integration.conftest import RunningToolServer
 
@@ -32,7 +32,7 @@ async def connect(url: str, token: str, mode: str) -> AsyncIterator[Client]:
 async def test_tools_list_publishes_the_four_contracts_with_strict_schemas(
     tool_server: RunningToolServer, mode: str
 ) -> None:
-    async with connect(tool_server.url, tool_server.token(), mode) as client:
+    async with connect(tool_server.url, tool_server.token("caseops_get_case_snapshot"), mode) as client:
         assert client.protocol_version == ("2026-07-28" if mode != "legacy" else "2025-11-25")
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
 
@@ -51,8 +51,9 @@ async def test_tools_list_publishes_the_four_contracts_with_strict_schemas(
 async def test_tools_call_returns_structured_output_with_evidence_refs(
     tool_server: RunningToolServer, mode: str
 ) -> None:
-    async with connect(tool_server.url, tool_server.token(), mode) as client:
+    async with connect(tool_server.url, tool_server.token("caseops_get_case_snapshot"), mode) as client:
         snapshot = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-102"})
+    async with connect(tool_server.url, tool_server.token("caseops_resolve_document_alias"), mode) as client:
         resolution = await client.call_tool(
             "caseops_resolve_document_alias", {"case_id": "C-102", "document_id": "DOC-C102-003"}
         )
@@ -65,8 +66,8 @@ async def test_tools_call_returns_structured_output_with_evidence_refs(
 async def test_another_tenants_case_answers_exactly_like_an_unknown_case(
     tool_server: RunningToolServer,
 ) -> None:
-    foreign = tool_server.token(tenant="tenant-other", case="C-102")
-    unknown = tool_server.token(tenant="tenant-demo", case="C-999")
+    foreign = tool_server.token("caseops_get_case_snapshot", tenant="tenant-other", case="C-102")
+    unknown = tool_server.token("caseops_get_case_snapshot", tenant="tenant-demo", case="C-999")
 
     async with connect(tool_server.url, foreign, "2026-07-28") as client:
         theirs = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-102"})
@@ -79,7 +80,8 @@ async def test_another_tenants_case_answers_exactly_like_an_unknown_case(
 
 
 async def test_a_token_bound_to_one_case_cannot_read_another(tool_server: RunningToolServer) -> None:
-    async with connect(tool_server.url, tool_server.token(case="C-102"), "2026-07-28") as client:
+    token = tool_server.token("caseops_get_case_snapshot", case="C-102")
+    async with connect(tool_server.url, token, "2026-07-28") as client:
         result = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-101"})
 
     assert result.is_error is True
@@ -87,7 +89,7 @@ async def test_a_token_bound_to_one_case_cannot_read_another(tool_server: Runnin
 
 
 async def test_a_token_without_the_tools_scope_is_refused(tool_server: RunningToolServer) -> None:
-    token = tool_server.token(scopes=frozenset({SCOPE_CASES}))
+    token = tool_server.token("caseops_get_policy_requirements", scopes=frozenset({SCOPE_CASES}))
     async with connect(tool_server.url, token, "2026-07-28") as client:
         result = await client.call_tool("caseops_get_policy_requirements", {"case_id": "C-102"})
 
@@ -95,8 +97,19 @@ async def test_a_token_without_the_tools_scope_is_refused(tool_server: RunningTo
     assert '"code":"INSUFFICIENT_SCOPE"' in result.content[0].text
 
 
+async def test_a_token_minted_for_one_tool_cannot_call_another(tool_server: RunningToolServer) -> None:
+    token = tool_server.token("caseops_get_case_snapshot", scopes=frozenset({SCOPE_CASES, SCOPE_POLICIES}))
+    async with connect(tool_server.url, token, "2026-07-28") as client:
+        result = await client.call_tool("caseops_get_policy_requirements", {"case_id": "C-102"})
+
+    assert result.is_error is True
+    assert '"code":"TOKEN_NOT_FOR_TOOL"' in result.content[0].text
+
+
 async def test_unknown_arguments_such_as_a_tenant_are_rejected(tool_server: RunningToolServer) -> None:
-    async with connect(tool_server.url, tool_server.token(), "2026-07-28") as client:
+    async with connect(
+        tool_server.url, tool_server.token("caseops_get_case_snapshot"), "2026-07-28"
+    ) as client:
         result = await client.call_tool(
             "caseops_get_case_snapshot", {"case_id": "C-102", "tenant_id": "tenant-other"}
         )
@@ -132,7 +145,12 @@ def test_a_token_for_another_audience_is_401(tool_server: RunningToolServer) -> 
 
     elsewhere = TaskTokens(key=tool_server.tokens.key, audience="http://elsewhere.example/mcp")
     token = elsewhere.mint(
-        subject="s", tenant_id="tenant-demo", task_id="t", case_id="C-102", scopes={SCOPE_CASES}
+        subject="s",
+        tenant_id="tenant-demo",
+        task_id="t",
+        case_id="C-102",
+        tool="caseops_get_case_snapshot",
+        scopes={SCOPE_CASES},
     )
     response = httpx.post(
         tool_server.url,
@@ -150,7 +168,12 @@ async def test_the_serve_app_serves_mcp_at_slash_mcp(api: str, tool_server: Runn
 
     url = api + "/mcp"
     token = TaskTokens(key=tool_server.tokens.key, audience=tool_server.url).mint(
-        subject="s", tenant_id="tenant-demo", task_id="t", case_id="C-102", scopes={SCOPE_CASES}
+        subject="s",
+        tenant_id="tenant-demo",
+        task_id="t",
+        case_id="C-102",
+        tool="caseops_get_case_snapshot",
+        scopes={SCOPE_CASES},
     )
     # The app was configured with the session tool server's URL as its MCP audience.
     async with connect(url, token, "2026-07-28") as client:

@@ -33,7 +33,7 @@ async def test_case_policy_and_docs_overlap_and_resolve_waits_for_docs(
     run_id = await run_to_end(supervisor, "C-102")
 
     ledger = {row["node_id"]: row for row in await store.ledger(run_id)}
-    assert (await store.run_row("tenant-demo", run_id) or {})["status"] == "completed"
+    assert (await store.run_row(PRINCIPAL, run_id) or {})["status"] == "completed"
     first_layer = [ledger[node] for node in ("case", "policy", "docs")]
     latest_start = max(row["started_at"] for row in first_layer)
     earliest_finish = min(row["finished_at"] for row in first_layer)

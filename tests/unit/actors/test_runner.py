@@ -4,42 +4,57 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from runner_fakes import (
+    CASE_ARGS,
+    CASE_ID,
+    MCP_URL,
+    RESOLVE_ARGS,
+    RUN_ID,
+    SUBJECT,
+    TENANT,
+    TOKENS,
+    WAIT_S,
+    Decide,
+    Propose,
+    RecordingSink,
+    Scripted,
+    ScriptedExecutor,
+    ScriptedPlanner,
+    SinkDown,
+    assert_log_rebuilds,
+    c102_script,
+    call_key,
+    drive,
+    driver,
+    failure,
+    node_status,
+    ok,
+    only,
+    run_created,
+    snapshot_node,
+)
 
-from actors.mcp_client import ToolCall, ToolOutcome
-from actors.runner import RunDriver
 from dag.budget import Budgets
 from dag.events import (
     ErrorKind,
     JoinStarted,
     NodeDenied,
     NodeDispatched,
-    NodeError,
     NodeExpanded,
     NodeReused,
     NodeSucceeded,
     PlanAccepted,
-    RunCreated,
     RunEvent,
     RunFinished,
 )
-from dag.fingerprint import canonical_json
-from dag.run_state import RunState, apply, fold
+from dag.run_state import fold
 from dag.states import NodeStatus, RunStatus, StopReason
-from mcp_server.contracts import (
-    ALL_SCOPES,
-    CASEOPS_TOOLS,
-    SCOPE_CASES,
-    SCOPE_POLICIES,
-)
-from mcp_server.tokens import TaskTokens
-from planner import ConformancePlanner, Final, JoinDecision, Observation, PlanningContext, Replan
+from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
+from planner import Final, Replan
 from planner.conformance import (
     CASE_TOOL,
     DOCUMENTS_TOOL,
@@ -48,278 +63,7 @@ from planner.conformance import (
     decide_document_check,
     document_check_plan,
 )
-from tests.c102 import C102_RESULT, CASE_OUTPUT, DOCS_OUTPUT, POLICY_OUTPUT, RESOLVE_OUTPUT, document
-
-MCP_URL = "http://mcp.test/mcp"
-TOKENS = TaskTokens(key=b"k" * 32, audience=MCP_URL)
-RUN_ID = "3f1c9a0e-5b7d-4e2a-9c61-0d8e2f4a7b19"
-TENANT = "tenant-demo"
-SUBJECT = "alice@tenant-demo"
-CASE_ID = "C-102"
-T0 = datetime(2026, 7, 20, 9, 0, tzinfo=UTC)
-WAIT_S = 2.0
-
-
-CASE_ARGS = {"case_id": CASE_ID}
-RESOLVE_ARGS = {"case_id": CASE_ID, "document_id": "DOC-C102-003"}
-
-
-def ok(output: Any) -> ToolOutcome:
-    return ToolOutcome(output=output, error=None, started_at=T0, finished_at=T0 + timedelta(milliseconds=40))
-
-
-def failure(kind: ErrorKind, code: str, message: str) -> ToolOutcome:
-    error = NodeError(kind=kind, code=code, message=message)
-    return ToolOutcome(output=None, error=error, started_at=T0, finished_at=T0 + timedelta(seconds=10))
-
-
-# ---------------------------------------------------------------- fakes
-
-
-class SinkDown(RuntimeError):
-    """The event store is unreachable."""
-
-
-class RecordingSink:
-    """An in-memory event store: keeps every append and refuses a gap or overlap in sequence numbers."""
-
-    def __init__(
-        self,
-        journal: list[tuple[str, str]] | None = None,
-        *,
-        fail_on: Callable[[Sequence[RunEvent]], bool] | None = None,
-        failures: int = 0,
-    ) -> None:
-        self.appends: list[tuple[int, tuple[RunEvent, ...], RunState]] = []
-        self.violations: list[str] = []
-        self.refused: list[tuple[RunEvent, ...]] = []
-        self._next_seq = 2  # seq 1 is the run_created event the run starts from
-        self._journal = journal if journal is not None else []
-        self._fail_on = fail_on
-        self._failures = failures
-        self._appended = asyncio.Event()
-
-    async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:
-        if self._failures and self._fail_on is not None and self._fail_on(events):
-            self._failures -= 1
-            self.refused.append(tuple(events))
-            raise SinkDown("the event store is unreachable")
-        if first_seq != self._next_seq:
-            self.violations.append(f"append at seq {first_seq}, expected {self._next_seq}")
-            raise AssertionError(self.violations[-1])
-        if not events:
-            self.violations.append("an empty append")
-        self.appends.append((first_seq, tuple(events), state))
-        self._next_seq += len(events)
-        for event in events:
-            self._journal.append(("recorded " + event.kind, getattr(event, "node_id", "")))
-        self._appended.set()
-
-    @property
-    def events(self) -> list[RunEvent]:
-        return [event for _, events, _ in self.appends for event in events]
-
-    def of(self, kind: type[Any]) -> list[Any]:
-        return [event for event in self.events if isinstance(event, kind)]
-
-    @property
-    def state(self) -> RunState:
-        return self.appends[-1][2]
-
-    async def reached(self, predicate: Callable[[RunState], bool]) -> RunState:
-        """Wait until the last recorded state satisfies ``predicate``."""
-        async with asyncio.timeout(WAIT_S):
-            while not (self.appends and predicate(self.state)):
-                self._appended.clear()
-                await self._appended.wait()
-        return self.state
-
-
-def call_key(tool: str, args: Mapping[str, Any]) -> tuple[str, str]:
-    return tool, canonical_json(args)
-
-
-@dataclass
-class Scripted:
-    outcome: ToolOutcome
-    gate: asyncio.Event | None = None
-
-
-class ScriptedExecutor:
-    """A strict ToolExecutor: each scripted (tool, args) answers once; anything else is a test failure."""
-
-    def __init__(
-        self, script: Mapping[tuple[str, str], Scripted], journal: list[tuple[str, str]] | None = None
-    ) -> None:
-        self._script = dict(script)
-        self._journal = journal if journal is not None else []
-        self.calls: list[ToolCall] = []
-        self.unexpected: list[ToolCall] = []
-        self.cancelled: list[str] = []
-        self.invoked: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self.settled: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-
-    def run(self, call: ToolCall) -> Any:
-        # A plain function returning the coroutine, so the journal notes the moment run() is invoked.
-        self._journal.append(("run", call.node_id))
-        key = call_key(call.tool, call.args)
-        if key not in self._script:
-            self.unexpected.append(call)
-            raise AssertionError(f"unscripted call {call.node_id}: {key}")
-        step = self._script.pop(key)
-        self.calls.append(call)
-        self.invoked[call.node_id].set()
-        return self._perform(call, step)
-
-    async def _perform(self, call: ToolCall, step: Scripted) -> ToolOutcome:
-        try:
-            if step.gate is not None:
-                await step.gate.wait()
-            return step.outcome
-        except asyncio.CancelledError:
-            self.cancelled.append(call.node_id)
-            raise
-        finally:
-            self.settled[call.node_id].set()
-
-    @property
-    def unused(self) -> list[tuple[str, str]]:
-        return sorted(self._script)
-
-    @property
-    def called(self) -> list[str]:
-        return [call.node_id for call in self.calls]
-
-    def assert_done(self) -> None:
-        assert self.unexpected == [], f"unscripted calls: {[c.node_id for c in self.unexpected]}"
-        assert self.unused == [], f"scripted calls never made: {self.unused}"
-
-
-@dataclass(frozen=True)
-class Propose:
-    answer: Mapping[str, Any] | BaseException
-
-
-@dataclass(frozen=True)
-class Decide:
-    answer: JoinDecision | Callable[[Sequence[Observation]], JoinDecision]
-
-
-class ScriptedPlanner:
-    """A strict Planner: answers its steps in order; an unexpected call or an unused step fails the test."""
-
-    name = "scripted"
-
-    def __init__(self, *steps: Propose | Decide) -> None:
-        self._steps = list(steps)
-        self.errors: list[str] = []
-        self.contexts: list[PlanningContext] = []
-        self.observations: list[list[Observation]] = []
-
-    def _next(self, kind: type[Propose] | type[Decide]) -> Any:
-        if not self._steps or not isinstance(self._steps[0], kind):
-            expected = type(self._steps[0]).__name__ if self._steps else "nothing"
-            self.errors.append(f"unexpected {kind.__name__.lower()}; the script expected {expected}")
-            raise AssertionError(self.errors[-1])
-        return self._steps.pop(0).answer
-
-    async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
-        answer = self._next(Propose)
-        self.contexts.append(context)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
-        answer = self._next(Decide)
-        self.contexts.append(context)
-        self.observations.append(list(observations))
-        return answer(observations) if callable(answer) else answer
-
-    def assert_done(self) -> None:
-        assert self.errors == []
-        assert self._steps == [], f"planner steps never used: {self._steps}"
-
-
-# ---------------------------------------------------------------- helpers
-
-
-_C102_CALLS = {
-    "case": (CASE_TOOL, CASE_ARGS, CASE_OUTPUT),
-    "policy": (POLICY_TOOL, CASE_ARGS, POLICY_OUTPUT),
-    "docs": (DOCUMENTS_TOOL, CASE_ARGS, DOCS_OUTPUT),
-    "resolve[0]": (RESOLVE_TOOL, RESOLVE_ARGS, RESOLVE_OUTPUT),
-}
-
-
-def only(*nodes: str, gates: Mapping[str, asyncio.Event] | None = None) -> dict[tuple[str, str], Scripted]:
-    """The C-102 calls of ``nodes``, each answering its C-102 output; ``gates`` hold an answer back."""
-    gates = gates or {}
-    script: dict[tuple[str, str], Scripted] = {}
-    for node in nodes:
-        tool, args, output = _C102_CALLS[node]
-        script[call_key(tool, args)] = Scripted(ok(output), gates.get(node))
-    return script
-
-
-def c102_script(gates: Mapping[str, asyncio.Event] | None = None) -> dict[tuple[str, str], Scripted]:
-    return only(*_C102_CALLS, gates=gates)
-
-
-def run_created(
-    *,
-    planner: str = "conformance",
-    scopes: Sequence[str] = ALL_SCOPES,
-    proposal: dict[str, Any] | None = None,
-    budgets: Budgets | None = None,
-) -> RunCreated:
-    return RunCreated(
-        at=T0,
-        run_id=RUN_ID,
-        tenant_id=TENANT,
-        subject=SUBJECT,
-        scopes=tuple(sorted(scopes)),
-        case_id=CASE_ID,
-        goal="Are the documents of C-102 complete?",
-        planner=planner,
-        budgets=budgets or Budgets(),
-        proposal=proposal,
-    )
-
-
-def driver(sink: RecordingSink, executor: ScriptedExecutor, planner: Any | None = None) -> RunDriver:
-    planners = {"conformance": ConformancePlanner()}
-    if planner is not None:
-        planners["scripted"] = planner
-    return RunDriver(
-        sink=sink,
-        executor=executor,
-        catalogue=CASEOPS_TOOLS,
-        planners=planners,
-        tokens=TOKENS,
-        mcp_url=MCP_URL,
-    )
-
-
-async def drive(run: RunDriver, created: RunCreated) -> RunState:
-    return await asyncio.wait_for(run.drive(apply(None, created), last_seq=1), WAIT_S)
-
-
-def assert_log_rebuilds(sink: RecordingSink, created: RunCreated, final: RunState) -> None:
-    """The run ended, the sink saw contiguous appends, and its log folds into exactly the returned state."""
-    assert sink.violations == []
-    assert final.status.terminal
-    assert isinstance(sink.events[-1], RunFinished)
-    assert fold([created, *sink.events]) == final
-
-
-def node_status(state: RunState) -> dict[str, NodeStatus]:
-    return {node_id: state.nodes[node_id].status for node_id in state.order}
-
-
-def snapshot_node(node_id: str, case_id: str = CASE_ID, **extra: Any) -> dict[str, Any]:
-    return {"id": node_id, "tool": CASE_TOOL, "args": {"case_id": case_id}, **extra}
-
+from tests.c102 import C102_RESULT, CASE_OUTPUT, RESOLVE_OUTPUT, document
 
 # ---------------------------------------------------------------- the C-102 document check
 
@@ -367,7 +111,9 @@ async def test_the_joiner_sees_every_tool_node_in_run_order_and_no_group() -> No
 
 
 async def test_the_planner_sees_the_case_goal_and_catalogue_but_nothing_of_the_principal() -> None:
-    planner = ScriptedPlanner(Propose({"nodes": [snapshot_node("case")]}), Decide(Final({"ok": True})))
+    planner = ScriptedPlanner(
+        Propose({"nodes": [snapshot_node("case")]}), Decide(Final({"ok": True}, citations=[]))
+    )
     sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
     created = run_created(planner="scripted")
 
@@ -438,7 +184,8 @@ async def test_each_call_carries_a_task_token_for_this_run_node_and_principal() 
         assert claims.tenant_id == TENANT
         assert claims.sub == SUBJECT
         assert claims.case_id == CASE_ID
-        assert claims.scopes == frozenset(ALL_SCOPES)
+        assert claims.tool == call.tool
+        assert claims.scopes == frozenset({CASEOPS_TOOLS[call.tool].scope})  # only what this call needs
         assert claims.task_id == f"{RUN_ID}/{call.node_id}/1"
         assert claims.aud == MCP_URL
         jtis.add(claims.jti)
@@ -452,7 +199,9 @@ async def test_each_call_carries_a_task_token_for_this_run_node_and_principal() 
 
 async def test_a_proposed_node_aimed_at_another_case_is_denied_and_never_executed() -> None:
     proposal = {"nodes": [snapshot_node("case"), snapshot_node("other", case_id="C-201")]}
-    planner = ScriptedPlanner(Decide(Final({"checked": True})))  # a client proposal: propose() is not asked
+    planner = ScriptedPlanner(
+        Decide(Final({"checked": True}, citations=[]))
+    )  # a client proposal: propose() is not asked
     sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
     created = run_created(planner="scripted", proposal=proposal)
 
@@ -488,7 +237,7 @@ async def test_a_case_id_taken_from_an_upstream_output_is_authorized_on_its_reso
             },
         ]
     }
-    planner = ScriptedPlanner(Decide(Final({})))
+    planner = ScriptedPlanner(Decide(Final({}, citations=[])))
     sink = RecordingSink()
     executor = ScriptedExecutor({call_key(CASE_TOOL, CASE_ARGS): Scripted(ok(other_case))})
     created = run_created(planner="scripted", proposal=proposal)
@@ -532,7 +281,7 @@ async def test_without_documents_read_the_listing_is_denied_and_its_dependent_sk
 
 async def test_two_identical_nodes_execute_once_and_the_second_is_reused() -> None:
     proposal = {"nodes": [snapshot_node("first"), snapshot_node("second")]}
-    planner = ScriptedPlanner(Decide(Final({})))
+    planner = ScriptedPlanner(Decide(Final({}, citations=[])))
     sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
     created = run_created(planner="scripted", proposal=proposal)
 
@@ -552,8 +301,8 @@ async def test_two_identical_nodes_execute_once_and_the_second_is_reused() -> No
 
 async def test_a_node_identical_to_a_failed_one_fails_without_running_again() -> None:
     proposal = {"nodes": [snapshot_node("first"), snapshot_node("second")]}
-    planner = ScriptedPlanner(Decide(Final({})))
-    lost = failure(ErrorKind.TRANSIENT, "TIMEOUT", "no answer within 10s")
+    planner = ScriptedPlanner(Decide(Final({}, citations=[])))
+    lost = failure(ErrorKind.BUSINESS, "CASE_ARCHIVED", "the case is archived")
     sink = RecordingSink()
     executor = ScriptedExecutor({call_key(CASE_TOOL, CASE_ARGS): Scripted(lost)})
     created = run_created(planner="scripted", proposal=proposal)
@@ -591,6 +340,10 @@ async def test_a_node_identical_to_a_failed_one_fails_without_running_again() ->
                     }
                 ]
             },
+            "FORBIDDEN_ARGUMENT",
+        ),
+        (
+            {"nodes": [{"id": "case", "tool": CASE_TOOL, "args": {"case_id": CASE_ID, "priority": "high"}}]},
             "INVALID_ARGUMENTS",
         ),
         (
@@ -598,7 +351,15 @@ async def test_a_node_identical_to_a_failed_one_fails_without_running_again() ->
             "FORWARD_REFERENCE",
         ),
     ],
-    ids=["empty", "malformed", "unknown-tool", "duplicate-id", "extra-argument", "forward-reference"],
+    ids=[
+        "empty",
+        "malformed",
+        "unknown-tool",
+        "duplicate-id",
+        "identity-argument",
+        "extra-argument",
+        "forward-reference",
+    ],
 )
 async def test_a_proposal_that_fails_validation_fails_the_run_with_its_error_code(
     proposal: dict[str, Any], code: str
@@ -650,16 +411,16 @@ async def test_a_planner_that_raises_fails_the_run_with_planner_error() -> None:
     assert_log_rebuilds(sink, created, final)
 
 
-async def test_a_replan_request_stops_the_run_with_replan_limit() -> None:
+async def test_a_replan_request_beyond_max_replans_stops_the_run_with_replan_limit() -> None:
     planner = ScriptedPlanner(Propose({"nodes": [snapshot_node("case")]}), Decide(Replan("need the policy")))
     sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
-    created = run_created(planner="scripted")
+    created = run_created(planner="scripted", budgets=Budgets(max_replans=0))
 
     final = await drive(driver(sink, executor, planner), created)
 
     assert final.status is RunStatus.STOPPED
     assert final.stop_reason is StopReason.REPLAN_LIMIT
-    assert final.detail == "the planner asked to replan: need the policy"
+    assert final.detail == "need the policy: budget max_replans exhausted: 1 > 0"
     assert final.result is None
     assert len(sink.of(JoinStarted)) == 1
     planner.assert_done()
@@ -748,13 +509,13 @@ async def test_a_fanout_equal_to_the_budget_runs() -> None:
 
 async def test_the_node_budget_counts_the_children_a_fanout_would_add() -> None:
     sink, executor = RecordingSink(), ScriptedExecutor(three_documents_script())
-    created = run_created(budgets=Budgets(max_nodes=5))  # 3 tool nodes + 3 children = 6
+    created = run_created(budgets=Budgets(max_nodes=6))  # 4 plan nodes, the for_each too, + 3 children = 7
 
     final = await drive(driver(sink, executor), created)
 
     assert final.status is RunStatus.STOPPED
     assert final.stop_reason is StopReason.NODE_BUDGET_EXHAUSTED
-    assert final.detail == "resolve: budget max_nodes exhausted: 6 > 5"
+    assert final.detail == "resolve: budget max_nodes exhausted: 7 > 6"
     assert sink.of(NodeExpanded) == []
     executor.assert_done()
     assert_log_rebuilds(sink, created, final)
@@ -804,9 +565,9 @@ async def test_a_document_listed_twice_is_resolved_once_and_the_second_child_reu
 
 
 async def test_a_failed_tool_fails_its_node_skips_its_dependents_and_the_run_still_joins() -> None:
-    timeout = failure(ErrorKind.TRANSIENT, "TIMEOUT", "no answer within 10s")
+    broken = failure(ErrorKind.PROTOCOL, "INVALID_OUTPUT", "the output does not fit the contract")
     script = only("case", "policy")
-    script[call_key(DOCUMENTS_TOOL, CASE_ARGS)] = Scripted(timeout)
+    script[call_key(DOCUMENTS_TOOL, CASE_ARGS)] = Scripted(broken)
     sink, executor = RecordingSink(), ScriptedExecutor(script)
     created = run_created()
 
@@ -814,8 +575,8 @@ async def test_a_failed_tool_fails_its_node_skips_its_dependents_and_the_run_sti
 
     docs = final.nodes["docs"]
     assert docs.status is NodeStatus.FAILED
-    assert docs.error == timeout.error
-    assert (docs.started_at, docs.finished_at) == (timeout.started_at, timeout.finished_at)
+    assert docs.error == broken.error
+    assert (docs.started_at, docs.finished_at) == (broken.started_at, broken.finished_at)
     assert final.nodes["resolve"].status is NodeStatus.SKIPPED
     assert final.nodes["resolve"].skipped_because == "docs"
     assert len(sink.of(JoinStarted)) == 1

@@ -1,6 +1,8 @@
-"""``Budgets``: hard limits a request may lower but never raise, and the expansion check that enforces them."""
+"""``Budgets``: hard limits a request may lower but never raise, and the checks that enforce them."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from dag_run_builders import PROPERTY_SETTINGS
@@ -8,64 +10,167 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from dag.budget import STOP_REASON_OF_BUDGET, Budgets
+from dag.budget import STOP_REASON_OF_BUDGET, BudgetAboveLimit, BudgetRequest, Budgets
 from dag.errors import BudgetExceeded
 from dag.states import StopReason
 
-budgets = st.builds(
-    Budgets, max_nodes=st.integers(min_value=1, max_value=10_000), max_fanout=st.integers(0, 10_000)
+SERVER = Budgets(
+    max_nodes=64,
+    max_fanout=32,
+    max_replans=2,
+    max_parallel=16,
+    deadline_s=120.0,
+    repeat_limit=3,
+    max_stale_replans=1,
 )
+LIMITS = {name: getattr(SERVER, name) for name in Budgets.model_fields}
+
+
+@st.composite
+def requests_within(draw: st.DrawFn, server: Budgets) -> dict[str, Any]:
+    """A request sending some budgets, each at most the server's limit (and within its lower bound)."""
+    floors = {"max_nodes": 1, "max_fanout": 0, "max_replans": 0, "max_parallel": 1, "repeat_limit": 1}
+    sent: dict[str, Any] = {}
+    for name in Budgets.model_fields:
+        if not draw(st.booleans()):
+            continue
+        limit = getattr(server, name)
+        if name == "deadline_s":
+            sent[name] = draw(st.floats(min_value=0.001, max_value=limit))
+        else:
+            sent[name] = draw(st.integers(min_value=floors.get(name, 0), max_value=limit))
+    return sent
 
 
 @PROPERTY_SETTINGS
-@given(server=budgets, requested=budgets)
-def test_lowered_by_never_raises_a_limit(server: Budgets, requested: Budgets) -> None:
-    effective = server.lowered_by(requested)
+@given(sent=requests_within(SERVER))
+def test_lowered_by_takes_each_budget_sent_and_keeps_the_server_limit_for_the_rest(
+    sent: dict[str, Any],
+) -> None:
+    effective = SERVER.lowered_by(BudgetRequest(**sent))
 
-    assert effective.max_nodes == min(server.max_nodes, requested.max_nodes)
-    assert effective.max_fanout == min(server.max_fanout, requested.max_fanout)
+    assert effective.model_dump() == {**LIMITS, **sent}
 
 
-def test_a_request_asking_for_more_gets_the_servers_limits() -> None:
-    server = Budgets(max_nodes=64, max_fanout=32)
+@pytest.mark.parametrize("name", sorted(LIMITS))
+def test_a_request_above_any_one_limit_is_refused_naming_it(name: str) -> None:
+    above = LIMITS[name] * 2  # every server limit here is positive
 
-    assert server.lowered_by(Budgets(max_nodes=10_000, max_fanout=10_000)) == server
+    with pytest.raises(BudgetAboveLimit) as caught:
+        SERVER.lowered_by(BudgetRequest(**{name: above}))
+
+    assert caught.value.above == {name: (above, LIMITS[name])}
+    assert name in str(caught.value)
+
+
+def test_a_request_equal_to_every_limit_is_accepted_unchanged() -> None:
+    assert SERVER.lowered_by(BudgetRequest(**LIMITS)) == SERVER
 
 
 def test_no_request_keeps_the_servers_limits() -> None:
-    server = Budgets(max_nodes=10, max_fanout=5)
+    assert SERVER.lowered_by(None) == SERVER
 
-    assert server.lowered_by(None) == server
+
+def test_an_empty_request_keeps_the_servers_limits() -> None:
+    assert SERVER.lowered_by(BudgetRequest()) == SERVER
 
 
 @pytest.mark.parametrize(
-    "fields", [{"max_nodes": 0}, {"max_nodes": 10_001}, {"max_fanout": -1}, {"max_fanout": 10_001}, {"x": 1}]
+    "fields",
+    [
+        {"max_nodes": 0},
+        {"max_nodes": 10_001},
+        {"max_fanout": -1},
+        {"max_fanout": 10_001},
+        {"max_replans": 21},
+        {"max_parallel": 0},
+        {"deadline_s": 0},
+        {"deadline_s": 3_601},
+        {"repeat_limit": 0},
+        {"max_stale_replans": -1},
+        {"x": 1},
+    ],
 )
 def test_budgets_outside_their_bounds_cannot_be_built(fields: dict[str, int]) -> None:
     with pytest.raises(ValidationError):
         Budgets.model_validate(fields)
 
 
+@pytest.mark.parametrize("fields", [{"max_nodes": 0}, {"max_parallel": 0}, {"deadline_s": 0}, {"x": 1}])
+def test_requests_outside_their_bounds_cannot_be_built(fields: dict[str, int]) -> None:
+    with pytest.raises(ValidationError):
+        BudgetRequest.model_validate(fields)
+
+
 def test_an_expansion_within_both_limits_passes() -> None:
-    Budgets(max_nodes=10, max_fanout=4).check_expansion(executable_nodes=6, fanout=4)
+    Budgets(max_nodes=10, max_fanout=4).check_expansion(nodes=6, fanout=4)
 
 
 def test_an_expansion_wider_than_max_fanout_names_max_fanout() -> None:
     with pytest.raises(BudgetExceeded) as caught:
-        Budgets(max_nodes=100, max_fanout=4).check_expansion(executable_nodes=0, fanout=5)
+        Budgets(max_nodes=100, max_fanout=4).check_expansion(nodes=0, fanout=5)
 
     assert (caught.value.budget, caught.value.used, caught.value.limit) == ("max_fanout", 5, 4)
 
 
 def test_an_expansion_past_max_nodes_names_max_nodes() -> None:
     with pytest.raises(BudgetExceeded) as caught:
-        Budgets(max_nodes=10, max_fanout=4).check_expansion(executable_nodes=7, fanout=4)
+        Budgets(max_nodes=10, max_fanout=4).check_expansion(nodes=7, fanout=4)
 
     assert (caught.value.budget, caught.value.used, caught.value.limit) == ("max_nodes", 11, 10)
+
+
+def test_a_replan_that_fits_max_nodes_passes_and_one_past_it_names_max_nodes() -> None:
+    budgets = Budgets(max_nodes=10)
+    budgets.check_plan_size(nodes=7, added=3)
+
+    with pytest.raises(BudgetExceeded) as caught:
+        budgets.check_plan_size(nodes=7, added=4)
+
+    assert (caught.value.budget, caught.value.used, caught.value.limit) == ("max_nodes", 11, 10)
+
+
+def test_replans_up_to_max_replans_pass_and_one_more_names_max_replans() -> None:
+    budgets = Budgets(max_replans=2)
+    budgets.check_replan(replans=2)
+
+    with pytest.raises(BudgetExceeded) as caught:
+        budgets.check_replan(replans=3)
+
+    assert (caught.value.budget, caught.value.used, caught.value.limit) == ("max_replans", 3, 2)
+
+
+def test_stale_rounds_up_to_the_limit_pass_and_one_more_names_max_stale_replans() -> None:
+    budgets = Budgets(max_stale_replans=1)
+    budgets.check_stale(stale_replans=1)
+
+    with pytest.raises(BudgetExceeded) as caught:
+        budgets.check_stale(stale_replans=2)
+
+    assert (caught.value.budget, caught.value.used, caught.value.limit) == ("max_stale_replans", 2, 1)
+
+
+def test_proposals_up_to_repeat_limit_pass_and_one_more_names_repeat_limit() -> None:
+    budgets = Budgets(repeat_limit=3)
+    budgets.check_repeat(proposals=3)
+
+    with pytest.raises(BudgetExceeded) as caught:
+        budgets.check_repeat(proposals=4)
+
+    assert (caught.value.budget, caught.value.used, caught.value.limit) == ("repeat_limit", 4, 3)
 
 
 def test_each_budget_stops_the_run_with_its_own_reason() -> None:
     assert STOP_REASON_OF_BUDGET == {
         "max_nodes": StopReason.NODE_BUDGET_EXHAUSTED,
         "max_fanout": StopReason.FANOUT_LIMIT,
+        "max_replans": StopReason.REPLAN_LIMIT,
+        "deadline_s": StopReason.DEADLINE_EXCEEDED,
+        "repeat_limit": StopReason.REPEATED_ACTION_FINGERPRINT,
+        "max_stale_replans": StopReason.NO_NEW_EVIDENCE,
     }
+
+
+def test_every_limit_that_can_stop_a_run_has_a_stop_reason() -> None:
+    # max_parallel only queues calls; every other budget ends the run when it runs out.
+    assert set(STOP_REASON_OF_BUDGET) == set(Budgets.model_fields) - {"max_parallel"}

@@ -13,12 +13,15 @@ from dag_run_builders import (
     CASE_OUTPUT,
     CASE_TOOL,
     DOCUMENT_IDS,
+    DOCUMENTS_TOOL,
     POLICY_TOOL,
     RESOLVE_TOOL,
     accepted_events,
     dispatched,
+    documents_output,
     expanded,
     failed,
+    ran,
     reads_done,
     resolution_output,
     resolve_args_of,
@@ -85,7 +88,7 @@ def test_an_accepted_plan_makes_every_node_pending_in_plan_order(example_plan: d
     assert statuses(state) == dict.fromkeys(["case", "policy", "docs", "resolve"], NodeStatus.PENDING)
     assert state.nodes["resolve"].children == ()
     assert state.nodes["case"].children is None
-    assert state.executable_node_count() == 3
+    assert state.node_count() == 4
 
 
 def test_a_run_must_start_with_run_created() -> None:
@@ -174,7 +177,7 @@ def test_expansion_adds_indexed_children_after_the_plan_nodes(example_plan: dict
         RESOLVE_TOOL,
         "resolve",
     )
-    assert state.executable_node_count() == 6
+    assert state.node_count() == 7
 
 
 def test_output_of_a_group_lists_its_childrens_outputs_in_index_order(example_plan: dict[str, Any]) -> None:
@@ -248,10 +251,11 @@ def test_a_node_succeeding_without_being_dispatched_is_an_illegal_transition(
 
 
 def test_a_node_dispatched_twice_is_an_illegal_transition(example_plan: dict[str, Any]) -> None:
-    again = dispatched("case", CASE_TOOL, {"case_id": CASE_ID})
+    first = dispatched("case", CASE_TOOL, {"case_id": CASE_ID})
+    again = first.model_copy(update={"attempt": 2})  # the attempt number a retry would carry
 
     with pytest.raises(IllegalTransition) as caught:
-        running(example_plan, again, again)
+        running(example_plan, first, again)
 
     assert (caught.value.entity, caught.value.source, caught.value.target) == ("node", "running", "running")
 
@@ -265,7 +269,7 @@ def test_completing_a_run_that_never_joined_is_an_illegal_transition(example_pla
 
 def test_accepting_a_plan_before_planning_is_an_illegal_transition(example_plan: dict[str, Any]) -> None:
     with pytest.raises(IllegalTransition) as caught:
-        fold([run_created(), PlanAccepted(at=AT, round=1, plan=example_plan)])
+        fold([run_created(), PlanAccepted(at=AT, round=0, plan=example_plan)])
 
     assert (caught.value.entity, caught.value.source, caught.value.target) == ("run", "pending", "running")
 
@@ -301,3 +305,48 @@ def test_apply_leaves_the_previous_state_unchanged(example_plan: dict[str, Any])
     assert before.nodes["case"].status is NodeStatus.PENDING
     assert before.fingerprints == {}
     assert after.nodes["case"].status is NodeStatus.RUNNING
+
+
+def test_expansion_inserts_the_children_right_after_their_parent_not_at_the_end() -> None:
+    plan = {
+        "nodes": [
+            {"id": "docs", "tool": DOCUMENTS_TOOL, "args": {"case_id": CASE_ID}},
+            {
+                "id": "resolve",
+                "tool": RESOLVE_TOOL,
+                "for_each": {"$ref": "docs", "pointer": "/documents"},
+                "args": {"case_id": CASE_ID, "document_id": {"$item": "/document_id"}},
+            },
+            {"id": "case", "tool": CASE_TOOL, "args": {"case_id": CASE_ID}},
+        ]
+    }
+    docs_output = documents_output(["D-1", "D-2"])
+
+    state = running(
+        plan, *ran("docs", DOCUMENTS_TOOL, {"case_id": CASE_ID}, docs_output), expanded("resolve", 2)
+    )
+
+    assert state.order == ("docs", "resolve", "resolve[0]", "resolve[1]", "case")
+
+
+def test_a_dispatch_must_carry_the_next_attempt_number(example_plan: dict[str, Any]) -> None:
+    skipping = dispatched("case", CASE_TOOL, {"case_id": CASE_ID}).model_copy(update={"attempt": 2})
+
+    with pytest.raises(ValueError, match="case: attempt 2 after 0"):
+        running(example_plan, skipping)
+
+
+def test_a_run_keeps_the_stage_and_tenant_catalogue_it_was_created_with() -> None:
+    created = run_created().model_copy(update={"stage": "review", "tenant_tools": (CASE_TOOL, POLICY_TOOL)})
+
+    state = fold([created])
+
+    assert (state.stage, state.tenant_tools) == ("review", frozenset({CASE_TOOL, POLICY_TOOL}))
+    assert (state.authority.stage, state.authority.tenant_tools) == ("review", state.tenant_tools)
+    assert state.authority.principal == state.principal
+
+
+def test_a_run_created_without_a_tenant_catalogue_grants_every_tool() -> None:
+    state = fold([run_created()])
+
+    assert (state.stage, state.tenant_tools) == ("investigate", None)

@@ -11,7 +11,7 @@ from dag_run_builders import CASE_ID, CASE_TOOL, DOCUMENTS_TOOL, RESOLVE_TOOL
 from dag.contracts import ToolCatalogue
 from dag.errors import PlanErrorCode, PlanInvalid
 from dag.plan import Plan
-from dag.validate import check_arguments, validate_plan
+from dag.validate import FORBIDDEN_ARGUMENT_KEYS, check_arguments, validate_plan
 from mcp_server.contracts import CASEOPS_TOOLS
 
 
@@ -197,11 +197,61 @@ def test_a_static_argument_violating_the_schema_pattern_is_rejected() -> None:
     assert "does not match" in error.message
 
 
-def test_an_extra_argument_such_as_tenant_id_is_rejected() -> None:
-    error = rejection(node("case", args={"case_id": CASE_ID, "tenant_id": "tenant-b"}))
+def test_an_extra_argument_the_tool_does_not_take_is_rejected() -> None:
+    error = rejection(node("case", args={"case_id": CASE_ID, "priority": "high"}))
 
     assert where(error) == (PlanErrorCode.INVALID_ARGUMENTS, "case", "/nodes/0/args")
+    assert "priority" in error.message
+
+
+def test_a_tenant_id_argument_is_rejected_as_forbidden_not_merely_as_extra() -> None:
+    error = rejection(node("case", args={"case_id": CASE_ID, "tenant_id": "tenant-b"}))
+
+    assert where(error) == (PlanErrorCode.FORBIDDEN_ARGUMENT, "case", "/nodes/0/args/tenant_id")
     assert "tenant_id" in error.message
+
+
+@pytest.mark.parametrize("key", sorted(FORBIDDEN_ARGUMENT_KEYS))
+def test_every_identity_or_credential_key_is_forbidden_in_arguments(key: str) -> None:
+    error = rejection(node("case"), node("policy", args={"case_id": CASE_ID, key: "x"}))
+
+    assert where(error) == (PlanErrorCode.FORBIDDEN_ARGUMENT, "policy", f"/nodes/1/args/{key}")
+
+
+@pytest.mark.parametrize(
+    ("args", "location"),
+    [
+        pytest.param(
+            {"case_id": CASE_ID, "filter": {"Token": "t"}}, "/nodes/0/args/filter/Token", id="nested"
+        ),
+        pytest.param(
+            {"case_id": CASE_ID, "filters": [{"ok": 1}, {"scope": "cases:write"}]},
+            "/nodes/0/args/filters/1/scope",
+            id="in-a-list",
+        ),
+        pytest.param({"case_id": CASE_ID, "API_KEY": "k"}, "/nodes/0/args/API_KEY", id="any-case"),
+    ],
+)
+def test_a_forbidden_key_is_found_at_any_depth_and_in_any_letter_case(
+    args: dict[str, Any], location: str
+) -> None:
+    error = rejection(node("case", args=args))
+
+    assert where(error) == (PlanErrorCode.FORBIDDEN_ARGUMENT, "case", location)
+
+
+def test_a_forbidden_key_is_reported_before_the_schema_and_the_references_are_checked() -> None:
+    # "ghost" is an unknown reference and "bad id" breaks the pattern: the identity key still wins.
+    args = {"case_id": {"$ref": "ghost"}, "document_id": "bad id", "secret": "s"}
+    error = rejection(node("resolve", RESOLVE_TOOL, args=args))
+
+    assert where(error) == (PlanErrorCode.FORBIDDEN_ARGUMENT, "resolve", "/nodes/0/args/secret")
+
+
+def test_a_forbidden_word_as_a_value_is_not_a_forbidden_key() -> None:
+    plan = Plan.parse({"nodes": [node("case", args={"case_id": "token"})]})
+
+    assert validate_plan(plan, CASEOPS_TOOLS, max_nodes=64) is plan
 
 
 def test_a_missing_required_argument_is_rejected() -> None:

@@ -108,3 +108,18 @@ def test_the_schema_refuses_a_case_id_with_a_trailing_newline_as_the_model_does(
     with pytest.raises(ValidationError):
         contract.input_model.model_validate(args)
     assert check_arguments(contract, args) is not None
+
+
+def test_the_alias_resolution_may_only_name_a_document_id_the_run_has_observed() -> None:
+    # A planner could otherwise resolve any document id of the case it guessed or was told by a document.
+    assert RESOLVE_DOCUMENT_ALIAS.observed_bound == frozenset({"document_id"})
+    assert RESOLVE_DOCUMENT_ALIAS.proposable == frozenset()
+
+
+@by_name
+def test_every_caseops_tool_is_idempotent_retried_at_most_three_times_and_used_to_investigate(
+    contract: ToolContract,
+) -> None:
+    assert contract.idempotent is True
+    assert contract.max_attempts == 3
+    assert contract.stages == frozenset({"investigate"})

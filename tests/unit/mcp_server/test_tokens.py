@@ -17,7 +17,20 @@ from mcp_server.tokens import LEEWAY_SECONDS, LIFETIME_SECONDS, TaskTokens, Toke
 KEY = b"k" * 32
 AUDIENCE = "http://mcp.test/mcp"
 TOKENS = TaskTokens(key=KEY, audience=AUDIENCE)
-CLAIM_NAMES = ["iss", "aud", "sub", "tenant_id", "task_id", "case_id", "scope", "iat", "nbf", "exp", "jti"]
+CLAIM_NAMES = [
+    "iss",
+    "aud",
+    "sub",
+    "tenant_id",
+    "task_id",
+    "case_id",
+    "tool",
+    "scope",
+    "iat",
+    "nbf",
+    "exp",
+    "jti",
+]
 
 
 def mint(tokens: TaskTokens = TOKENS, *, now: int | None = None) -> str:
@@ -26,6 +39,7 @@ def mint(tokens: TaskTokens = TOKENS, *, now: int | None = None) -> str:
         tenant_id="tenant-demo",
         task_id="run-1/docs/1",
         case_id="C-102",
+        tool="caseops_list_unclassified_documents",
         scopes={"documents:read", "cases:read"},
         now=now,
     )
@@ -40,6 +54,7 @@ def valid_claims() -> dict[str, Any]:
         "tenant_id": "tenant-demo",
         "task_id": "run-1/docs/1",
         "case_id": "C-102",
+        "tool": "caseops_get_case_snapshot",
         "scope": "cases:read",
         "iat": issued,
         "nbf": issued,
@@ -62,6 +77,7 @@ def test_a_minted_token_verifies_with_every_claim() -> None:
     assert claims.tenant_id == "tenant-demo"
     assert claims.task_id == "run-1/docs/1"
     assert claims.case_id == "C-102"
+    assert claims.tool == "caseops_list_unclassified_documents"
     assert claims.scope == "cases:read documents:read"  # sorted, space-separated
     assert claims.scopes == frozenset({"cases:read", "documents:read"})
     assert before <= claims.iat <= after
@@ -151,7 +167,9 @@ def test_a_token_missing_a_required_claim_is_refused(claim: str) -> None:
         TOKENS.verify(jwt.encode(claims, KEY, algorithm="HS256"))
 
 
-@pytest.mark.parametrize(("claim", "value"), [("tenant_id", 7), ("scope", ["cases:read"]), ("case_id", None)])
+@pytest.mark.parametrize(
+    ("claim", "value"), [("tenant_id", 7), ("scope", ["cases:read"]), ("case_id", None), ("tool", ["a", "b"])]
+)
 def test_a_signed_token_whose_claims_have_the_wrong_type_is_refused_as_invalid(
     claim: str, value: Any
 ) -> None:

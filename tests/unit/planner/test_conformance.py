@@ -318,3 +318,61 @@ def test_the_document_check_plan_is_refused_for_an_invalid_case_id() -> None:
     with pytest.raises(PlanInvalid) as raised:
         validate_plan(Plan.parse(document_check_plan("C 102")), CASEOPS_TOOLS, max_nodes=64)
     assert raised.value.code == "INVALID_ARGUMENTS"
+
+
+def test_a_listed_document_no_resolution_was_attempted_for_counts_as_unresolved() -> None:
+    # A plan that skips the resolutions cannot turn the listing into a "missing documents" answer.
+    decision = decide_document_check([case(["LOSS_STATEMENT"]), policy(), docs(["DOC-A", "DOC-B"])])
+
+    assert isinstance(decision, NeedsHuman)
+    assert decision.stop_reason is StopReason.UNRESOLVED_SOURCE_DOCUMENTS
+    assert decision.result is not None
+    assert decision.result["unresolved_document_ids"] == ["DOC-A", "DOC-B"]
+
+
+def test_only_the_listed_documents_a_resolution_succeeded_for_leave_the_unresolved_list() -> None:
+    decision = decide_document_check(
+        [
+            case(["LOSS_STATEMENT"]),
+            policy(),
+            docs(["DOC-A", "DOC-B"]),
+            resolved("DOC-A", "ACCIDENT_CERTIFICATE"),
+        ]
+    )
+
+    assert isinstance(decision, NeedsHuman)
+    assert decision.result is not None
+    assert decision.result["unresolved_document_ids"] == ["DOC-B"]
+    assert decision.result["missing_document_codes"] == ["IDENTITY_DOCUMENT"]
+
+
+def test_a_final_answer_cites_every_code_id_and_ref_it_states() -> None:
+    decision = decide_document_check(
+        [
+            case(["IDENTITY_DOCUMENT", "LOSS_STATEMENT"]),
+            policy(),
+            docs(["DOC-C102-003", "DOC-C102-009"]),
+            resolved("DOC-C102-003", "ACCIDENT_CERTIFICATE"),
+            unresolved("DOC-C102-009"),
+        ]
+    )
+
+    assert isinstance(decision, Final)
+    assert sorted(decision.citations) == sorted(
+        [
+            "IDENTITY_DOCUMENT",
+            "LOSS_STATEMENT",
+            "ACCIDENT_CERTIFICATE",
+            "DOC-C102-009",
+            CASE_REF,
+            POLICY_REF,
+            "evidence://C-102/DOC-C102-003@1",
+        ]
+    )
+
+
+def test_a_complete_case_without_listing_cites_its_received_codes_and_both_refs() -> None:
+    decision = decide_document_check([case(REQUIRED), policy()])
+
+    assert isinstance(decision, Final)
+    assert sorted(decision.citations) == sorted([*REQUIRED, CASE_REF, POLICY_REF])

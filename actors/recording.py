@@ -1,0 +1,51 @@
+"""Every transition is applied in memory, then persisted, then adopted — in that order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+from pydantic import JsonValue
+
+from dag.events import RunEvent, RunFinished
+from dag.run_state import RunState, apply
+from dag.states import RunStatus, StopReason
+
+
+class EventSink(Protocol):
+    async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None: ...
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunRecorder:
+    """A run's state and its event cursor. Nothing acts on a transition before it is stored."""
+
+    def __init__(self, state: RunState, last_seq: int, sink: EventSink) -> None:
+        self.state = state
+        self.last_seq = last_seq
+        self._sink = sink
+
+    async def record(self, *events: RunEvent) -> None:
+        if not events:
+            return
+        state = self.state
+        for event in events:
+            state = apply(state, event)  # raises IllegalTransition before anything is written
+        await self._sink.append(state, self.last_seq + 1, events)
+        self.state = state
+        self.last_seq += len(events)
+
+    async def finish(
+        self,
+        status: RunStatus,
+        reason: StopReason | None,
+        detail: str | None,
+        result: dict[str, JsonValue] | None = None,
+    ) -> None:
+        await self.record(
+            RunFinished(at=now(), status=status, stop_reason=reason, detail=detail, result=result)
+        )

@@ -1,0 +1,418 @@
+"""RunDriver under failure and pressure: retries, the circuit breaker, max_parallel, the deadline, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from typing import Any
+
+import pytest
+from runner_fakes import (
+    CASE_ARGS,
+    RUN_ID,
+    TOKENS,
+    WAIT_S,
+    Decide,
+    Propose,
+    RecordingSink,
+    Scripted,
+    ScriptedExecutor,
+    ScriptedPlanner,
+    assert_log_rebuilds,
+    c102_script,
+    call_key,
+    drive,
+    driver,
+    failure,
+    ok,
+    only,
+    policy_node,
+    run_created,
+    snapshot_node,
+    transient,
+)
+
+from actors.runner import RunDriver
+from dag.budget import Budgets
+from dag.events import (
+    ErrorKind,
+    JoinStarted,
+    NodeDenied,
+    NodeDispatched,
+    NodeFailed,
+    NodeRetryScheduled,
+    NodeSucceeded,
+)
+from dag.health import ToolHealth
+from dag.retry import RetryPolicy
+from dag.states import NodeStatus, RunStatus, StopReason
+from mcp_server.contracts import CASEOPS_TOOLS, GET_CASE_SNAPSHOT
+from planner import Final, NeedsHuman
+from planner.conformance import CASE_TOOL, POLICY_TOOL
+from tests.c102 import C102_RESULT, CASE_OUTPUT, POLICY_OUTPUT
+
+SNAPSHOT_ONLY = {"nodes": [snapshot_node("case")]}
+
+
+def snapshot_run(
+    *answers: Scripted, **driver_options: Any
+) -> tuple[RecordingSink, ScriptedExecutor, ScriptedPlanner, RunDriver]:
+    """A run of one snapshot node whose call gets ``answers`` in turn; the planner then accepts anything."""
+    sink = RecordingSink()
+    executor = ScriptedExecutor({call_key(CASE_TOOL, CASE_ARGS): list(answers)})
+    planner = ScriptedPlanner(Propose(SNAPSHOT_ONLY), Decide(Final({}, citations=[])))
+    return sink, executor, planner, driver(sink, executor, planner, **driver_options)
+
+
+def attempts_of(sink: RecordingSink, node_id: str) -> list[int]:
+    return [event.attempt for event in sink.of(NodeDispatched, node_id)]
+
+
+# ---------------------------------------------------------------- retries
+
+
+async def test_a_transient_failure_is_retried_and_succeeds_on_the_second_attempt() -> None:
+    sink, executor, planner, run = snapshot_run(Scripted(transient()), Scripted(ok(CASE_OUTPUT)))
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    [retry] = sink.of(NodeRetryScheduled, "case")
+    assert (retry.attempt, retry.error.code) == (1, "UPSTREAM_DOWN")
+    assert attempts_of(sink, "case") == [1, 2]
+    case = final.nodes["case"]
+    assert (case.status, case.attempts, case.output) == (NodeStatus.SUCCEEDED, 2, CASE_OUTPUT)
+    assert [call.attempt for call in executor.calls] == [1, 2]
+    assert [TOKENS.verify(call.token).task_id for call in executor.calls] == [
+        f"{RUN_ID}/case/1",
+        f"{RUN_ID}/case/2",
+    ]
+    assert final.status is RunStatus.COMPLETED
+    executor.assert_done()
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+@pytest.mark.parametrize("kind", sorted(set(ErrorKind) - {ErrorKind.TRANSIENT}))
+async def test_a_failure_that_is_not_transient_is_not_retried(kind: ErrorKind) -> None:
+    refused = failure(kind, "REFUSED", "the tool refused")
+    sink, executor, planner, run = snapshot_run(Scripted(refused))
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    assert sink.of(NodeRetryScheduled) == []
+    assert attempts_of(sink, "case") == [1]
+    assert (final.nodes["case"].status, final.nodes["case"].error) == (NodeStatus.FAILED, refused.error)
+    executor.assert_done()  # a second call would have been unscripted
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_tool_that_keeps_failing_transiently_fails_after_its_max_attempts() -> None:
+    sink, executor, planner, run = snapshot_run(*(Scripted(transient(f"DOWN_{n}")) for n in (1, 2, 3)))
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    assert CASEOPS_TOOLS[CASE_TOOL].max_attempts == 3
+    assert [event.attempt for event in sink.of(NodeRetryScheduled, "case")] == [1, 2]
+    assert attempts_of(sink, "case") == [1, 2, 3]
+    [failed] = sink.of(NodeFailed, "case")
+    assert failed.error.code == "DOWN_3"  # the last attempt's error is the node's
+    assert (final.nodes["case"].status, final.nodes["case"].attempts) == (NodeStatus.FAILED, 3)
+    executor.assert_done()
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_tool_allowed_one_attempt_is_not_retried_after_a_transient_failure() -> None:
+    once = dataclasses.replace(GET_CASE_SNAPSHOT, max_attempts=1)
+    catalogue = {**CASEOPS_TOOLS, CASE_TOOL: once}
+    sink, executor, planner, run = snapshot_run(Scripted(transient()), catalogue=catalogue)
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    assert sink.of(NodeRetryScheduled) == []
+    assert final.nodes["case"].status is NodeStatus.FAILED
+    executor.assert_done()
+    planner.assert_done()
+
+
+async def test_a_call_that_outlives_its_timeout_fails_as_a_transient_timeout() -> None:
+    quick = dataclasses.replace(GET_CASE_SNAPSHOT, timeout_s=0.05, max_attempts=1)
+    _, executor, planner, run = snapshot_run(
+        Scripted(ok(CASE_OUTPUT), gate=asyncio.Event()), catalogue={**CASEOPS_TOOLS, CASE_TOOL: quick}
+    )
+    run.context.call_slack_s = 0.05  # the production slack is 5 s on top of the contract's timeout
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    error = final.nodes["case"].error
+    assert error is not None
+    assert (error.kind, error.code) == (ErrorKind.TRANSIENT, "TIMEOUT")
+    assert executor.cancelled == ["case"]
+    executor.assert_done()
+    planner.assert_done()
+
+
+async def test_a_retry_is_authorized_again_and_fails_if_the_circuit_opened_meanwhile() -> None:
+    health = ToolHealth(threshold=1, cooloff_s=600.0)  # the first transient failure opens the circuit
+    sink, executor, planner, run = snapshot_run(Scripted(transient()), health=health)
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    assert [event.attempt for event in sink.of(NodeRetryScheduled, "case")] == [1]
+    assert attempts_of(sink, "case") == [1]
+    error = final.nodes["case"].error
+    assert error is not None
+    assert (error.kind, error.code) == (ErrorKind.AUTHORIZATION, "tool.unhealthy")
+    assert final.nodes["case"].status is NodeStatus.FAILED
+    executor.assert_done()
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+class SlowRetry(RetryPolicy):
+    """Every retry waits 5 s: long enough to act while it waits."""
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return 5.0
+
+
+async def test_cancelling_while_a_retry_waits_ends_the_run_without_another_attempt() -> None:
+    sink, executor, planner, run = snapshot_run(Scripted(transient()), retry=SlowRetry())
+    created = run_created(planner="scripted")
+    cancel = asyncio.Event()
+    running = asyncio.create_task(drive(run, created, cancel))
+    await sink.reached(
+        lambda state: "case" in state.nodes and state.nodes["case"].status is NodeStatus.RETRYING
+    )
+
+    cancel.set()
+    final = await running
+
+    assert (final.status, final.stop_reason) == (RunStatus.CANCELLED, StopReason.CANCELLED)
+    assert attempts_of(sink, "case") == [1]
+    assert final.nodes["case"].status is NodeStatus.CANCELLED
+    executor.assert_done()
+    assert planner.errors == []
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- the circuit breaker
+
+
+async def test_an_open_circuit_denies_the_next_runs_node_for_that_tool_with_tool_unhealthy() -> None:
+    health = ToolHealth(threshold=3, cooloff_s=600.0)
+    _, executor, planner, run = snapshot_run(*(Scripted(transient()) for _ in range(3)), health=health)
+    first = await drive(run, run_created(planner="scripted"))
+    assert first.nodes["case"].status is NodeStatus.FAILED
+    assert health.unhealthy(time.monotonic()) == frozenset({CASE_TOOL})
+
+    # The same driver (and so the same breaker) takes the next run: nothing of it reaches the tool.
+    next_sink, next_executor = RecordingSink(), ScriptedExecutor(only("policy"))
+    next_planner = ScriptedPlanner(
+        Propose({"nodes": [snapshot_node("case"), policy_node("policy")]}), Decide(Final({}, citations=[]))
+    )
+    second = driver(next_sink, next_executor, next_planner, health=health)
+    created = run_created(planner="scripted")
+    final = await drive(second, created)
+
+    [denied] = next_sink.of(NodeDenied)
+    assert (denied.node_id, denied.decision.rule_id) == ("case", "tool.unhealthy")
+    assert next_executor.called == ["policy"]
+    assert CASE_TOOL not in {tool.name for tool in next_planner.proposing[0].tools}
+    executor.assert_done()
+    next_executor.assert_done()
+    planner.assert_done()
+    next_planner.assert_done()
+    assert_log_rebuilds(next_sink, created, final)
+
+
+async def test_business_failures_never_open_the_circuit() -> None:
+    health = ToolHealth(threshold=1, cooloff_s=600.0)
+    refused = failure(ErrorKind.BUSINESS, "CASE_ARCHIVED", "the case is archived")
+    _, executor, planner, run = snapshot_run(Scripted(refused), health=health)
+
+    await drive(run, run_created(planner="scripted"))
+
+    assert health.unhealthy(time.monotonic()) == frozenset()
+    executor.assert_done()
+    planner.assert_done()
+
+
+# ---------------------------------------------------------------- max_parallel
+
+
+def held_c102_script() -> dict[tuple[str, str], Scripted]:
+    """The C-102 calls, each kept in flight for a moment so that overlapping calls would be seen."""
+    return {key: dataclasses.replace(step, hold_s=0.01) for key, step in c102_script().items()}
+
+
+async def test_max_parallel_one_never_has_two_calls_in_flight() -> None:
+    sink, executor = RecordingSink(), ScriptedExecutor(held_c102_script())
+    created = run_created(budgets=Budgets(max_parallel=1))
+
+    final = await drive(driver(sink, executor), created)
+
+    assert executor.most_in_flight == 1
+    assert final.status is RunStatus.COMPLETED
+    assert final.result == C102_RESULT
+    for _, _, state in sink.appends:  # nor does any recorded state have two nodes running
+        assert len(state.in_flight()) <= 1
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_max_parallel_one_holds_for_a_retry_too() -> None:
+    # "case" fails and waits for its retry while "policy" takes the one slot: the retry must wait for it.
+    planner = ScriptedPlanner(
+        Propose({"nodes": [snapshot_node("case"), policy_node("policy")]}), Decide(Final({}, citations=[]))
+    )
+    script: dict[Any, Any] = {
+        call_key(CASE_TOOL, CASE_ARGS): [Scripted(transient()), Scripted(ok(CASE_OUTPUT))],
+        call_key(POLICY_TOOL, CASE_ARGS): Scripted(ok(POLICY_OUTPUT), hold_s=0.1),
+    }
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created(planner="scripted", budgets=Budgets(max_parallel=1))
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert attempts_of(sink, "case") == [1, 2]
+    assert executor.most_in_flight == 1
+    assert final.status is RunStatus.COMPLETED
+    planner.assert_done()
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_without_a_tight_max_parallel_the_independent_reads_overlap() -> None:
+    # The control for the test above: the same script does overlap when the budget allows it.
+    sink, executor = RecordingSink(), ScriptedExecutor(held_c102_script())
+    created = run_created(budgets=Budgets(max_parallel=16))
+
+    final = await drive(driver(sink, executor), created)
+
+    assert executor.most_in_flight == 3
+    assert final.status is RunStatus.COMPLETED
+    executor.assert_done()
+
+
+# ---------------------------------------------------------------- the deadline
+
+
+async def test_the_deadline_stops_a_run_whose_call_blocks_and_cancels_the_call() -> None:
+    planner = ScriptedPlanner(
+        Propose({"nodes": [snapshot_node("case"), policy_node("policy")]}),
+        Decide(NeedsHuman(StopReason.INSUFFICIENT_EVIDENCE, "no case snapshot")),
+    )
+    script = only("policy")
+    script[call_key(CASE_TOOL, CASE_ARGS)] = Scripted(ok(CASE_OUTPUT), gate=asyncio.Event())  # never opened
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created(planner="scripted", budgets=Budgets(deadline_s=0.5))
+
+    started = time.monotonic()
+    final = await drive(driver(sink, executor, planner), created)
+    elapsed = time.monotonic() - started
+
+    assert (final.status, final.stop_reason) == (RunStatus.STOPPED, StopReason.DEADLINE_EXCEEDED)
+    assert final.detail == "the run's deadline of 0.5s passed"
+    assert 0.3 <= elapsed < 1.5
+    async with asyncio.timeout(WAIT_S):
+        await executor.settled["case"].wait()
+    assert executor.cancelled == ["case"]
+    assert final.nodes["case"].status is NodeStatus.CANCELLED
+    assert final.nodes["policy"].status is NodeStatus.SUCCEEDED
+    [join] = sink.of(JoinStarted)
+    assert join.reason == final.detail  # the planner was still asked once, and told why
+    planner.assert_done()
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_run_cut_short_by_the_deadline_completes_if_the_planner_still_has_a_verified_answer() -> None:
+    planner = ScriptedPlanner(
+        Propose({"nodes": [snapshot_node("case"), policy_node("policy")]}),
+        Decide(Final({"policy": POLICY_OUTPUT["evidence_ref"]}, citations=[POLICY_OUTPUT["evidence_ref"]])),
+    )
+    script = only("policy")
+    script[call_key(CASE_TOOL, CASE_ARGS)] = Scripted(ok(CASE_OUTPUT), gate=asyncio.Event())
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created(planner="scripted", budgets=Budgets(deadline_s=0.3))
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert (final.status, final.stop_reason) == (RunStatus.COMPLETED, None)
+    assert final.detail == "the run's deadline of 0.3s passed"
+    assert final.result == {"policy": POLICY_OUTPUT["evidence_ref"]}
+    assert final.nodes["case"].status is NodeStatus.CANCELLED
+    planner.assert_done()
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+# ---------------------------------------------------------------- cancellation
+
+
+async def test_cancelling_mid_round_ends_the_run_cancelled_and_dispatches_nothing_afterwards() -> None:
+    # max_parallel=1 keeps "policy" waiting for the blocked "case": it is what would run next.
+    planner = ScriptedPlanner(Propose({"nodes": [snapshot_node("case"), policy_node("policy")]}))
+    script = only("policy")
+    script[call_key(CASE_TOOL, CASE_ARGS)] = Scripted(ok(CASE_OUTPUT), gate=asyncio.Event())
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created(planner="scripted", budgets=Budgets(max_parallel=1))
+    cancel = asyncio.Event()
+    running = asyncio.create_task(drive(driver(sink, executor, planner), created, cancel))
+    async with asyncio.timeout(WAIT_S):
+        await executor.invoked["case"].wait()
+    dispatched_before = len(sink.of(NodeDispatched))
+
+    cancel.set()
+    final = await running
+
+    assert (final.status, final.stop_reason) == (RunStatus.CANCELLED, StopReason.CANCELLED)
+    async with asyncio.timeout(WAIT_S):
+        await executor.settled["case"].wait()
+    assert executor.cancelled == ["case"]
+    assert executor.called == ["case"]
+    assert dispatched_before == 1
+    assert len(sink.of(NodeDispatched)) == 1
+    assert sink.of(NodeSucceeded) == []
+    assert sink.of(JoinStarted) == []  # a cancelled run does not ask the planner for a verdict
+    assert {node.status for node in final.nodes.values()} == {NodeStatus.CANCELLED}
+    assert executor.unused == [call_key(POLICY_TOOL, CASE_ARGS)]
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_cancelling_while_the_planner_thinks_ends_the_run_cancelled_before_any_plan() -> None:
+    class SlowPlanner(ScriptedPlanner):
+        def __init__(self) -> None:
+            super().__init__()
+            self.started = asyncio.Event()
+
+        async def propose(self, context: Any) -> Any:
+            self.started.set()
+            await asyncio.Event().wait()  # never answers
+
+    planner = SlowPlanner()
+    sink, executor = RecordingSink(), ScriptedExecutor({})
+    created = run_created(planner="scripted")
+    cancel = asyncio.Event()
+    running = asyncio.create_task(drive(driver(sink, executor, planner), created, cancel))
+    async with asyncio.timeout(WAIT_S):
+        await planner.started.wait()
+
+    cancel.set()
+    final = await running
+
+    assert (final.status, final.stop_reason) == (RunStatus.CANCELLED, StopReason.CANCELLED)
+    assert final.nodes == {}
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
