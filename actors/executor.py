@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from actors.mcp_client import ToolCall, ToolOutcome
+from dag.contracts import ToolCatalogue
 from dag.events import ErrorKind, NodeError
 
 
@@ -21,7 +22,8 @@ class ToolExecutor(Protocol):
 class RayToolExecutor:
     """One Ray task per tool call, named ``tool:<tool>:<node>`` for the dashboard."""
 
-    def __init__(self, num_cpus: float = 0.05) -> None:
+    def __init__(self, catalogue: ToolCatalogue, num_cpus: float = 0.05) -> None:
+        self._catalogue = catalogue
         self._num_cpus = num_cpus
 
     async def run(self, call: ToolCall) -> ToolOutcome:
@@ -32,7 +34,7 @@ class RayToolExecutor:
 
         ref = execute_tool_call.options(
             name=f"tool:{call.tool}:{call.node_id}", num_cpus=self._num_cpus
-        ).remote(call)
+        ).remote(call, self._catalogue[call.tool])
         started = datetime.now(UTC)
         try:
             outcome: ToolOutcome = await ref

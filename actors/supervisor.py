@@ -53,7 +53,7 @@ class RunSupervisor:
                 pool = await create_pool(config.dsn, max_size=config.pool_size)
                 self._fresh = RunService(
                     pool=pool,
-                    executor=RayToolExecutor(),
+                    executor=RayToolExecutor(CASEOPS_TOOLS),
                     catalogue=CASEOPS_TOOLS,
                     planners={name: planner() for name, planner in PLANNERS.items()},
                     tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),

@@ -7,10 +7,13 @@ import asyncio
 import ray
 
 from actors.mcp_client import ToolCall, ToolOutcome, call_tool
-from mcp_server.contracts import CASEOPS_TOOLS
+from dag.contracts import ToolContract
 
 
 @ray.remote(num_cpus=0.05, max_retries=0)
-def execute_tool_call(call: ToolCall) -> ToolOutcome:
-    """Fractional CPUs: tool calls wait on I/O, so many share a core. Retries are the supervisor's decision."""
-    return asyncio.run(call_tool(call, CASEOPS_TOOLS))
+def execute_tool_call(call: ToolCall, contract: ToolContract) -> ToolOutcome:
+    """Fractional CPUs: tool calls wait on I/O, so many share a core. Retries are the supervisor's decision.
+
+    The contract travels with the call so the worker checks the output against the tool's declared model.
+    """
+    return asyncio.run(call_tool(call, {contract.name: contract}))

@@ -10,9 +10,10 @@ import asyncio
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 from mcp.server.mcpserver import MCPServer
@@ -27,7 +28,6 @@ from dag.fingerprint import canonical_json
 from mcp_server.auth import ASGIApp, TaskTokenAuth, require_claims
 from mcp_server.caseops import CaseopsError, CaseopsRepository, case_not_found
 from mcp_server.contracts import (
-    CASEOPS_TOOLS,
     GET_CASE_SNAPSHOT,
     GET_POLICY_REQUIREMENTS,
     LIST_UNCLASSIFIED_DOCUMENTS,
@@ -83,21 +83,73 @@ def _annotations(contract: ToolContract) -> ToolAnnotations:
     )
 
 
-def _tool_from_contract(contract: ToolContract, fn: Callable[..., Awaitable[object]]) -> Tool:
-    """A tool whose inputs, input validation and output schema all come from the contract.
+ToolHandler = Callable[[TaskClaims, Any], Awaitable[BaseModel]]
+"""Serves one call: the verified claims and the validated input model in, the output model out."""
+
+ToolBinding = tuple[ToolContract, ToolHandler]
+
+
+def caseops_bindings(backend: _Backend) -> list[ToolBinding]:
+    """The four caseops tools; every query is scoped to the token's tenant."""
+    repository = backend.repository
+    return [
+        (GET_CASE_SNAPSHOT, lambda claims, args: repository().case_snapshot(claims.tenant_id, args.case_id)),
+        (
+            GET_POLICY_REQUIREMENTS,
+            lambda claims, args: repository().policy_requirements(claims.tenant_id, args.case_id),
+        ),
+        (
+            LIST_UNCLASSIFIED_DOCUMENTS,
+            lambda claims, args: repository().unclassified_documents(claims.tenant_id, args.case_id),
+        ),
+        (
+            RESOLVE_DOCUMENT_ALIAS,
+            lambda claims, args: repository().resolve_document_alias(
+                claims.tenant_id, args.case_id, args.document_id
+            ),
+        ),
+    ]
+
+
+def _guarded_tool(contract: ToolContract, handler: ToolHandler, backend: _Backend) -> Tool:
+    """A tool whose inputs, input validation and output schema all come from the contract, and whose every
+    call passes the token checks first.
 
     The contract's input model forbids unknown fields, so the published ``inputSchema`` carries
     ``additionalProperties: false`` and the server rejects what the schema does not allow.
     """
-    signature = Tool.from_function(fn, name=contract.name)
-    if set(signature.fn_metadata.arg_model.model_fields) != set(contract.input_model.model_fields):
-        raise TypeError(f"{fn.__name__} does not take exactly the inputs of {contract.name}")
+    name = contract.name
+
+    async def call(**arguments: Any) -> BaseModel | CallToolResult:
+        claims = require_claims()
+        backend.calls[name] += 1
+        if backend.config.latency_ms:
+            await asyncio.sleep(backend.config.latency_ms / 1000)
+        try:
+            if name != claims.tool:
+                raise CaseopsError(
+                    "TOKEN_NOT_FOR_TOOL", f"the task token was minted for another tool than {name}"
+                )
+            case_id = arguments.get("case_id")
+            if "case_id" in contract.run_bound and case_id != claims.case_id:
+                raise case_not_found(str(case_id))  # a token is bound to one case; others do not exist for it
+            if contract.scope not in claims.scopes:
+                raise CaseopsError(
+                    "INSUFFICIENT_SCOPE", f"{name} needs scope {contract.scope!r}, which the token lacks"
+                )
+            if backend.calls[name] <= backend.config.faults.get(name, 0):
+                raise CaseopsError("UPSTREAM_UNAVAILABLE", "the upstream system is unavailable; retry later")
+            backend.executions[(claims.tenant_id, str(case_id), name)] += 1
+            return await handler(claims, contract.input_model.model_validate(arguments))
+        except CaseopsError as error:
+            return _error_result(error)
+
     arg_model: type[ArgModelBase] = type(
         f"{contract.input_model.__name__}Arguments", (contract.input_model, ArgModelBase), {}
     )
     return Tool(
-        fn=fn,
-        name=contract.name,
+        fn=call,
+        name=name,
         description=contract.description,
         parameters=arg_model.model_json_schema(),
         fn_metadata=FuncMetadata(arg_model=arg_model, output_model=contract.output_model),
@@ -106,69 +158,10 @@ def _tool_from_contract(contract: ToolContract, fn: Callable[..., Awaitable[obje
     )
 
 
-def build_mcp_server(backend: _Backend) -> MCPServer:
-    async def call(
-        tool: str, case_id: str, run: Callable[[CaseopsRepository, TaskClaims], Awaitable[BaseModel]]
-    ) -> BaseModel | CallToolResult:
-        claims = require_claims()
-        backend.calls[tool] += 1
-        if backend.config.latency_ms:
-            await asyncio.sleep(backend.config.latency_ms / 1000)
-        try:
-            if tool != claims.tool:
-                raise CaseopsError(
-                    "TOKEN_NOT_FOR_TOOL", f"the task token was minted for another tool than {tool}"
-                )
-            if case_id != claims.case_id:
-                raise case_not_found(case_id)  # a token is bound to one case; others do not exist for it
-            scope = CASEOPS_TOOLS[tool].scope
-            if scope not in claims.scopes:
-                raise CaseopsError(
-                    "INSUFFICIENT_SCOPE", f"{tool} needs scope {scope!r}, which the token lacks"
-                )
-            if backend.calls[tool] <= backend.config.faults.get(tool, 0):
-                raise CaseopsError("UPSTREAM_UNAVAILABLE", "the upstream system is unavailable; retry later")
-            backend.executions[(claims.tenant_id, case_id, tool)] += 1
-            return await run(backend.repository(), claims)
-        except CaseopsError as error:
-            return _error_result(error)
-
-    async def caseops_get_case_snapshot(case_id: str) -> object:
-        return await call(
-            GET_CASE_SNAPSHOT.name,
-            case_id,
-            lambda repo, claims: repo.case_snapshot(claims.tenant_id, case_id),
-        )
-
-    async def caseops_get_policy_requirements(case_id: str) -> object:
-        return await call(
-            GET_POLICY_REQUIREMENTS.name,
-            case_id,
-            lambda repo, claims: repo.policy_requirements(claims.tenant_id, case_id),
-        )
-
-    async def caseops_list_unclassified_documents(case_id: str) -> object:
-        return await call(
-            LIST_UNCLASSIFIED_DOCUMENTS.name,
-            case_id,
-            lambda repo, claims: repo.unclassified_documents(claims.tenant_id, case_id),
-        )
-
-    async def caseops_resolve_document_alias(case_id: str, document_id: str) -> object:
-        return await call(
-            RESOLVE_DOCUMENT_ALIAS.name,
-            case_id,
-            lambda repo, claims: repo.resolve_document_alias(claims.tenant_id, case_id, document_id),
-        )
-
+def build_mcp_server(backend: _Backend, extra: Sequence[ToolBinding] = ()) -> MCPServer:
     tools = [
-        _tool_from_contract(contract, fn)
-        for contract, fn in (
-            (GET_CASE_SNAPSHOT, caseops_get_case_snapshot),
-            (GET_POLICY_REQUIREMENTS, caseops_get_policy_requirements),
-            (LIST_UNCLASSIFIED_DOCUMENTS, caseops_list_unclassified_documents),
-            (RESOLVE_DOCUMENT_ALIAS, caseops_resolve_document_alias),
-        )
+        _guarded_tool(contract, handler, backend)
+        for contract, handler in (*caseops_bindings(backend), *extra)
     ]
     return MCPServer("raydag-caseops", version="1.0.0", log_level="WARNING", tools=tools)
 
@@ -180,9 +173,10 @@ class ToolServer:
     that app's own lifespan (a mounted app's lifespan is not run by Starlette).
     """
 
-    def __init__(self, config: ToolServerConfig) -> None:
+    def __init__(self, config: ToolServerConfig, extra_tools: Sequence[ToolBinding] = ()) -> None:
+        """``extra_tools`` are served beside caseops, behind the same token checks (benchmarks use this)."""
         self._backend = _Backend(config)
-        self.mcp = build_mcp_server(self._backend)
+        self.mcp = build_mcp_server(self._backend, extra_tools)
         inner = self.mcp.streamable_http_app(
             streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host="127.0.0.1"
         )
