@@ -27,6 +27,7 @@ from actors.runtime import database, prepare_database
 from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
 from actors.settings import ApiKeyGrant, Settings
 from actors.store.database import create_pool
+from actors.store.resilience import DatabaseUnavailable
 from actors.store.runs import RunStore
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from actors.views import event_view, load_state, nodes_view, run_view
@@ -54,6 +55,9 @@ class ApiConfig:
     pool_size: int = 4
     tool_latency_ms: int = 0
     max_body_bytes: int = 2 * 1024 * 1024
+    planners: tuple[str, ...] = ()
+    outbox_webhook_url: str | None = None
+    lease_s: float = 15.0
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
     @classmethod
@@ -70,6 +74,9 @@ class ApiConfig:
             pool_size=settings.db_pool_size,
             tool_latency_ms=settings.tool_latency_ms,
             tenant_tools=settings.tenant_tool_grants(),
+            planners=settings.planner_paths(),
+            outbox_webhook_url=settings.outbox_webhook_url,
+            lease_s=settings.lease_s,
         )
 
     def supervisor_config(self) -> SupervisorConfig:
@@ -80,6 +87,9 @@ class ApiConfig:
             limits=self.limits,
             pool_size=self.pool_size,
             tenant_tools=self.tenant_tools,
+            planners=self.planners,
+            outbox_webhook_url=self.outbox_webhook_url,
+            lease_s=self.lease_s,
         )
 
 
@@ -229,6 +239,10 @@ def create_app(config: ApiConfig) -> FastAPI:
         problem = Problem(exc.status_code, "http-error", str(exc.detail), headers=dict(exc.headers or {}))
         return problem.response(request.url.path)
 
+    @app.exception_handler(DatabaseUnavailable)
+    async def on_database_down(request: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        return _unavailable().response(request.url.path)
+
     @app.exception_handler(Exception)
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
@@ -256,6 +270,17 @@ def create_app(config: ApiConfig) -> FastAPI:
         row = await state.store.run_row(principal, run_id)
         if row is None:
             raise Problem(404, "run-not-found", "no run with this id was found")
+        return row
+
+    async def history_or_410(principal: Principal, run_id: str) -> dict[str, Any]:
+        row = await run_or_404(principal, run_id)
+        if row["pruned_at"] is not None:
+            raise Problem(
+                410,
+                "history-pruned",
+                f"the run's events were removed by retention on {row['pruned_at'].isoformat()}; "
+                "its summary and result remain at /runs/{run_id}",
+            )
         return row
 
     @app.get("/healthz", include_in_schema=False)
@@ -297,12 +322,13 @@ def create_app(config: ApiConfig) -> FastAPI:
 
     @app.get("/runs/{run_id}/nodes")
     async def get_nodes(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
-        row = await run_or_404(principal, run_id)
-        return nodes_view(await load_state(state.store, str(row["run_id"])), CASEOPS_TOOLS)
+        row = await history_or_410(principal, run_id)
+        run = str(row["run_id"])
+        return nodes_view(await load_state(state.store, run), CASEOPS_TOOLS, await state.store.ledger(run))
 
     @app.get("/runs/{run_id}/events")
     async def get_events(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
-        row = await run_or_404(principal, run_id)
+        row = await history_or_410(principal, run_id)
         return [event_view(stored) for stored in await state.store.events(str(row["run_id"]))]
 
     @app.post("/runs/{run_id}/cancel")
@@ -317,6 +343,18 @@ def create_app(config: ApiConfig) -> FastAPI:
         return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
 
     return app
+
+
+RETRY_AFTER_S = 5
+
+
+def _unavailable() -> Problem:
+    return Problem(
+        503,
+        "database-unavailable",
+        "the run store cannot be reached; nothing was accepted, retry later",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 def _raise_for_submission(submitted: SubmitResult) -> None:
@@ -338,6 +376,8 @@ def _raise_for_submission(submitted: SubmitResult) -> None:
             raise Problem(422, "plan-invalid", submitted.error["message"], plan_error=submitted.error)
         case Submission.UNKNOWN_PLANNER:
             raise Problem(422, "unknown-planner", "the planner is not available", **(submitted.error or {}))
+        case Submission.UNAVAILABLE:
+            raise _unavailable()
         case Submission.BUDGET_ABOVE_LIMIT:
             error = submitted.error or {}
             raise Problem(422, "budget-above-limit", str(error.get("message")), above=error.get("above"))

@@ -114,6 +114,37 @@ def seed(
 
 
 @app.command()
+def prune(
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="Age of finished runs to prune: 30d, 12h, 90m…")
+    ],
+) -> None:
+    """Remove the events of runs that finished longer ago than the window; summaries and results stay."""
+    from actors.runtime import database, prepare_database
+    from actors.store.database import create_pool
+    from actors.store.retention import parse_duration
+    from actors.store.retention import prune as prune_runs
+
+    try:
+        window = parse_duration(older_than)
+    except ValueError as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+    async def run(dsn: str) -> tuple[int, int]:
+        await prepare_database(dsn)
+        pool = await create_pool(dsn, max_size=1)
+        try:
+            return await prune_runs(pool, window)
+        finally:
+            await pool.close()
+
+    with database(_settings()) as dsn:
+        runs, events = asyncio.run(run(dsn))
+    console.print(f"pruned {events} events of {runs} runs finished more than {older_than} ago")
+
+
+@app.command()
 def cancel(
     run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
     url: Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")] = "http://127.0.0.1:8000",
@@ -198,6 +229,9 @@ def _run_case(
         case Submission.IDEMPOTENCY_CONFLICT:
             errors.print(f"[red]idempotency key {key!r} was already used for a different request[/red]")
             raise typer.Exit(EXIT_BAD_INPUT)
+        case Submission.UNAVAILABLE:
+            errors.print(f"[red]the database cannot be reached:[/red] {submitted.error}")
+            raise typer.Exit(EXIT_RUN_FAILED)
         case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID | Submission.BUDGET_ABOVE_LIMIT:
             errors.print(f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}")
             raise typer.Exit(EXIT_BAD_INPUT)
@@ -219,7 +253,8 @@ async def _read_report(dsn: str, principal: Any, run_id: str) -> dict[str, Any]:
         store = RunStore(pool)
         row = await store.run_row(principal, run_id)
         assert row is not None
-        return {"run": run_view(row), "nodes": nodes_view(await load_state(store, run_id), CASEOPS_TOOLS)}
+        state = await load_state(store, run_id)
+        return {"run": run_view(row), "nodes": nodes_view(state, CASEOPS_TOOLS, await store.ledger(run_id))}
     finally:
         await pool.close()
 

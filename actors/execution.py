@@ -42,7 +42,7 @@ from dag.policy import Decision, RunAuthority, authorize, observed_values
 from dag.retry import RetryPolicy
 from dag.run_state import RunState
 from dag.scheduler import Expand, Ready, Settle, Skip, Unresolvable, next_steps
-from dag.states import StopReason
+from dag.states import NodeStatus, StopReason
 from dag.validate import check_arguments
 from mcp_server.tokens import TaskTokens
 
@@ -101,6 +101,7 @@ class RoundExecution:
         """Execute until nothing more can run; ``None`` when the round drained, else why it stopped."""
         cancelled = asyncio.create_task(self._cancel.wait())
         try:
+            await self._resume_in_flight()
             while True:
                 if self._cancel.is_set():
                     return Interruption(StopReason.CANCELLED, "the run was cancelled")
@@ -127,6 +128,27 @@ class RoundExecution:
             cancelled.cancel()
             for task in (*self._calls, *self._timers):
                 task.cancel()
+
+    async def _resume_in_flight(self) -> None:
+        """Calls recorded as in flight have no task in this process (a recovered run): dispatch them again.
+
+        They are read-only, so running them twice is safe; the lost attempt is closed in the ledger first.
+        """
+        lost = NodeError(
+            kind=ErrorKind.TRANSIENT,
+            code="SUPERVISOR_RECOVERED",
+            message="the supervisor that dispatched this call stopped before recording its outcome",
+        )
+        running = [node for node in self._run.state.in_flight() if node.status is NodeStatus.RUNNING]
+        await self._run.record(
+            *(
+                NodeRetryScheduled(
+                    at=now(), node_id=node.node_id, attempt=node.attempts, error=lost, delay_s=0.0
+                )
+                for node in running
+            )
+        )
+        self._due.extend(node.node_id for node in self._run.state.in_flight())
 
     async def _step(self) -> Interruption | bool:
         """Record and perform every step that can be taken now; ``True`` if anything happened."""

@@ -8,13 +8,20 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
+from dag.errors import RaydagError
 from dag.events import RunEvent, RunFinished
 from dag.run_state import RunState, apply
 from dag.states import RunStatus, StopReason
 
 
+class LeaseLost(RaydagError):
+    """Another supervisor owns the run now; this one must stop driving it (and record nothing more)."""
+
+
 class EventSink(Protocol):
-    async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None: ...
+    async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:
+        """Persist ``events`` atomically, or raise; ``LeaseLost`` if the run is no longer this owner's."""
+        ...
 
 
 def now() -> datetime:

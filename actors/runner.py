@@ -18,11 +18,11 @@ from typing import Any, TypeVar, assert_never
 from actors.execution import ExecutionContext, Interruption, RoundExecution
 from actors.executor import ToolExecutor
 from actors.mcp_client import MODERN_PROTOCOL
-from actors.recording import EventSink, RunRecorder, now
+from actors.recording import EventSink, LeaseLost, RunRecorder, now
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
 from dag.errors import BudgetExceeded, PlanInvalid
-from dag.events import JoinStarted, PlanAccepted, PlanningStarted
+from dag.events import JoinStarted, PlanAccepted, PlanningStarted, RunRecovered
 from dag.health import ToolHealth
 from dag.plan import Plan
 from dag.policy import effective_tools
@@ -90,11 +90,30 @@ class RunDriver:
             rng=rng if rng is not None else random.Random(),
         )
 
-    async def drive(self, state: RunState, last_seq: int, cancel: asyncio.Event | None = None) -> RunState:
+    async def drive(
+        self,
+        state: RunState,
+        last_seq: int,
+        cancel: asyncio.Event | None = None,
+        *,
+        recovered: tuple[str, str | None] | None = None,
+    ) -> RunState:
+        """Drive a run from whatever state it was recorded in to a terminal one.
+
+        ``recovered`` = (new owner, previous owner) marks a takeover: it is recorded, in-flight calls are
+        dispatched again, and everything else continues from the last recorded transition.
+        """
         run = RunRecorder(state, last_seq, self._sink)
         try:
+            if recovered is not None:
+                in_flight = tuple(node.node_id for node in run.state.in_flight())
+                await run.record(
+                    RunRecovered(
+                        at=now(), owner=recovered[0], previous_owner=recovered[1], redispatched=in_flight
+                    )
+                )
             await self._drive(run, cancel if cancel is not None else asyncio.Event())
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LeaseLost):
             raise
         except Exception:
             log.exception("run %s failed inside the runtime", run.state.run_id)
@@ -107,60 +126,57 @@ class RunDriver:
         return run.state
 
     async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
+        """Each step reads the recorded status and takes the one transition it allows."""
         planner = self._planners[run.state.planner]
         deadline = run.state.created_at + timedelta(seconds=run.state.budgets.deadline_s)
-        replan_reason: str | None = None
-        while True:
-            round_number = run.state.round + 1
-            await run.record(PlanningStarted(at=now(), round=round_number))
-            try:
-                accepted = await self._plan(run, planner, round_number, replan_reason, cancel, deadline)
-            except _Halt as halt:
-                await self._halt(run, halt.interruption)
-                return
-            if not accepted:
-                return
-            interruption = await RoundExecution(run, self.context, cancel, deadline).run()
-            if interruption is not None and interruption.reason is StopReason.CANCELLED:
-                await run.finish(RunStatus.CANCELLED, StopReason.CANCELLED, interruption.detail)
-                return
-            await run.record(
-                JoinStarted(
-                    at=now(), round=round_number, reason=interruption.detail if interruption else None
-                )
-            )
-            try:
-                decision = await _bounded(
-                    planner.decide(self._context(run.state, round_number, None), observations(run.state)),
-                    cancel,
-                    deadline + timedelta(seconds=JOIN_GRACE_S),
-                )
-            except _Halt as halt:
-                await self._halt(run, interruption or halt.interruption)
-                return
-            next_reason = await self._conclude(run, decision, interruption)
-            if next_reason is None:
-                return
-            replan_reason = next_reason
+        while not run.state.status.terminal:
+            state = run.state
+            match state.status:
+                case RunStatus.PENDING:
+                    await run.record(PlanningStarted(at=now(), round=state.round + 1))
+                case RunStatus.PLANNING:
+                    try:
+                        await self._plan(run, planner, cancel, deadline)
+                    except _Halt as halt:
+                        await self._halt(run, halt.interruption)
+                case RunStatus.RUNNING:
+                    interruption = await RoundExecution(run, self.context, cancel, deadline).run()
+                    if interruption is not None and interruption.reason is StopReason.CANCELLED:
+                        await run.finish(RunStatus.CANCELLED, StopReason.CANCELLED, interruption.detail)
+                    else:
+                        await run.record(
+                            JoinStarted(
+                                at=now(),
+                                round=state.round,
+                                interrupted_by=interruption.reason if interruption else None,
+                                reason=interruption.detail if interruption else None,
+                            )
+                        )
+                case RunStatus.JOINING:
+                    try:
+                        decision = await _bounded(
+                            planner.decide(self._context(state), observations(state)),
+                            cancel,
+                            deadline + timedelta(seconds=JOIN_GRACE_S),
+                        )
+                    except _Halt as halt:
+                        await self._halt(run, _interruption_of(state) or halt.interruption)
+                    else:
+                        await self._conclude(run, decision)
+                case _:
+                    raise AssertionError(f"no step from {state.status}")
 
     async def _plan(
-        self,
-        run: RunRecorder,
-        planner: Planner,
-        round_number: int,
-        reason: str | None,
-        cancel: asyncio.Event,
-        deadline: datetime,
-    ) -> bool:
-        """Ask for, validate and accept a plan; ``False`` when the run ended instead."""
+        self, run: RunRecorder, planner: Planner, cancel: asyncio.Event, deadline: datetime
+    ) -> None:
+        """Ask for, validate and accept the current round's plan, or end the run."""
         state = run.state
+        round_number = state.round
         if round_number == 1 and state.proposal is not None:
             proposal: Any = state.proposal
         else:
             try:
-                proposal = await _bounded(
-                    planner.propose(self._context(state, round_number, reason)), cancel, deadline
-                )
+                proposal = await _bounded(planner.propose(self._context(state)), cancel, deadline)
             except _Halt:
                 raise
             except Exception as exc:
@@ -170,7 +186,7 @@ class RunDriver:
                 await run.finish(
                     RunStatus.FAILED, StopReason.PLANNER_ERROR, f"the planner failed: {type(exc).__name__}"
                 )
-                return False
+                return
         budgets = state.budgets
         try:
             plan = validate_plan(
@@ -184,19 +200,17 @@ class RunDriver:
                 budgets.check_plan_size(nodes=state.node_count(), added=len(plan.nodes))
         except PlanInvalid as exc:
             await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(exc.as_dict()))
-            return False
+            return
         except BudgetExceeded as exc:
             await run.finish(
                 RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"replan {round_number}: {exc}"
             )
-            return False
+            return
         await run.record(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
-        return True
 
-    async def _conclude(
-        self, run: RunRecorder, decision: JoinDecision, interruption: Interruption | None
-    ) -> str | None:
-        """Turn the joiner's decision into the run's end, or return the reason for the next round."""
+    async def _conclude(self, run: RunRecorder, decision: JoinDecision) -> None:
+        """Turn the joiner's decision into the run's end, or into its next round."""
+        interruption = _interruption_of(run.state)
         match decision:
             case Final():
                 unsupported = unsupported_citations(decision.citations, run.state)
@@ -208,24 +222,18 @@ class RunDriver:
                         dict(decision.result),
                     )
                 else:  # a run that has its answer completes, even when a budget ran out on the way
-                    await run.finish(
-                        RunStatus.COMPLETED,
-                        None,
-                        interruption.detail if interruption else None,
-                        dict(decision.result),
-                    )
-                return None
+                    detail = interruption.detail if interruption else None
+                    await run.finish(RunStatus.COMPLETED, None, detail, dict(decision.result))
             case NeedsHuman():
                 result = dict(decision.result) if decision.result is not None else None
                 if interruption is not None:
                     await run.finish(RunStatus.STOPPED, interruption.reason, interruption.detail, result)
                 else:
                     await run.finish(RunStatus.NEEDS_HUMAN, decision.stop_reason, decision.detail, result)
-                return None
             case Replan():
                 if interruption is not None:
                     await run.finish(RunStatus.STOPPED, interruption.reason, interruption.detail)
-                    return None
+                    return
                 budgets = run.state.budgets
                 try:
                     budgets.check_stale(stale_replans=run.state.rounds_without_new_evidence())
@@ -234,8 +242,8 @@ class RunDriver:
                     await run.finish(
                         RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"{decision.reason}: {exc}"
                     )
-                    return None
-                return decision.reason
+                    return
+                await run.record(PlanningStarted(at=now(), round=run.state.round + 1, reason=decision.reason))
             case _:
                 assert_never(decision)
 
@@ -243,7 +251,7 @@ class RunDriver:
         status = RunStatus.CANCELLED if interruption.reason is StopReason.CANCELLED else RunStatus.STOPPED
         await run.finish(status, interruption.reason, interruption.detail)
 
-    def _context(self, state: RunState, round_number: int, reason: str | None) -> PlanningContext:
+    def _context(self, state: RunState) -> PlanningContext:
         """What the planner is shown: only the tools this run could use right now, and observations as data."""
         authority = self.context.authority(state)
         tools = [ToolSpec.of(contract) for contract in effective_tools(authority, self._catalogue).values()]
@@ -251,10 +259,17 @@ class RunDriver:
             case_id=state.case_id,
             goal=state.goal,
             tools=tools,
-            round=round_number,
+            round=state.round,
             observations=tuple(observations(state)),
-            replan_reason=reason,
+            replan_reason=state.replan_reason,
         )
+
+
+def _interruption_of(state: RunState) -> Interruption | None:
+    """The hard limit that ended the round being joined, as recorded in its ``join_started``."""
+    if state.interrupted_by is None:
+        return None
+    return Interruption(state.interrupted_by, state.interruption_detail or state.interrupted_by.value)
 
 
 async def _bounded(work: Awaitable[_T], cancel: asyncio.Event, deadline: datetime) -> _T:

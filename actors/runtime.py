@@ -108,6 +108,10 @@ def local_runtime(
             token_key=token_key,
             limits=settings.budgets,
             pool_size=settings.db_pool_size,
+            tenant_tools=settings.tenant_tool_grants(),
+            lease_s=settings.lease_s,
+            planners=settings.planner_paths(),
+            outbox_webhook_url=settings.outbox_webhook_url,
         )
         supervisor = get_or_create_supervisor(
             config, name=f"{settings.supervisor_name}-cli-{os.getpid()}", detached=False

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -14,8 +14,11 @@ from typing import Any
 import asyncpg
 
 from actors.executor import ToolExecutor
-from actors.recording import now
+from actors.recording import LeaseLost, now
 from actors.runner import RunDriver
+from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
+from actors.store.ownership import Leases
+from actors.store.resilience import DatabaseUnavailable
 from actors.store.runs import Creation, RunStore
 from dag.budget import BudgetAboveLimit, BudgetRequest, Budgets
 from dag.contracts import ToolCatalogue
@@ -25,7 +28,7 @@ from dag.fingerprint import sha256_hex
 from dag.health import ToolHealth
 from dag.plan import Plan
 from dag.policy import Principal
-from dag.run_state import RunState, apply
+from dag.run_state import RunState, apply, fold
 from dag.states import RunStatus
 from dag.validate import validate_plan
 from mcp_server.tokens import TaskTokens
@@ -72,6 +75,8 @@ class Submission(StrEnum):
     UNKNOWN_PLANNER = "unknown_planner"
     PLAN_INVALID = "plan_invalid"
     BUDGET_ABOVE_LIMIT = "budget_above_limit"
+    UNAVAILABLE = "unavailable"
+    """PostgreSQL cannot be reached: nothing was accepted, the client should retry later."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +109,16 @@ class RunService:
         limits: Budgets,
         tenant_tools: Mapping[str, tuple[str, ...]] | None = None,
         health: ToolHealth | None = None,
+        owner: str = "raydag-local",
+        lease_s: float = 15.0,
+        outbox_sink: OutboxSink | None = None,
     ) -> None:
         self._pool = pool
-        self.store = RunStore(pool)
+        self.owner = owner
+        self.store = RunStore(pool, owner=owner, lease_s=lease_s)
+        self._leases = Leases(pool, owner, lease_s)
+        self._relay = OutboxRelay(pool, outbox_sink if outbox_sink is not None else LogSink())
+        self._lease_s = lease_s
         self._catalogue = catalogue
         self._planners = planners
         self._limits = limits
@@ -122,8 +134,17 @@ class RunService:
         )
         self._runs: dict[str, asyncio.Task[Any]] = {}
         self._cancels: dict[str, asyncio.Event] = {}
+        self._creating: set[str] = set()
+        self._background: list[asyncio.Task[None]] = []
 
     async def submit(self, request: RunRequest) -> SubmitResult:
+        try:
+            return await self._submit(request)
+        except DatabaseUnavailable as exc:
+            log.warning("refusing a run: %s", exc)
+            return SubmitResult(Submission.UNAVAILABLE, error={"message": str(exc)})
+
+    async def _submit(self, request: RunRequest) -> SubmitResult:
         if request.planner not in self._planners:
             return SubmitResult(
                 Submission.UNKNOWN_PLANNER,
@@ -159,35 +180,89 @@ class RunService:
             proposal=dict(request.plan) if request.plan is not None else None,
             tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
         )
-        creation, run_id = await self.store.create_run(
-            created, idempotency_key=request.idempotency_key, request_hash=request.fingerprint()
-        )
-        match creation:
-            case Creation.CREATED:
-                self._start(apply(None, created))
-                return SubmitResult(Submission.CREATED, run_id)
-            case Creation.REPLAYED:
-                return SubmitResult(Submission.REPLAYED, run_id)
-            case Creation.CONFLICT:
-                return SubmitResult(Submission.IDEMPOTENCY_CONFLICT, run_id)
+        self._creating.add(created.run_id)  # not an orphan between its insert and its driver's start
+        try:
+            creation, run_id = await self.store.create_run(
+                created, idempotency_key=request.idempotency_key, request_hash=request.fingerprint()
+            )
+            match creation:
+                case Creation.CREATED:
+                    self._start(apply(None, created), last_seq=1)
+                    return SubmitResult(Submission.CREATED, run_id)
+                case Creation.REPLAYED:
+                    return SubmitResult(Submission.REPLAYED, run_id)
+                case Creation.CONFLICT:
+                    return SubmitResult(Submission.IDEMPOTENCY_CONFLICT, run_id)
+        finally:
+            self._creating.discard(created.run_id)
 
-    def _start(self, state: RunState) -> None:
+    def _start(self, state: RunState, last_seq: int, recovered: tuple[str, str | None] | None = None) -> None:
         cancel = asyncio.Event()
         task = asyncio.create_task(
-            self._driver.drive(state, last_seq=1, cancel=cancel), name=f"run:{state.run_id}"
+            self._driver.drive(state, last_seq=last_seq, cancel=cancel, recovered=recovered),
+            name=f"run:{state.run_id}",
         )
         self._runs[state.run_id] = task
         self._cancels[state.run_id] = cancel
         task.add_done_callback(self._forget)
 
+    # ---------------------------------------------------------------- ownership, in the background
+
+    def start_background(self) -> None:
+        """Adopt orphaned runs now and keep doing so, renew this owner's leases, relay the outbox."""
+        period = self._lease_s / 3
+        self._background = [
+            asyncio.create_task(self._every(period, self.adopt_orphans), name="adopt-orphans"),
+            asyncio.create_task(self._every(period, self._renew_leases), name="renew-leases"),
+            asyncio.create_task(self._every(1.0, self._relay.relay_once), name="relay-outbox"),
+        ]
+
+    async def _every(self, period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a background job must outlive a database outage
+                log.warning(
+                    "background job %s failed; retrying in %gs", job.__name__, period_s, exc_info=True
+                )
+            await asyncio.sleep(period_s)
+
+    async def adopt_orphans(self) -> list[str]:
+        """Take over live runs nobody drives (a crashed or restarted supervisor's) and resume them."""
+        claims = await self._leases.claim_orphans(driving={*self._runs, *self._creating})
+        adopted = []
+        for claim in claims:
+            stored = await self.store.events(claim.run_id)
+            if claim.run_id in self._runs or claim.run_id in self._creating:
+                continue  # created here while the scan ran: ours already, and already driven
+            state = fold(item.event for item in stored)
+            log.info("recovering run %s from %s", claim.run_id, claim.previous_owner)
+            self._start(state, last_seq=stored[-1].seq, recovered=(self.owner, claim.previous_owner))
+            adopted.append(claim.run_id)
+        return adopted
+
+    async def _renew_leases(self) -> None:
+        for run_id in await self._leases.renew(list(self._runs)):
+            log.warning("run %s is no longer ours; stopping its driver here", run_id)
+            task = self._runs.get(run_id)
+            if task is not None:
+                task.cancel()
+
     def _forget(self, task: asyncio.Task[Any]) -> None:
         run_id = task.get_name().removeprefix("run:")
         self._runs.pop(run_id, None)
         self._cancels.pop(run_id, None)
-        if not task.cancelled() and task.exception() is not None:
-            # The driver could not even record its failure (the store is down): the run stays unfinished
-            # in PostgreSQL until it is recovered.
-            log.error("run %s stopped without a terminal record", run_id, exc_info=task.exception())
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, LeaseLost):
+            log.warning("run %s was taken over by another supervisor: %s", run_id, error)
+        elif error is not None:
+            # The driver could not even record its failure (the store stayed down): the run stays live in
+            # PostgreSQL, and its lease lapses so that a supervisor recovers it.
+            log.error("run %s stopped without a terminal record", run_id, exc_info=error)
 
     async def wait(self, run_id: str, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the run to reach a terminal state; ``True`` if it has."""
@@ -220,14 +295,27 @@ class RunService:
     def active_runs(self) -> int:
         return len(self._runs)
 
-    def drives(self, run_id: str) -> bool:
-        return run_id in self._runs
+    def reconfigure(
+        self,
+        *,
+        tokens: TaskTokens,
+        mcp_url: str,
+        limits: Budgets,
+        tenant_tools: Mapping[str, tuple[str, ...]] | None,
+    ) -> None:
+        """New tokens, tool server and limits for what happens from now on."""
+        self._limits = limits
+        self._tenant_tools = tenant_tools
+        self._driver.context.tokens = tokens
+        self._driver.context.mcp_url = mcp_url
 
     async def close_pool(self) -> None:
         await self._pool.close()
 
     async def close(self) -> None:
-        """Cancel every run this process drives, recording each as cancelled."""
+        """Stop the background jobs, then cancel every run this process drives, recording each as cancelled."""
+        for job in self._background:
+            job.cancel()
         for cancel in self._cancels.values():
             cancel.set()
-        await asyncio.gather(*self._runs.values(), return_exceptions=True)
+        await asyncio.gather(*self._background, *self._runs.values(), return_exceptions=True)

@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     dashboard: bool = True
     """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
     db_pool_size: int = Field(default=4, ge=1, le=50)
+    planners: str = ""
+    """Comma-separated ``package.module:ClassName`` planners offered beside the built-in ones."""
+    outbox_webhook_url: str | None = None
+    """Where terminal run events are POSTed (at least once); unset, they are logged."""
+    lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
+    """How long a supervisor's ownership of a run lasts without renewal; a dead supervisor's runs are
+    taken over after it."""
     tenant_tools: str | None = None
     """JSON ``{"<tenant>": ["<tool>", ...]}``: each tenant's tool catalogue. Unset: every tool for every tenant."""
 
@@ -83,6 +90,10 @@ class Settings(BaseSettings):
                 'RAYDAG_API_KEYS must be a JSON object {"<key>": {"tenant_id": ..., "subject": ..., '
                 f'"scopes": [...]}}: {exc}'
             ) from None
+
+    def planner_paths(self) -> tuple[str, ...]:
+        """``RAYDAG_PLANNERS`` as import paths."""
+        return tuple(path.strip() for path in self.planners.split(",") if path.strip())
 
     def tenant_tool_grants(self) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
         """``RAYDAG_TENANT_TOOLS`` as (tenant, tools) pairs, or ``None`` when every tenant gets every tool."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,11 +13,14 @@ import ray
 from actors.executor import RayToolExecutor
 from actors.service import Cancellation, RunRequest, RunService, SubmitResult
 from actors.store.database import create_pool
+from actors.store.outbox import LogSink, OutboxSink, WebhookSink
 from dag.budget import Budgets
 from dag.health import ToolHealth
 from mcp_server.contracts import CASEOPS_TOOLS
 from mcp_server.tokens import TaskTokens
-from planner import PLANNERS
+from planner import load_planners
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "raydag"
 
@@ -29,76 +34,101 @@ class SupervisorConfig:
     pool_size: int = 4
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     """Each tenant's tool catalogue (tenant → tool names); ``None`` grants every tool to every tenant."""
+    lease_s: float = 15.0
+    planners: tuple[str, ...] = ()
+    """Planners beyond the built-in ones, as ``package.module:ClassName`` import paths."""
+    outbox_webhook_url: str | None = None
+    """Where the outbox relay POSTs terminal events; ``None`` logs them."""
+
+    def outbox_sink(self) -> OutboxSink:
+        return WebhookSink(self.outbox_webhook_url) if self.outbox_webhook_url else LogSink()
 
 
 class RunSupervisor:
     """Owns runs: validates, authorizes, budgets and records them, and dispatches their nodes as Ray tasks.
 
-    A new configuration (a redeploy with a rotated key, say) applies to runs created after it; runs already
-    going finish with the configuration they started with.
+    Its owner name in PostgreSQL is its actor name. When Ray restarts it after a crash, it reclaims its
+    unfinished runs at once and resumes them; runs of a supervisor that is gone are taken over when their
+    lease lapses.
     """
 
     def __init__(self, config: SupervisorConfig) -> None:
         self._config = config
-        self._fresh: RunService | None = None
-        self._services: list[RunService] = []
+        self._owner = ray.get_runtime_context().get_actor_name() or "raydag-supervisor"
+        self._service: RunService | None = None
         self._health = ToolHealth()  # tool health is a fact about the tools, shared by every run
         self._lock = asyncio.Lock()
+        # Async actors construct on their event loop: start owning runs now, not at the first call, so a
+        # restarted supervisor resumes its runs even if nobody calls it.
+        self._booting = asyncio.get_running_loop().create_task(self._boot())
+
+    async def _boot(self) -> None:
+        try:
+            (await self._current()).start_background()
+        except Exception:
+            log.exception("the supervisor could not start its background work; it will on the next call")
 
     async def _current(self) -> RunService:
-        """The service new runs go to. Built on first use: its pool must live on the actor's own loop."""
+        """The service, built on first use: its pool must live on the actor's own event loop."""
         async with self._lock:
-            if self._fresh is None:
+            if self._service is None:
                 config = self._config
                 pool = await create_pool(config.dsn, max_size=config.pool_size)
-                self._fresh = RunService(
+                self._service = RunService(
                     pool=pool,
                     executor=RayToolExecutor(CASEOPS_TOOLS),
                     catalogue=CASEOPS_TOOLS,
-                    planners={name: planner() for name, planner in PLANNERS.items()},
+                    planners=load_planners(config.planners),
                     tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
                     mcp_url=config.mcp_url,
                     limits=config.limits,
                     tenant_tools=dict(config.tenant_tools) if config.tenant_tools is not None else None,
                     health=self._health,
+                    owner=self._owner,
+                    lease_s=config.lease_s,
+                    outbox_sink=config.outbox_sink(),
                 )
-                self._services.insert(0, self._fresh)
-            return self._fresh
-
-    async def _owner(self, run_id: str) -> RunService:
-        for service in self._services:
-            if service.drives(run_id):
-                return service
-        return await self._current()
+            return self._service
 
     async def reconfigure(self, config: SupervisorConfig) -> bool:
-        """Adopt ``config`` for runs created from now on; ``True`` if it differed from the current one."""
+        """Adopt a redeployment's configuration for what happens next; ``True`` if anything changed.
+
+        A rotated key, a moved MCP server, new limits or tenant catalogues apply from the next call on (a
+        run keeps the budgets it was created with). Another database is another supervisor: refused.
+        """
+        service = await self._current()
         async with self._lock:
             if config == self._config:
                 return False
+            if config.dsn != self._config.dsn:
+                raise ValueError(
+                    "a supervisor serves one database; deploy another supervisor name for another"
+                )
+            service.reconfigure(
+                tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
+                mcp_url=config.mcp_url,
+                limits=config.limits,
+                tenant_tools=dict(config.tenant_tools) if config.tenant_tools is not None else None,
+            )
             self._config = config
-            self._fresh = None
-            keep = []
-            for service in self._services:
-                if service.active_runs():
-                    keep.append(service)  # its runs finish with the configuration they started with
-                else:
-                    await service.close_pool()
-            self._services = keep
             return True
 
     async def submit(self, request: RunRequest) -> SubmitResult:
         return await (await self._current()).submit(request)
 
     async def wait(self, run_id: str, timeout_s: float) -> bool:
-        return await (await self._owner(run_id)).wait(run_id, timeout_s)
+        return await (await self._current()).wait(run_id, timeout_s)
 
     async def cancel(self, run_id: str) -> Cancellation:
-        return await (await self._owner(run_id)).cancel(run_id)
+        return await (await self._current()).cancel(run_id)
 
     async def ping(self) -> dict[str, Any]:
-        await self._current()
-        return {"active_runs": sum(service.active_runs() for service in self._services)}
+        service = await self._current()
+        return {"owner": self._owner, "pid": os.getpid(), "active_runs": service.active_runs()}
+
+    async def adopt_orphans(self) -> list[str]:
+        """Take over orphaned runs now instead of at the next periodic scan (operators and tests)."""
+        return await (await self._current()).adopt_orphans()
 
 
 def get_or_create_supervisor(config: SupervisorConfig, *, name: str, detached: bool) -> Any:

@@ -32,7 +32,20 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def node_view(node: NodeState, catalogue: ToolCatalogue) -> dict[str, Any]:
+def attempt_view(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "attempt": row["attempt"],
+        "status": row["status"],
+        "error": row["error"],
+        "dispatched_at": _iso(row["dispatched_at"]),
+        "started_at": _iso(row["started_at"]),
+        "finished_at": _iso(row["finished_at"]),
+    }
+
+
+def node_view(
+    node: NodeState, catalogue: ToolCatalogue, history: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     contract = catalogue.get(node.tool)
     args: Any = dict(node.args) if node.args is not None else None
     if args is not None and contract is not None and contract.recording is Recording.DIGEST:
@@ -53,11 +66,18 @@ def node_view(node: NodeState, catalogue: ToolCatalogue) -> dict[str, Any]:
         "reused_from": node.reused_from,
         "for_each_parent": node.parent,
         "children": list(node.children) if node.children is not None else None,
+        "history": [attempt_view(row) for row in history or []],
     }
 
 
-def nodes_view(state: RunState, catalogue: ToolCatalogue) -> list[dict[str, Any]]:
-    return [node_view(state.nodes[node_id], catalogue) for node_id in state.order]
+def nodes_view(
+    state: RunState, catalogue: ToolCatalogue, ledger: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Each node in run order, with its ledger rows (one per attempt) as ``history``."""
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for row in sorted(ledger or [], key=lambda row: (row["node_id"], row["attempt"])):
+        by_node.setdefault(row["node_id"], []).append(row)
+    return [node_view(state.nodes[node_id], catalogue, by_node.get(node_id)) for node_id in state.order]
 
 
 def event_view(stored: StoredEvent) -> dict[str, Any]:

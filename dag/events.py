@@ -58,6 +58,8 @@ class RunCreated(_Event):
 class PlanningStarted(_Event):
     kind: Literal["planning_started"] = "planning_started"
     round: int
+    reason: str | None = None
+    """Why the joiner asked for this round (a replan), if it did."""
 
 
 class PlanAccepted(_Event):
@@ -149,8 +151,22 @@ class GroupSettled(_Event):
 class JoinStarted(_Event):
     kind: Literal["join_started"] = "join_started"
     round: int
+    interrupted_by: StopReason | None = None
+    """The hard limit that ended the round early, if one did: without a verified answer it ends the run."""
     reason: str | None = None
-    """Why the round ended early (a budget stop or a cancellation), if it did."""
+
+
+class RunRecovered(_Event):
+    """A supervisor took the run over after its previous owner stopped (crash, restart, lost lease).
+
+    It changes no status: in-flight calls are dispatched again and the run goes on from where it was.
+    Recovery consumes no budget.
+    """
+
+    kind: Literal["run_recovered"] = "run_recovered"
+    owner: str
+    previous_owner: str | None
+    redispatched: tuple[str, ...] = ()
 
 
 class RunFinished(_Event):
@@ -175,6 +191,7 @@ RunEvent = Annotated[
     | NodeSkipped
     | GroupSettled
     | JoinStarted
+    | RunRecovered
     | RunFinished,
     Field(discriminator="kind"),
 ]

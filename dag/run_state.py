@@ -30,6 +30,7 @@ from dag.events import (
     RunCreated,
     RunEvent,
     RunFinished,
+    RunRecovered,
 )
 from dag.plan import Plan, PlanNode, qualified_id
 from dag.policy import Decision, Principal, RunAuthority
@@ -96,6 +97,12 @@ class RunState:
     detail: str | None = None
     result: Mapping[str, Any] | None = None
     finished_at: datetime | None = None
+    replan_reason: str | None = None
+    """Why the current round was asked for (``None`` for the first)."""
+    interrupted_by: StopReason | None = None
+    interruption_detail: str | None = None
+    """The hard limit that ended the current round early, while the run is joining."""
+    recoveries: int = 0
 
     @property
     def plan(self) -> Plan | None:
@@ -136,8 +143,11 @@ class RunState:
         return len(self.nodes)
 
     def in_flight(self) -> list[NodeState]:
+        """Nodes with a call out, or waiting to be retried."""
         return [
-            node for node in self.nodes.values() if node.status is NodeStatus.RUNNING and not node.is_group
+            node
+            for node in self.nodes.values()
+            if node.status in (NodeStatus.RUNNING, NodeStatus.RETRYING) and not node.is_group
         ]
 
 
@@ -177,7 +187,14 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         case RunCreated():
             raise ValueError("run_created may only start a run")
         case PlanningStarted():
-            return _set_run_status(state, RunStatus.PLANNING, round=event.round)
+            return _set_run_status(
+                state,
+                RunStatus.PLANNING,
+                round=event.round,
+                replan_reason=event.reason,
+                interrupted_by=None,
+                interruption_detail=None,
+            )
         case PlanAccepted():
             if event.round != state.round:
                 raise ValueError(f"plan for round {event.round} accepted during round {state.round}")
@@ -301,7 +318,13 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             status = NodeStatus.SUCCEEDED if event.succeeded else NodeStatus.FAILED
             return _with_node(state, event.node_id, status, finished_at=event.at)
         case JoinStarted():
-            return _set_run_status(state, RunStatus.JOINING)
+            return _set_run_status(
+                state, RunStatus.JOINING, interrupted_by=event.interrupted_by, interruption_detail=event.reason
+            )
+        case RunRecovered():
+            if state.status.terminal:
+                raise ValueError("a finished run cannot be recovered")
+            return dataclasses.replace(state, recoveries=state.recoveries + 1)
         case RunFinished():
             if not event.status.terminal:
                 raise ValueError(f"run_finished needs a terminal status, not {event.status}")

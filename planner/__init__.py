@@ -11,11 +11,10 @@ from planner.base import (
     ToolSpec,
 )
 from planner.conformance import ConformancePlanner, DocumentCheckResult, Outcome
-
-PLANNERS: dict[str, type[ConformancePlanner]] = {"conformance": ConformancePlanner}
+from planner.registry import BUILT_IN, load_planners
 
 __all__ = [
-    "PLANNERS",
+    "BUILT_IN",
     "ConformancePlanner",
     "DocumentCheckResult",
     "Final",
@@ -27,4 +26,5 @@ __all__ = [
     "PlanningContext",
     "Replan",
     "ToolSpec",
+    "load_planners",
 ]

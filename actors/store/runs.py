@@ -11,6 +11,8 @@ from typing import Any
 
 import asyncpg
 
+from actors.recording import LeaseLost
+from actors.store.resilience import REQUEST_WINDOW_S, RUN_WINDOW_S, retrying
 from dag.events import (
     NodeDenied,
     NodeDispatched,
@@ -45,17 +47,26 @@ class StoredEvent:
 
 
 class RunStore:
-    """All run persistence. Every write for one transition commits in one transaction."""
+    """All run persistence. Every write for one transition commits in one transaction.
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    ``owner`` names the supervisor whose appends this store makes: an append commits only while the run
+    is still that owner's, so two supervisors can never both record (and then dispatch) for one run.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, *, owner: str = "", lease_s: float = 15.0) -> None:
         self._pool = pool
+        self.owner = owner
+        self.lease_s = lease_s
 
     async def case_exists(self, tenant_id: str, case_id: str) -> bool:
-        return bool(
-            await self._pool.fetchval(
-                "SELECT 1 FROM cases WHERE tenant_id = $1 AND case_id = $2 LIMIT 1", tenant_id, case_id
+        async def query() -> bool:
+            return bool(
+                await self._pool.fetchval(
+                    "SELECT 1 FROM cases WHERE tenant_id = $1 AND case_id = $2 LIMIT 1", tenant_id, case_id
+                )
             )
-        )
+
+        return await retrying(query, window_s=REQUEST_WINDOW_S, what="case lookup")
 
     async def create_run(
         self, created: RunCreated, *, idempotency_key: str | None, request_hash: str
@@ -63,77 +74,155 @@ class RunStore:
         """Insert the run and its first event, or find the run an idempotency key already names.
 
         Concurrent requests with one key serialize on the unique index: exactly one inserts, the others
-        wait for its commit and then read it.
+        wait for its commit and then read it. Safe to retry: a repeated insert finds its own run.
         """
-        now = created.at
-        async with self._pool.acquire() as connection, connection.transaction():
-            run_id = await connection.fetchval(
-                """INSERT INTO runs (run_id, tenant_id, subject, scopes, case_id, goal, planner, status,
-                                     idempotency_key, request_hash, last_seq, created_at, updated_at)
-                   VALUES ($1, $2, $3, $10, $4, $5, $6, 'pending', $7, $8, 1, $9, $9)
-                   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-                   RETURNING run_id""",
-                uuid.UUID(created.run_id),
-                created.tenant_id,
-                created.subject,
-                created.case_id,
-                created.goal,
-                created.planner,
-                idempotency_key,
-                request_hash,
-                now,
-                list(created.scopes),
-            )
-            if run_id is not None:
-                await connection.execute(
-                    "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, 1, $2, NULL, $3)",
-                    run_id,
-                    created.kind,
-                    event_to_json(created),
+
+        async def attempt() -> tuple[Creation, str]:
+            async with self._pool.acquire() as connection, connection.transaction():
+                run_id = await connection.fetchval(
+                    """INSERT INTO runs (run_id, tenant_id, subject, scopes, case_id, goal, planner, status,
+                                         idempotency_key, request_hash, last_seq, created_at, updated_at,
+                                         owner, lease_expires_at)
+                       VALUES ($1, $2, $3, $10, $4, $5, $6, 'pending', $7, $8, 1, $9, $9,
+                               $11, now() + make_interval(secs => $12))
+                       ON CONFLICT DO NOTHING
+                       RETURNING run_id""",
+                    uuid.UUID(created.run_id),
+                    created.tenant_id,
+                    created.subject,
+                    created.case_id,
+                    created.goal,
+                    created.planner,
+                    idempotency_key,
+                    request_hash,
+                    created.at,
+                    list(created.scopes),
+                    self.owner,
+                    self.lease_s,
                 )
-                return Creation.CREATED, str(run_id)
-            existing = await connection.fetchrow(
-                "SELECT run_id, request_hash FROM runs WHERE tenant_id = $1 AND idempotency_key = $2",
-                created.tenant_id,
-                idempotency_key,
-            )
-        assert existing is not None, "a conflicting insert implies the row exists"
-        outcome = Creation.REPLAYED if existing["request_hash"] == request_hash else Creation.CONFLICT
-        return outcome, str(existing["run_id"])
+                if run_id is not None:
+                    await connection.execute(
+                        "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, 1, $2, NULL, $3)",
+                        run_id,
+                        created.kind,
+                        event_to_json(created),
+                    )
+                    return Creation.CREATED, str(run_id)
+                existing = await connection.fetchrow(
+                    """SELECT run_id, request_hash FROM runs
+                       WHERE run_id = $3 OR (tenant_id = $1 AND idempotency_key = $2)""",
+                    created.tenant_id,
+                    idempotency_key,
+                    uuid.UUID(created.run_id),
+                )
+            assert existing is not None, "a conflicting insert implies the row exists"
+            if str(existing["run_id"]) == created.run_id:
+                return Creation.CREATED, created.run_id  # our own insert, committed before a lost reply
+            outcome = Creation.REPLAYED if existing["request_hash"] == request_hash else Creation.CONFLICT
+            return outcome, str(existing["run_id"])
+
+        return await retrying(attempt, window_s=REQUEST_WINDOW_S, what="run creation")
 
     async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:
-        """Append ``events`` as ``first_seq…``, update the summary to ``state`` and the tool ledger, atomically."""
-        run_id = uuid.UUID(state.run_id)
+        """Append ``events`` as ``first_seq…``, update the summary to ``state``, the tool ledger, and — for a
+        terminal transition — the audit log and the outbox, all in one transaction.
+
+        Safe to retry after a dropped connection: an append that did commit is recognised, not repeated.
+        Raises ``LeaseLost`` if the run is no longer this store's owner's.
+        """
         last_seq = first_seq + len(events) - 1
-        plan = next((event.plan for event in events if isinstance(event, PlanAccepted)), None)
-        async with self._pool.acquire() as connection, connection.transaction():
-            await connection.executemany(
-                "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, $2, $3, $4, $5)",
-                [
-                    (run_id, first_seq + offset, event.kind, event_node_id(event), event_to_json(event))
-                    for offset, event in enumerate(events)
-                ],
-            )
-            updated = await connection.execute(
-                """UPDATE runs SET status = $2, stop_reason = $3, detail = $4, result = $5,
-                                   plan = COALESCE($6, plan), last_seq = $7, updated_at = $8, finished_at = $9
-                   WHERE run_id = $1 AND last_seq = $10""",
-                run_id,
-                state.status.value,
-                state.stop_reason.value if state.stop_reason else None,
-                state.detail,
-                dict(state.result) if state.result is not None else None,
-                plan,
-                last_seq,
-                datetime.now(UTC),
-                state.finished_at,
-                first_seq - 1,
-            )
-            if updated != "UPDATE 1":
-                raise RuntimeError(
-                    f"run {state.run_id} was written by someone else (expected seq {first_seq - 1})"
+
+        async def attempt() -> None:
+            async with self._pool.acquire() as connection, connection.transaction():
+                row = await connection.fetchrow(
+                    "SELECT last_seq, owner FROM runs WHERE run_id = $1 FOR UPDATE", uuid.UUID(state.run_id)
                 )
-            await self._write_ledger(connection, run_id, state, events)
+                if row is None or row["owner"] != self.owner:
+                    raise LeaseLost(
+                        f"run {state.run_id} is owned by {row and row['owner']!r}, not {self.owner!r}"
+                    )
+                if row["last_seq"] == last_seq:
+                    return  # this append committed before its acknowledgement was lost
+                if row["last_seq"] != first_seq - 1:
+                    raise LeaseLost(
+                        f"run {state.run_id} is at seq {row['last_seq']}, expected {first_seq - 1}"
+                    )
+                await self._write(connection, state, first_seq, events)
+
+        await retrying(attempt, window_s=RUN_WINDOW_S, what=f"append to run {state.run_id}")
+
+    async def _write(
+        self, connection: asyncpg.Connection, state: RunState, first_seq: int, events: Sequence[RunEvent]
+    ) -> None:
+        run_id = uuid.UUID(state.run_id)
+        plan = next(
+            (event.plan for event in events if isinstance(event, PlanAccepted) and event.round == 1), None
+        )
+        await connection.executemany(
+            "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, $2, $3, $4, $5)",
+            [
+                (run_id, first_seq + offset, event.kind, event_node_id(event), event_to_json(event))
+                for offset, event in enumerate(events)
+            ],
+        )
+        await connection.execute(
+            """UPDATE runs SET status = $2, stop_reason = $3, detail = $4, result = $5,
+                               plan = COALESCE($6, plan), last_seq = $7, updated_at = $8, finished_at = $9,
+                               lease_expires_at = CASE WHEN $9::timestamptz IS NULL
+                                                       THEN now() + make_interval(secs => $10)
+                                                       ELSE lease_expires_at END
+               WHERE run_id = $1""",
+            run_id,
+            state.status.value,
+            state.stop_reason.value if state.stop_reason else None,
+            state.detail,
+            dict(state.result) if state.result is not None else None,
+            plan,
+            first_seq + len(events) - 1,
+            datetime.now(UTC),
+            state.finished_at,
+            self.lease_s,
+        )
+        await self._write_ledger(connection, run_id, state, events)
+        finished = next((event for event in events if isinstance(event, RunFinished)), None)
+        if finished is not None:
+            await self._write_terminal_records(connection, run_id, state, finished)
+
+    async def _write_terminal_records(
+        self, connection: asyncpg.Connection, run_id: uuid.UUID, state: RunState, finished: RunFinished
+    ) -> None:
+        """The audit event and the outbox event of a run's end commit with the end itself, or not at all."""
+        event_id = uuid.uuid5(run_id, "run.finished")  # stable: receivers de-duplicate on it
+        payload = {
+            "event_id": str(event_id),
+            "type": "run.finished",
+            "run_id": str(run_id),
+            "tenant_id": state.principal.tenant_id,
+            "case_id": state.case_id,
+            "status": finished.status.value,
+            "stop_reason": finished.stop_reason.value if finished.stop_reason else None,
+            "result": finished.result,
+            "finished_at": finished.at.isoformat(),
+        }
+        await connection.execute(
+            """INSERT INTO audit_events (audit_id, run_id, tenant_id, subject, action, data, at)
+               VALUES ($1, $2, $3, $4, $5, $6, $7)""",
+            uuid.uuid5(run_id, "audit.run.finished"),
+            run_id,
+            state.principal.tenant_id,
+            state.principal.subject,
+            f"run.{finished.status.value}",
+            {"stop_reason": payload["stop_reason"], "detail": finished.detail, "case_id": state.case_id},
+            finished.at,
+        )
+        await connection.execute(
+            """INSERT INTO outbox (event_id, run_id, topic, payload, created_at) VALUES ($1, $2, $3, $4, $5)""",
+            event_id,
+            run_id,
+            "run.finished",
+            payload,
+            finished.at,
+        )
 
     async def _write_ledger(
         self, connection: asyncpg.Connection, run_id: uuid.UUID, state: RunState, events: Sequence[RunEvent]
@@ -194,8 +283,12 @@ class RunStore:
             key = uuid.UUID(run_id)
         except ValueError:
             return None
-        status: str | None = await self._pool.fetchval("SELECT status FROM runs WHERE run_id = $1", key)
-        return status
+
+        async def query() -> str | None:
+            status: str | None = await self._pool.fetchval("SELECT status FROM runs WHERE run_id = $1", key)
+            return status
+
+        return await retrying(query, window_s=REQUEST_WINDOW_S, what="run status")
 
     async def run_row(self, principal: Principal, run_id: str) -> dict[str, Any] | None:
         """The run's summary if ``principal`` may read it: same tenant, and at least the scopes the run held.
@@ -206,27 +299,40 @@ class RunStore:
             key = uuid.UUID(run_id)
         except ValueError:
             return None
-        row = await self._pool.fetchrow(
-            """SELECT run_id, tenant_id, case_id, goal, planner, status, stop_reason, detail, result, plan,
-                      created_at, updated_at, finished_at, last_seq
-               FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]""",
-            key,
-            principal.tenant_id,
-            sorted(principal.scopes),
+        row = await retrying(
+            lambda: self._pool.fetchrow(
+                """SELECT run_id, tenant_id, case_id, goal, planner, status, stop_reason, detail, result, plan,
+                          created_at, updated_at, finished_at, last_seq, pruned_at
+                   FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]""",
+                key,
+                principal.tenant_id,
+                sorted(principal.scopes),
+            ),
+            window_s=REQUEST_WINDOW_S,
+            what="run read",
         )
         return dict(row) if row is not None else None
 
     async def events(self, run_id: str) -> list[StoredEvent]:
-        rows = await self._pool.fetch(
-            "SELECT seq, data, recorded_at FROM run_events WHERE run_id = $1 ORDER BY seq", uuid.UUID(run_id)
+        rows = await retrying(
+            lambda: self._pool.fetch(
+                "SELECT seq, data, recorded_at FROM run_events WHERE run_id = $1 ORDER BY seq",
+                uuid.UUID(run_id),
+            ),
+            window_s=REQUEST_WINDOW_S,
+            what="event read",
         )
         return [StoredEvent(row["seq"], event_from_json(row["data"]), row["recorded_at"]) for row in rows]
 
     async def ledger(self, run_id: str) -> list[dict[str, Any]]:
-        rows = await self._pool.fetch(
-            """SELECT node_id, attempt, tool, fingerprint, args_hash, decision, status, error,
-                      dispatched_at, started_at, finished_at
-               FROM tool_ledger WHERE run_id = $1 ORDER BY dispatched_at, node_id, attempt""",
-            uuid.UUID(run_id),
+        rows = await retrying(
+            lambda: self._pool.fetch(
+                """SELECT node_id, attempt, tool, fingerprint, args_hash, decision, status, error,
+                          dispatched_at, started_at, finished_at
+                   FROM tool_ledger WHERE run_id = $1 ORDER BY dispatched_at, node_id, attempt""",
+                uuid.UUID(run_id),
+            ),
+            window_s=REQUEST_WINDOW_S,
+            what="ledger read",
         )
         return [dict(row) for row in rows]

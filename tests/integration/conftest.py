@@ -149,9 +149,14 @@ def tool_server(start_tool_server: Any) -> RunningToolServer:
     return start_tool_server()
 
 
-def supervisor_for(dsn: str, tool_server: RunningToolServer, token_key: bytes, name: str) -> Any:
-    config = SupervisorConfig(dsn=dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets())
-    return get_or_create_supervisor(config, name=name, detached=False)
+def supervisor_for(
+    dsn: str, tool_server: RunningToolServer, token_key: bytes, name: str, **config: Any
+) -> Any:
+    """A supervisor of its own for a test (``config`` overrides SupervisorConfig fields)."""
+    settings = SupervisorConfig(
+        dsn=dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets(), **config
+    )
+    return get_or_create_supervisor(settings, name=name, detached=False)
 
 
 @pytest.fixture(scope="session")

@@ -132,7 +132,7 @@ def test_a_scheduled_retry_leaves_the_node_retrying_with_the_error_of_its_attemp
 
     case = state.nodes["case"]
     assert (case.status, case.error, case.attempts) == (NodeStatus.RETRYING, TRANSIENT, 1)
-    assert state.in_flight() == []
+    assert [node.node_id for node in state.in_flight()] == ["case"]  # a recovery must dispatch it again
 
 
 def test_the_retry_is_the_next_attempt_of_the_same_proposal() -> None:

