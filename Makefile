@@ -7,7 +7,7 @@ export RAYDAG_HOME ?= $(CURDIR)/.raydag
 export RAY_USAGE_STATS_ENABLED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-unit lint bench serve clean
+.PHONY: help demo test test-unit lint bench serve clean node
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,8 +30,12 @@ demo: $(VENV)/.installed ## investigate case C-102 end to end (local Ray, embedd
 serve: $(VENV)/.installed ## run the HTTP API and MCP server on 127.0.0.1:8000
 	$(BIN)/raydag serve
 
-test: $(VENV)/.installed-dev ## the whole suite: unit, then integration (real Ray, PostgreSQL, HTTP)
+test: $(VENV)/.installed-dev node ## the whole suite: unit, then integration (real Ray, PostgreSQL, HTTP)
 	$(BIN)/python -m pytest
+
+node: ## the pinned Node tools of the MCP interoperability tests, into tools/node (npm ci; needs npm)
+	@test tools/node/node_modules/.package-lock.json -nt tools/node/package-lock.json \
+		|| (cd tools/node && npm ci --no-audit --no-fund --loglevel=error)
 
 test-unit: $(VENV)/.installed-dev ## the fast tests only (no Ray, no database, no network)
 	$(BIN)/python -m pytest tests/unit
@@ -42,6 +46,7 @@ lint: $(VENV)/.installed-dev ## ruff and mypy (strict on dag/ and planner/)
 	$(BIN)/mypy
 
 bench: $(VENV)/.installed-dev ## benchmarks; results go to docs/BENCHMARKS.md by hand
+	$(BIN)/python -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat
 	$(BIN)/python -m bench
 
 clean: ## remove the venv and local state

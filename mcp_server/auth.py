@@ -1,13 +1,12 @@
-"""Bearer task-token authentication as pure ASGI middleware (it never buffers a response stream)."""
+"""The verified task token of the request being served, and the bearer challenges the guard answers with."""
 
 from __future__ import annotations
 
 import contextvars
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from mcp_server.tokens import TaskClaims, TaskTokens, TokenInvalid
+from mcp_server.tokens import TaskClaims
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -30,36 +29,8 @@ def require_claims() -> TaskClaims:
     return claims
 
 
-class TaskTokenAuth:
-    """Rejects any HTTP request without a valid task token with 401 and ``WWW-Authenticate``."""
-
-    def __init__(self, app: ASGIApp, tokens: TaskTokens) -> None:
-        self._app = app
-        self._tokens = tokens
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        token = _bearer(scope)
-        if token is None:
-            await _unauthorized(send, f'Bearer realm="{REALM}"', "missing bearer token")
-            return
-        try:
-            claims = self._tokens.verify(token)
-        except TokenInvalid as exc:
-            description = str(exc).replace('"', "'")
-            challenge = f'Bearer realm="{REALM}", error="invalid_token", error_description="{description}"'
-            await _unauthorized(send, challenge, description)
-            return
-        reset = current_claims.set(claims)
-        try:
-            await self._app(scope, receive, send)
-        finally:
-            current_claims.reset(reset)
-
-
-def _bearer(scope: Scope) -> str | None:
+def bearer(scope: Scope) -> str | None:
+    """The bearer credentials of the request's Authorization header, if it has one."""
     for name, value in scope.get("headers", []):
         if name == b"authorization":
             scheme, _, credentials = bytes(value).decode("latin-1").partition(" ")
@@ -69,17 +40,21 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
-async def _unauthorized(send: Send, challenge: str, description: str) -> None:
-    body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", challenge.encode("latin-1", "replace")),
-            ],
-        }
+def _quoted(text: str) -> str:
+    return text.replace("\\", "").replace('"', "'")
+
+
+def missing_token_challenge() -> str:
+    return f'Bearer realm="{REALM}"'
+
+
+def invalid_token_challenge(description: str) -> str:
+    return f'Bearer realm="{REALM}", error="invalid_token", error_description="{_quoted(description)}"'
+
+
+def insufficient_scope_challenge(scope: str, description: str) -> str:
+    """The MCP authorization spec's scope challenge (RFC 6750 section 3.1): the scope names what is missing."""
+    return (
+        f'Bearer error="insufficient_scope", scope="{_quoted(scope)}", realm="{REALM}", '
+        f'error_description="{_quoted(description)}"'
     )
-    await send({"type": "http.response.body", "body": body})

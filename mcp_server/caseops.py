@@ -16,6 +16,7 @@ from mcp_server.contracts import (
     UnclassifiedDocuments,
 )
 from mcp_server.domain import newest_rule, normalize_label, with_offset
+from mcp_server.evidence import PolicyEvidence, SourceDocument, case_uri, policy_uri
 
 
 class CaseopsError(RaydagError):
@@ -45,24 +46,23 @@ class CaseopsRepository:
 
     async def case_snapshot(self, tenant_id: str, case_id: str) -> CaseSnapshot:
         row = await self._pool.fetchrow(
-            """SELECT case_id, version, status, policy_id, policy_version, submitted_at,
-                      submitted_at_offset_minutes, received_document_codes
-               FROM cases WHERE tenant_id = $1 AND case_id = $2 ORDER BY version DESC LIMIT 1""",
+            f"{_CASE_COLUMNS} WHERE tenant_id = $1 AND case_id = $2 ORDER BY version DESC LIMIT 1",
             tenant_id,
             case_id,
         )
         if row is None:
             raise case_not_found(case_id)
-        return CaseSnapshot(
-            case_id=row["case_id"],
-            version=row["version"],
-            status=row["status"],
-            policy_id=row["policy_id"],
-            policy_version=row["policy_version"],
-            submitted_at=with_offset(row["submitted_at"], row["submitted_at_offset_minutes"]),
-            received_document_codes=sorted(row["received_document_codes"]),
-            evidence_ref=f"case://{row['case_id']}@{row['version']}",
+        return _snapshot(row)
+
+    async def case_at_version(self, tenant_id: str, case_id: str, version: int) -> CaseSnapshot | None:
+        """One recorded version of a case (``case://{case_id}@{version}``), or ``None``."""
+        row = await self._pool.fetchrow(
+            f"{_CASE_COLUMNS} WHERE tenant_id = $1 AND case_id = $2 AND version = $3",
+            tenant_id,
+            case_id,
+            version,
         )
+        return None if row is None else _snapshot(row)
 
     async def policy_requirements(self, tenant_id: str, case_id: str) -> PolicyRequirements:
         snapshot = await self.case_snapshot(tenant_id, case_id)
@@ -90,7 +90,7 @@ class CaseopsRepository:
                 for row in rows
                 if row["code"] is not None
             ],
-            evidence_ref=f"policy://{snapshot.policy_id}@{snapshot.policy_version}",
+            evidence_ref=policy_uri(snapshot.policy_id, snapshot.policy_version),
         )
 
     async def unclassified_documents(self, tenant_id: str, case_id: str) -> UnclassifiedDocuments:
@@ -149,9 +149,91 @@ class CaseopsRepository:
             source_ref=document["source_ref"],
         )
 
+    async def policy_of_case(
+        self, tenant_id: str, case_id: str, policy_id: str, version: str
+    ) -> PolicyEvidence | None:
+        """A policy version that some version of the case is under, or ``None``: a token bound to a case
+        reads only the policies that case cites."""
+        rows = await self._pool.fetch(
+            """SELECT p.effective_from, d.code, d.label
+               FROM policies p
+               LEFT JOIN policy_required_documents d USING (tenant_id, policy_id, version)
+               WHERE p.tenant_id = $1 AND p.policy_id = $3 AND p.version = $4
+                 AND EXISTS (SELECT 1 FROM cases c WHERE c.tenant_id = $1 AND c.case_id = $2
+                             AND c.policy_id = $3 AND c.policy_version = $4)
+               ORDER BY d.position""",
+            tenant_id,
+            case_id,
+            policy_id,
+            version,
+        )
+        if not rows:
+            return None
+        return PolicyEvidence(
+            policy_id=policy_id,
+            policy_version=version,
+            effective_from=rows[0]["effective_from"],
+            required_documents=[
+                RequiredDocument(code=row["code"], label=row["label"])
+                for row in rows
+                if row["code"] is not None
+            ],
+            evidence_ref=policy_uri(policy_id, version),
+        )
+
+    async def source_document(self, tenant_id: str, case_id: str, source_ref: str) -> SourceDocument | None:
+        """The case's source document whose ``source_ref`` is exactly ``source_ref``, or ``None``."""
+        row = await self._pool.fetchrow(
+            f"{_DOCUMENT_COLUMNS} WHERE tenant_id = $1 AND case_id = $2 AND source_ref = $3",
+            tenant_id,
+            case_id,
+            source_ref,
+        )
+        return None if row is None else _source_document(row)
+
+    async def source_documents(self, tenant_id: str, case_id: str) -> list[SourceDocument]:
+        rows = await self._pool.fetch(
+            f"{_DOCUMENT_COLUMNS} WHERE tenant_id = $1 AND case_id = $2 ORDER BY document_id",
+            tenant_id,
+            case_id,
+        )
+        return [_source_document(row) for row in rows]
+
     async def _require_case(self, tenant_id: str, case_id: str) -> None:
         exists = await self._pool.fetchval(
             "SELECT 1 FROM cases WHERE tenant_id = $1 AND case_id = $2 LIMIT 1", tenant_id, case_id
         )
         if not exists:
             raise case_not_found(case_id)
+
+
+_CASE_COLUMNS = """SELECT case_id, version, status, policy_id, policy_version, submitted_at,
+                          submitted_at_offset_minutes, received_document_codes
+                   FROM cases"""
+_DOCUMENT_COLUMNS = """SELECT case_id, document_id, source_label, canonical_code, source_ref, captured_at,
+                              captured_at_offset_minutes
+                       FROM source_documents"""
+
+
+def _snapshot(row: asyncpg.Record) -> CaseSnapshot:
+    return CaseSnapshot(
+        case_id=row["case_id"],
+        version=row["version"],
+        status=row["status"],
+        policy_id=row["policy_id"],
+        policy_version=row["policy_version"],
+        submitted_at=with_offset(row["submitted_at"], row["submitted_at_offset_minutes"]),
+        received_document_codes=sorted(row["received_document_codes"]),
+        evidence_ref=case_uri(row["case_id"], row["version"]),
+    )
+
+
+def _source_document(row: asyncpg.Record) -> SourceDocument:
+    return SourceDocument(
+        case_id=row["case_id"],
+        document_id=row["document_id"],
+        source_label=row["source_label"],
+        canonical_code=row["canonical_code"],
+        captured_at=with_offset(row["captured_at"], row["captured_at_offset_minutes"]),
+        source_ref=row["source_ref"],
+    )

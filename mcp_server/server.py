@@ -1,43 +1,55 @@
-"""The caseops MCP server: ``MCPServer`` tools built from the contracts, served over Streamable HTTP.
+"""The caseops MCP server: ``MCPServer`` tools and resources built from the contracts, over Streamable HTTP.
 
 One stateless endpoint answers both protocol eras: 2026-07-28 (``server/discover``, no session) and
-2025-11-25 (the initialize handshake). Tenant, case and scopes come only from the verified task token.
+2025-11-25 (the initialize handshake). Tenant, case and scopes come only from the verified task token; the
+HTTP guard (``mcp_server.guard``) checks the request before the SDK sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.tools.base import Tool
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel
+from mcp.server.mcpserver.context import Context
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Resource
 from starlette.applications import Starlette
 
-from dag.contracts import Risk, ToolContract
-from dag.fingerprint import canonical_json
-from mcp_server.auth import ASGIApp, TaskTokenAuth, require_claims
-from mcp_server.caseops import CaseopsError, CaseopsRepository, case_not_found
-from mcp_server.contracts import (
-    GET_CASE_SNAPSHOT,
-    GET_POLICY_REQUIREMENTS,
-    LIST_UNCLASSIFIED_DOCUMENTS,
-    RESOLVE_DOCUMENT_ALIAS,
-)
-from mcp_server.tokens import TaskClaims, TaskTokens
+from mcp_server.auth import ASGIApp, current_claims
+from mcp_server.guard import McpGuard, is_loopback
+from mcp_server.limits import Admission, TenantLimits
+from mcp_server.replay import ReplayCache
+from mcp_server.resources import case_resources, register_evidence
+from mcp_server.tokens import TaskTokens
+from mcp_server.tools import Backend, ToolBinding, caseops_bindings, guarded_tool
 
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+
+LOOPBACK_HOSTS = ("127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*")
+LOOPBACK_ORIGINS = tuple(f"http://{host}" for host in LOOPBACK_HOSTS)
+
+CACHE_HINTS: dict[CacheableMethod, CacheHint] = {
+    # The same for every caller, and changed only by a deployment.
+    "server/discover": CacheHint(ttl_ms=300_000, scope="public"),
+    "tools/list": CacheHint(ttl_ms=300_000, scope="public"),
+    "resources/templates/list": CacheHint(ttl_ms=300_000, scope="public"),
+    # Depends on the token's case, and a case may get a new version.
+    "resources/list": CacheHint(ttl_ms=30_000, scope="private"),
+    # Version-pinned URIs never change, but what a token may read is the token's business.
+    "resources/read": CacheHint(ttl_ms=300_000, scope="private"),
+}
 
 
 @dataclass
@@ -49,121 +61,63 @@ class ToolServerConfig:
     pool_size: int = 4
     faults: dict[str, int] = field(default_factory=dict)
     """Fault injection for tests: the first N calls of each named tool answer UPSTREAM_UNAVAILABLE."""
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    """``Host`` values accepted (``name:*`` for any port); anything else is 421 (DNS-rebinding protection)."""
+    allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS
+    """``Origin`` values accepted when a request has one; anything else is 403."""
+    max_body_bytes: int = 64 * 1024
+    """Larger request bodies are 413; MCP requests to these tools are well under 2 KiB."""
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
+    """Per tenant and per server replica: requests in flight and the request rate (429 beyond)."""
+    replay_prune_interval_s: float = 30.0
+    """How often expired rows leave the replay cache."""
+    insecure_disable_auth_for_tests: bool = False
+    """Serve without task tokens, for the conformance suite, which cannot send one. Tools and resources then
+    refuse every call and read. Only with loopback ``allowed_hosts``, and only on a loopback socket."""
+
+    def __post_init__(self) -> None:
+        if self.insecure_disable_auth_for_tests:
+            foreign = [host for host in self.allowed_hosts if not is_loopback(_hostname(host))]
+            if foreign:
+                raise ValueError(f"authentication may be switched off on loopback only, not for {foreign}")
 
 
-@dataclass
-class _Backend:
-    """What tools need at call time; the pool exists only while the server's lifespan runs."""
-
-    config: ToolServerConfig
-    pool: asyncpg.Pool | None = None
-    calls: Counter[str] = field(default_factory=Counter)
-    executions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
-
-    def repository(self) -> CaseopsRepository:
-        if self.pool is None:
-            raise RuntimeError("the tool server is not started")
-        return CaseopsRepository(self.pool)
+def _hostname(host: str) -> str:
+    """``127.0.0.1:*`` → ``127.0.0.1``; ``[::1]:8000`` → ``::1``."""
+    if host.startswith("["):
+        return host[1 : host.index("]")]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def _error_result(error: CaseopsError) -> CallToolResult:
-    payload = {"error": {"code": error.code, "message": error.message}}
-    return CallToolResult(content=[TextContent(type="text", text=canonical_json(payload))], is_error=True)
+class _CaseopsServer(MCPServer[Any]):
+    """``MCPServer`` with the caseops tools and evidence resources, and two corrections of the SDK: an unknown
+    tool is a JSON-RPC ``-32602`` (as the spec says) rather than an ``isError`` result, and
+    ``resources/list`` lists what the caller's token may read."""
 
+    def __init__(self, backend: Backend, bindings: Sequence[ToolBinding]) -> None:
+        tools = [guarded_tool(contract, handler, backend) for contract, handler in bindings]
+        super().__init__(
+            "raydag-caseops",
+            version="1.0.0",
+            log_level="WARNING",
+            tools=tools,
+            cache_hints=CACHE_HINTS,
+            subscriptions=False,  # nothing here changes at run time; no long-lived listen streams
+        )
+        self._backend = backend
+        self._tool_names = frozenset(tool.name for tool in tools)
+        register_evidence(self, backend)
 
-def _annotations(contract: ToolContract) -> ToolAnnotations:
-    """Hints for clients, derived from the contract; raydag never trusts annotations for authorization."""
-    read_only = contract.risk is Risk.READ_ONLY
-    return ToolAnnotations(
-        title=contract.description,
-        read_only_hint=read_only,
-        destructive_hint=contract.risk is Risk.IRREVERSIBLE_WRITE,
-        idempotent_hint=read_only,
-        open_world_hint=False,
-    )
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        if name not in self._tool_names:
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
+        return await super().call_tool(name, arguments, context)
 
-
-ToolHandler = Callable[[TaskClaims, Any], Awaitable[BaseModel]]
-"""Serves one call: the verified claims and the validated input model in, the output model out."""
-
-ToolBinding = tuple[ToolContract, ToolHandler]
-
-
-def caseops_bindings(backend: _Backend) -> list[ToolBinding]:
-    """The four caseops tools; every query is scoped to the token's tenant."""
-    repository = backend.repository
-    return [
-        (GET_CASE_SNAPSHOT, lambda claims, args: repository().case_snapshot(claims.tenant_id, args.case_id)),
-        (
-            GET_POLICY_REQUIREMENTS,
-            lambda claims, args: repository().policy_requirements(claims.tenant_id, args.case_id),
-        ),
-        (
-            LIST_UNCLASSIFIED_DOCUMENTS,
-            lambda claims, args: repository().unclassified_documents(claims.tenant_id, args.case_id),
-        ),
-        (
-            RESOLVE_DOCUMENT_ALIAS,
-            lambda claims, args: repository().resolve_document_alias(
-                claims.tenant_id, args.case_id, args.document_id
-            ),
-        ),
-    ]
-
-
-def _guarded_tool(contract: ToolContract, handler: ToolHandler, backend: _Backend) -> Tool:
-    """A tool whose inputs, input validation and output schema all come from the contract, and whose every
-    call passes the token checks first.
-
-    The contract's input model forbids unknown fields, so the published ``inputSchema`` carries
-    ``additionalProperties: false`` and the server rejects what the schema does not allow.
-    """
-    name = contract.name
-
-    async def call(**arguments: Any) -> BaseModel | CallToolResult:
-        claims = require_claims()
-        backend.calls[name] += 1
-        if backend.config.latency_ms:
-            await asyncio.sleep(backend.config.latency_ms / 1000)
-        try:
-            if name != claims.tool:
-                raise CaseopsError(
-                    "TOKEN_NOT_FOR_TOOL", f"the task token was minted for another tool than {name}"
-                )
-            case_id = arguments.get("case_id")
-            if "case_id" in contract.run_bound and case_id != claims.case_id:
-                raise case_not_found(str(case_id))  # a token is bound to one case; others do not exist for it
-            if contract.scope not in claims.scopes:
-                raise CaseopsError(
-                    "INSUFFICIENT_SCOPE", f"{name} needs scope {contract.scope!r}, which the token lacks"
-                )
-            if backend.calls[name] <= backend.config.faults.get(name, 0):
-                raise CaseopsError("UPSTREAM_UNAVAILABLE", "the upstream system is unavailable; retry later")
-            backend.executions[(claims.tenant_id, str(case_id), name)] += 1
-            return await handler(claims, contract.input_model.model_validate(arguments))
-        except CaseopsError as error:
-            return _error_result(error)
-
-    arg_model: type[ArgModelBase] = type(
-        f"{contract.input_model.__name__}Arguments", (contract.input_model, ArgModelBase), {}
-    )
-    return Tool(
-        fn=call,
-        name=name,
-        description=contract.description,
-        parameters=arg_model.model_json_schema(),
-        fn_metadata=FuncMetadata(arg_model=arg_model, output_model=contract.output_model),
-        is_async=True,
-        annotations=_annotations(contract),
-    )
-
-
-def build_mcp_server(backend: _Backend, extra: Sequence[ToolBinding] = ()) -> MCPServer:
-    tools = [
-        _guarded_tool(contract, handler, backend)
-        for contract, handler in (*caseops_bindings(backend), *extra)
-    ]
-    return MCPServer("raydag-caseops", version="1.0.0", log_level="WARNING", tools=tools)
+    async def list_resources(self) -> list[Resource]:
+        claims = current_claims.get()
+        return [] if claims is None else await case_resources(self._backend, claims)
 
 
 class ToolServer:
@@ -175,12 +129,31 @@ class ToolServer:
 
     def __init__(self, config: ToolServerConfig, extra_tools: Sequence[ToolBinding] = ()) -> None:
         """``extra_tools`` are served beside caseops, behind the same token checks (benchmarks use this)."""
-        self._backend = _Backend(config)
-        self.mcp = build_mcp_server(self._backend, extra_tools)
-        inner = self.mcp.streamable_http_app(
-            streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host="127.0.0.1"
+        self._backend = Backend(config)
+        bindings = [*caseops_bindings(self._backend), *extra_tools]
+        self.mcp = _CaseopsServer(self._backend, bindings)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=list(config.allowed_hosts),
+            allowed_origins=list(config.allowed_origins),
         )
-        self.asgi: ASGIApp = TaskTokenAuth(inner, config.tokens)
+        inner = self.mcp.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=security,
+            max_request_body_size=config.max_body_bytes,
+        )
+        self._replay = ReplayCache(self._backend.live_pool)
+        self.asgi: ASGIApp = McpGuard(
+            inner,
+            tokens=None if config.insecure_disable_auth_for_tests else config.tokens,
+            security=security,
+            max_body_bytes=config.max_body_bytes,
+            scope_of_tool={contract.name: contract.scope for contract, _ in bindings},
+            admission=Admission(config.tenant_limits),
+            replay=self._replay,
+        )
 
     @property
     def calls(self) -> dict[str, int]:
@@ -207,13 +180,33 @@ class ToolServer:
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         config = self._backend.config
-        self._backend.pool = await asyncpg.create_pool(config.dsn, min_size=1, max_size=config.pool_size)
+        # The pool's only writes are replay-cache rows. Committing them without waiting for the WAL flush
+        # saves ~2 ms per tool call; the row is visible to every replica at once either way, and a crash of
+        # PostgreSQL itself could lose only the last fraction of a second of them.
+        self._backend.pool = await asyncpg.create_pool(
+            config.dsn,
+            min_size=1,
+            max_size=config.pool_size,
+            server_settings={"synchronous_commit": "off"},
+        )
+        pruning = asyncio.create_task(self._prune_forever(config.replay_prune_interval_s))
         try:
             async with self.mcp.session_manager.run():
                 yield
         finally:
+            pruning.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pruning
             await self._backend.pool.close()
             self._backend.pool = None
+
+    async def _prune_forever(self, interval_s: float) -> None:
+        while True:
+            try:
+                await self._replay.prune()
+            except (asyncpg.PostgresError, OSError) as exc:
+                log.warning("pruning the replay cache failed (%s); trying again later", type(exc).__name__)
+            await asyncio.sleep(interval_s)
 
     def asgi_app(self) -> Starlette:
         @asynccontextmanager

@@ -1,8 +1,11 @@
 """Task tokens: short-lived JWTs the runtime mints for one tool call, and the server verifies.
 
 HS256 is pinned on both sides; ``iss`` and ``aud`` must match exactly; ``exp``/``nbf``/``iat`` are checked
-with ``LEEWAY_SECONDS`` of clock skew. Tenant, subject, run, case and scopes travel only here, never in
-tool arguments.
+with ``LEEWAY_SECONDS`` of clock skew, and a token may not live longer than ``lifetime_seconds``. Tenant,
+subject, run, case and scopes travel only here, never in tool arguments.
+
+A token's ``tool`` claim names the one tool it may call, or ``RESOURCE_READER`` for a token that reads the
+evidence resources of its case (with the scopes it carries) and calls no tool.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dag.errors import RaydagError
 
@@ -24,6 +27,9 @@ ISSUER = "raydag"
 LEEWAY_SECONDS = 5
 LIFETIME_SECONDS = 60
 MIN_KEY_BYTES = 32
+RESOURCE_READER = "resources/read"
+"""The ``tool`` claim of a token that reads its case's resources instead of calling a tool."""
+MAX_JTI_LENGTH = 128
 _REQUIRED_CLAIMS = [
     "iss",
     "aud",
@@ -59,7 +65,7 @@ class TaskClaims(BaseModel):
     iat: int
     nbf: int
     exp: int
-    jti: str
+    jti: str = Field(min_length=1, max_length=MAX_JTI_LENGTH)
 
     @property
     def scopes(self) -> frozenset[str]:
@@ -121,9 +127,13 @@ class TaskTokens:
         except jwt.PyJWTError as exc:
             raise TokenInvalid(f"invalid task token: {exc}") from None
         try:
-            return TaskClaims.model_validate(claims)
+            verified = TaskClaims.model_validate(claims)
         except ValidationError as exc:
             raise TokenInvalid(f"invalid task token: {exc.error_count()} malformed claim(s)") from None
+        # A long-lived token would also outlive its replay-cache entry's purpose; refuse it outright.
+        if verified.exp - verified.iat > self.lifetime_seconds:
+            raise TokenInvalid(f"invalid task token: it lives longer than {self.lifetime_seconds} s")
+        return verified
 
 
 def load_token_key(configured: str | None, home: Path) -> bytes:

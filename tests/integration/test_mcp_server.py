@@ -1,21 +1,34 @@
-"""The caseops MCP server over real HTTP, through the SDK's client, in both protocol eras."""
+"""The caseops MCP server over real HTTP, through the SDK's client, in both protocol eras on one endpoint.
+
+Also the wire helpers the other ``test_mcp_*`` modules share: raw JSON-RPC requests in either era.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import httpx
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
+from actors.background_server import BackgroundServer
+from mcp_server.auth import ASGIApp
 from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
+from mcp_server.tokens import RESOURCE_READER, TaskTokens
+from mcp_server.tools import ToolBinding
 from tests.c102 import CASE_OUTPUT, RESOLVE_OUTPUT
 from tests.integration.conftest import RunningToolServer
 
 ERAS = ["2026-07-28", "legacy"]
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
 
 
 @asynccontextmanager
@@ -28,18 +41,104 @@ async def connect(url: str, token: str, mode: str) -> AsyncIterator[Client]:
         yield client
 
 
+@contextmanager
+def serving(
+    dsn: str,
+    key: bytes,
+    *,
+    audience: str | None = None,
+    port: int = 0,
+    extra_tools: Sequence[ToolBinding] = (),
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+    **options: Any,
+) -> Iterator[RunningToolServer]:
+    """A tool server of its own on loopback, configured with ``options``; its tokens are for ``audience``
+    (default: its own URL), and ``wrap`` may put a recorder in front of it."""
+    http = BackgroundServer(host="127.0.0.1", port=port)
+    url = http.url + MCP_PATH
+    tokens = TaskTokens(key=key, audience=audience or url)
+    server = ToolServer(ToolServerConfig(dsn=dsn, tokens=tokens, **options), extra_tools)
+    if wrap is not None:
+        server.asgi = wrap(server.asgi)
+    http.start(server.asgi_app())
+    try:
+        yield RunningToolServer(url, server, tokens)
+    finally:
+        http.stop()
+
+
+def rpc(
+    url: str,
+    token: str | None,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    era: str = MODERN,
+    headers: dict[str, str] | None = None,
+    request_id: int | None = 1,
+) -> httpx.Response:
+    """One raw JSON-RPC request as a client of ``era`` sends it (2026-07-28: routing headers and ``_meta``)."""
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": dict(params or {})}
+    if request_id is not None:
+        body["id"] = request_id
+    sent = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    if era == MODERN:
+        body["params"]["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        sent.update({"MCP-Protocol-Version": MODERN, "Mcp-Method": method})
+        name = body["params"].get("name") or body["params"].get("uri")
+        if name is not None:
+            sent["Mcp-Name"] = name
+    elif method != "initialize":
+        sent["MCP-Protocol-Version"] = era
+    sent.update(headers or {})
+    return httpx.post(url, headers=sent, content=json.dumps(body), timeout=10)
+
+
+def reader_token(
+    server: RunningToolServer,
+    *,
+    case: str = "C-102",
+    tenant: str = "tenant-demo",
+    scopes: frozenset[str] = frozenset({"cases:read", "policies:read", "documents:read"}),
+) -> str:
+    """A token that reads ``case``'s evidence resources and calls no tool."""
+    return server.tokens.mint(
+        subject="auditor",
+        tenant_id=tenant,
+        task_id="audit",
+        case_id=case,
+        tool=RESOURCE_READER,
+        scopes=scopes,
+    )
+
+
+def error_of(result: Any) -> dict[str, Any]:
+    """The ``{"code", "message"}`` of an ``isError`` tool result, checked to agree between its two forms."""
+    assert result.is_error is True
+    structured = result.structured_content["error"]
+    assert json.loads(result.content[0].text) == {"error": structured}
+    return dict(structured)
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_tools_list_publishes_the_four_contracts_with_strict_schemas(
     tool_server: RunningToolServer, mode: str
 ) -> None:
     async with connect(tool_server.url, tool_server.token("caseops_get_case_snapshot"), mode) as client:
-        assert client.protocol_version == ("2026-07-28" if mode != "legacy" else "2025-11-25")
+        assert client.protocol_version == (MODERN if mode != "legacy" else LEGACY)
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
 
     assert set(listed) == set(CASEOPS_TOOLS)
     for name, tool in listed.items():
         assert tool.input_schema["additionalProperties"] is False
         assert tool.input_schema["required"] == list(CASEOPS_TOOLS[name].input_model.model_fields)
+        assert tool.input_schema["properties"]["case_id"]["pattern"].startswith("^")
+        assert tool.input_schema["properties"]["case_id"]["maxLength"] == 64
         assert tool.output_schema is not None
         assert tool.output_schema["type"] == "object"
         assert tool.annotations is not None
@@ -63,59 +162,120 @@ async def test_tools_call_returns_structured_output_with_evidence_refs(
     assert resolution.structured_content == RESOLVE_OUTPUT
 
 
-async def test_another_tenants_case_answers_exactly_like_an_unknown_case(
+def test_one_endpoint_answers_discover_without_a_session_and_initialize_with_one(
     tool_server: RunningToolServer,
+) -> None:
+    token = tool_server.token("caseops_get_case_snapshot")
+    discovered = rpc(tool_server.url, token, "server/discover")
+    initialized = rpc(
+        tool_server.url,
+        token,
+        "initialize",
+        {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}},
+        era=LEGACY,
+    )
+
+    assert discovered.status_code == 200
+    assert MODERN in discovered.json()["result"]["supportedVersions"]
+    assert "mcp-session-id" not in discovered.headers
+    assert initialized.status_code == 200
+    assert initialized.json()["result"]["protocolVersion"] == LEGACY
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_another_tenants_case_answers_exactly_like_an_unknown_case(
+    tool_server: RunningToolServer, mode: str
 ) -> None:
     foreign = tool_server.token("caseops_get_case_snapshot", tenant="tenant-other", case="C-102")
     unknown = tool_server.token("caseops_get_case_snapshot", tenant="tenant-demo", case="C-999")
 
-    async with connect(tool_server.url, foreign, "2026-07-28") as client:
+    async with connect(tool_server.url, foreign, mode) as client:
         theirs = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-102"})
-    async with connect(tool_server.url, unknown, "2026-07-28") as client:
+    async with connect(tool_server.url, unknown, mode) as client:
         missing = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-999"})
 
-    assert theirs.is_error is True
+    assert error_of(theirs)["code"] == "CASE_NOT_FOUND"
     assert theirs.content[0].text.replace("C-102", "X") == missing.content[0].text.replace("C-999", "X")
-    assert '"code":"CASE_NOT_FOUND"' in theirs.content[0].text
 
 
 async def test_a_token_bound_to_one_case_cannot_read_another(tool_server: RunningToolServer) -> None:
     token = tool_server.token("caseops_get_case_snapshot", case="C-102")
-    async with connect(tool_server.url, token, "2026-07-28") as client:
+    async with connect(tool_server.url, token, MODERN) as client:
         result = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-101"})
 
-    assert result.is_error is True
-    assert '"code":"CASE_NOT_FOUND"' in result.content[0].text
-
-
-async def test_a_token_without_the_tools_scope_is_refused(tool_server: RunningToolServer) -> None:
-    token = tool_server.token("caseops_get_policy_requirements", scopes=frozenset({SCOPE_CASES}))
-    async with connect(tool_server.url, token, "2026-07-28") as client:
-        result = await client.call_tool("caseops_get_policy_requirements", {"case_id": "C-102"})
-
-    assert result.is_error is True
-    assert '"code":"INSUFFICIENT_SCOPE"' in result.content[0].text
+    assert error_of(result) == {"code": "CASE_NOT_FOUND", "message": "case 'C-101' was not found"}
 
 
 async def test_a_token_minted_for_one_tool_cannot_call_another(tool_server: RunningToolServer) -> None:
     token = tool_server.token("caseops_get_case_snapshot", scopes=frozenset({SCOPE_CASES, SCOPE_POLICIES}))
-    async with connect(tool_server.url, token, "2026-07-28") as client:
+    async with connect(tool_server.url, token, MODERN) as client:
         result = await client.call_tool("caseops_get_policy_requirements", {"case_id": "C-102"})
 
-    assert result.is_error is True
-    assert '"code":"TOKEN_NOT_FOR_TOOL"' in result.content[0].text
+    assert error_of(result)["code"] == "TOKEN_NOT_FOR_TOOL"
 
 
-async def test_unknown_arguments_such_as_a_tenant_are_rejected(tool_server: RunningToolServer) -> None:
-    async with connect(
-        tool_server.url, tool_server.token("caseops_get_case_snapshot"), "2026-07-28"
-    ) as client:
+@pytest.mark.parametrize("mode", ERAS)
+async def test_unknown_arguments_such_as_a_tenant_are_invalid_arguments_naming_the_field(
+    tool_server: RunningToolServer, mode: str
+) -> None:
+    async with connect(tool_server.url, tool_server.token("caseops_get_case_snapshot"), mode) as client:
         result = await client.call_tool(
             "caseops_get_case_snapshot", {"case_id": "C-102", "tenant_id": "tenant-other"}
         )
 
-    assert result.is_error is True
-    assert "tenant_id" in result.content[0].text
+    error = error_of(result)
+    assert error["code"] == "INVALID_ARGUMENTS"
+    assert "tenant_id" in error["message"]
+    assert "tenant-other" not in error["message"]  # the rejected value is not echoed
+
+
+async def test_an_argument_outside_its_pattern_is_invalid_arguments(tool_server: RunningToolServer) -> None:
+    async with connect(tool_server.url, tool_server.token("caseops_get_case_snapshot"), MODERN) as client:
+        result = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-102; DROP TABLE cases"})
+
+    error = error_of(result)
+    assert error["code"] == "INVALID_ARGUMENTS"
+    assert error["message"].startswith("invalid arguments for caseops_get_case_snapshot: case_id:")
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_unknown_tool_is_a_json_rpc_invalid_params_error(
+    tool_server: RunningToolServer, mode: str
+) -> None:
+    async with connect(tool_server.url, tool_server.token("caseops_get_case_snapshot"), mode) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("caseops_delete_everything", {"case_id": "C-102"})
+
+    assert raised.value.code == -32602
+    assert raised.value.message == "Unknown tool: caseops_delete_everything"
+
+
+def test_protocol_errors_are_json_rpc_errors_in_both_eras(tool_server: RunningToolServer) -> None:
+    token = tool_server.token("caseops_get_case_snapshot")
+    modern = rpc(tool_server.url, token, "no/such/method")
+    legacy = rpc(tool_server.url, token, "no/such/method", era=LEGACY)
+    mismatch = rpc(
+        tool_server.url,
+        token,
+        "tools/call",
+        {"name": "caseops_get_case_snapshot", "arguments": {"case_id": "C-102"}},
+        headers={"Mcp-Name": "caseops_get_policy_requirements"},
+    )
+
+    assert modern.json()["error"]["code"] == -32601
+    assert legacy.json()["error"]["code"] == -32601
+    assert mismatch.status_code == 400
+    assert mismatch.json()["error"]["code"] == -32020  # HeaderMismatch: Mcp-Name disagrees with the body
+
+
+def test_list_results_carry_cache_hints_in_2026_mode_only(tool_server: RunningToolServer) -> None:
+    token = tool_server.token("caseops_get_case_snapshot")
+    modern = rpc(tool_server.url, token, "tools/list").json()["result"]
+    legacy = rpc(tool_server.url, token, "tools/list", era=LEGACY).json()["result"]
+
+    assert (modern["ttlMs"], modern["cacheScope"]) == (300_000, "public")
+    assert "ttlMs" not in legacy
+    assert "cacheScope" not in legacy
 
 
 @pytest.mark.parametrize(
@@ -152,15 +312,28 @@ def test_a_token_for_another_audience_is_401(tool_server: RunningToolServer) -> 
         tool="caseops_get_case_snapshot",
         scopes={SCOPE_CASES},
     )
-    response = httpx.post(
-        tool_server.url,
-        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-        timeout=10,
-    )
+    response = rpc(tool_server.url, token, "tools/list")
 
     assert response.status_code == 401
     assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+
+def test_a_token_living_longer_than_the_lifetime_is_401(tool_server: RunningToolServer) -> None:
+    from mcp_server.tokens import TaskTokens
+
+    long_lived = TaskTokens(key=tool_server.tokens.key, audience=tool_server.url, lifetime_seconds=3600)
+    token = long_lived.mint(
+        subject="s",
+        tenant_id="tenant-demo",
+        task_id="t",
+        case_id="C-102",
+        tool="caseops_get_case_snapshot",
+        scopes={SCOPE_CASES},
+    )
+    response = rpc(tool_server.url, token, "tools/list")
+
+    assert response.status_code == 401
+    assert "lives longer than 60 s" in response.json()["error_description"]
 
 
 async def test_the_serve_app_serves_mcp_at_slash_mcp(api: str, tool_server: RunningToolServer) -> None:
@@ -176,7 +349,7 @@ async def test_the_serve_app_serves_mcp_at_slash_mcp(api: str, tool_server: Runn
         scopes={SCOPE_CASES},
     )
     # The app was configured with the session tool server's URL as its MCP audience.
-    async with connect(url, token, "2026-07-28") as client:
+    async with connect(url, token, MODERN) as client:
         listed = await client.list_tools()
         snapshot = await client.call_tool("caseops_get_case_snapshot", {"case_id": "C-102"})
 

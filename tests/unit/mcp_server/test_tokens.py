@@ -12,7 +12,14 @@ from typing import Any
 import jwt
 import pytest
 
-from mcp_server.tokens import LEEWAY_SECONDS, LIFETIME_SECONDS, TaskTokens, TokenInvalid, load_token_key
+from mcp_server.tokens import (
+    LEEWAY_SECONDS,
+    LIFETIME_SECONDS,
+    RESOURCE_READER,
+    TaskTokens,
+    TokenInvalid,
+    load_token_key,
+)
 
 KEY = b"k" * 32
 AUDIENCE = "http://mcp.test/mcp"
@@ -223,3 +230,30 @@ def test_a_short_configured_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 32 bytes"):
         load_token_key("c" * 31, tmp_path)
     assert not (tmp_path / "token.key").exists()
+
+
+def test_a_token_living_longer_than_the_lifetime_is_refused() -> None:
+    token = jwt.encode(
+        {**valid_claims(), "exp": valid_claims()["iat"] + LIFETIME_SECONDS + 1}, KEY, algorithm="HS256"
+    )
+    with pytest.raises(TokenInvalid, match="lives longer than 60 s"):
+        TOKENS.verify(token)
+
+
+def test_an_oversized_jti_is_refused() -> None:
+    token = jwt.encode({**valid_claims(), "jti": "j" * 129}, KEY, algorithm="HS256")
+    with pytest.raises(TokenInvalid, match="malformed claim"):
+        TOKENS.verify(token)
+
+
+def test_a_reader_token_names_resources_read_as_its_tool() -> None:
+    token = TOKENS.mint(
+        subject="auditor",
+        tenant_id="tenant-demo",
+        task_id="audit",
+        case_id="C-102",
+        tool=RESOURCE_READER,
+        scopes={"cases:read", "policies:read"},
+    )
+    claims = TOKENS.verify(token)
+    assert (claims.tool, claims.scopes) == ("resources/read", frozenset({"cases:read", "policies:read"}))

@@ -1,0 +1,181 @@
+"""The caseops tools as MCP tools: built from the contracts, every call checked against its task token.
+
+A refusal is a tool execution error (``isError``) whose ``structuredContent`` is
+``{"error": {"code", "message"}}`` with a stable code, the same JSON as its text content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from mcp.server.mcpserver.tools.base import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dag.contracts import Risk, ToolContract
+from dag.fingerprint import canonical_json
+from mcp_server.auth import current_claims
+from mcp_server.caseops import CaseopsError, CaseopsRepository, case_not_found
+from mcp_server.contracts import (
+    GET_CASE_SNAPSHOT,
+    GET_POLICY_REQUIREMENTS,
+    LIST_UNCLASSIFIED_DOCUMENTS,
+    RESOLVE_DOCUMENT_ALIAS,
+)
+from mcp_server.tokens import TaskClaims
+
+if TYPE_CHECKING:
+    from mcp_server.server import ToolServerConfig
+
+
+class ToolErrorCode(StrEnum):
+    """The codes of refusals the server itself decides; business codes (``CASE_NOT_FOUND``, ...) come from
+    the repository."""
+
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    TOKEN_NOT_FOR_TOOL = "TOKEN_NOT_FOR_TOOL"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
+
+
+@dataclass
+class Backend:
+    """What tools need at call time; the pool exists only while the server's lifespan runs."""
+
+    config: ToolServerConfig
+    pool: asyncpg.Pool | None = None
+    calls: Counter[str] = field(default_factory=Counter)
+    executions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+    def live_pool(self) -> asyncpg.Pool:
+        if self.pool is None:
+            raise RuntimeError("the tool server is not started")
+        return self.pool
+
+    def repository(self) -> CaseopsRepository:
+        return CaseopsRepository(self.live_pool())
+
+
+def error_result(code: str, message: str) -> CallToolResult:
+    payload = {"error": {"code": code, "message": message}}
+    return CallToolResult(
+        content=[TextContent(type="text", text=canonical_json(payload))],
+        structured_content=payload,
+        is_error=True,
+    )
+
+
+def _annotations(contract: ToolContract) -> ToolAnnotations:
+    """Hints for clients, derived from the contract; raydag never trusts annotations for authorization."""
+    read_only = contract.risk is Risk.READ_ONLY
+    return ToolAnnotations(
+        title=contract.description,
+        read_only_hint=read_only,
+        destructive_hint=contract.risk is Risk.IRREVERSIBLE_WRITE,
+        idempotent_hint=read_only,
+        open_world_hint=False,
+    )
+
+
+ToolHandler = Callable[[TaskClaims, Any], Awaitable[BaseModel]]
+"""Serves one call: the verified claims and the validated input model in, the output model out."""
+
+ToolBinding = tuple[ToolContract, ToolHandler]
+
+
+def caseops_bindings(backend: Backend) -> list[ToolBinding]:
+    """The four caseops tools; every query is scoped to the token's tenant."""
+    repository = backend.repository
+    return [
+        (GET_CASE_SNAPSHOT, lambda claims, args: repository().case_snapshot(claims.tenant_id, args.case_id)),
+        (
+            GET_POLICY_REQUIREMENTS,
+            lambda claims, args: repository().policy_requirements(claims.tenant_id, args.case_id),
+        ),
+        (
+            LIST_UNCLASSIFIED_DOCUMENTS,
+            lambda claims, args: repository().unclassified_documents(claims.tenant_id, args.case_id),
+        ),
+        (
+            RESOLVE_DOCUMENT_ALIAS,
+            lambda claims, args: repository().resolve_document_alias(
+                claims.tenant_id, args.case_id, args.document_id
+            ),
+        ),
+    ]
+
+
+class _RawArguments(ArgModelBase):
+    """Hands the tool the arguments as sent: the contract's input model validates them in the tool, so a
+    rejection is an ``isError`` result with the code ``INVALID_ARGUMENTS`` rather than free text."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
+def _invalid(contract: ToolContract, exc: ValidationError) -> CaseopsError:
+    # Locations and reasons only: the rejected values are the caller's data and stay out of the answer.
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or '(arguments)'}: {error['msg']}"
+        for error in exc.errors()[:10]
+    )
+    return CaseopsError(ToolErrorCode.INVALID_ARGUMENTS, f"invalid arguments for {contract.name}: {problems}")
+
+
+def guarded_tool(contract: ToolContract, handler: ToolHandler, backend: Backend) -> Tool:
+    """A tool whose input schema, input validation and output schema all come from the contract, and whose
+    every call passes the token's tool and case binding first (the HTTP guard has checked its scope).
+
+    The contract's input model forbids unknown fields, so the published ``inputSchema`` carries
+    ``additionalProperties: false`` and the server rejects what the schema does not allow.
+    """
+    name = contract.name
+
+    async def call(arguments: dict[str, Any]) -> BaseModel | CallToolResult:
+        backend.calls[name] += 1
+        claims = current_claims.get()
+        config = backend.config
+        if config.latency_ms:
+            await asyncio.sleep(config.latency_ms / 1000)
+        try:
+            if claims is None:
+                raise CaseopsError(ToolErrorCode.UNAUTHENTICATED, "this server runs without task tokens")
+            if name != claims.tool:
+                raise CaseopsError(
+                    ToolErrorCode.TOKEN_NOT_FOR_TOOL,
+                    f"the task token was minted for another tool than {name}",
+                )
+            try:
+                args = contract.input_model.model_validate(arguments)
+            except ValidationError as exc:
+                raise _invalid(contract, exc) from None
+            case_id = getattr(args, "case_id", None)
+            if "case_id" in contract.run_bound and case_id != claims.case_id:
+                raise case_not_found(str(case_id))  # a token is bound to one case; others do not exist for it
+            if backend.calls[name] <= config.faults.get(name, 0):
+                raise CaseopsError(
+                    ToolErrorCode.UPSTREAM_UNAVAILABLE, "the upstream system is unavailable; retry later"
+                )
+            backend.executions[(claims.tenant_id, str(case_id), name)] += 1
+            return await handler(claims, args)
+        except CaseopsError as error:
+            return error_result(error.code, error.message)
+
+    return Tool(
+        fn=call,
+        name=name,
+        description=contract.description,
+        parameters=contract.input_model.model_json_schema(),
+        fn_metadata=FuncMetadata(arg_model=_RawArguments, output_model=contract.output_model),
+        is_async=True,
+        annotations=_annotations(contract),
+    )

@@ -1,0 +1,226 @@
+"""raydag's MCP client against the real server: connections and the 2026-07-28 client are reused, every call
+still sends its own token, and every way a call can fail becomes a classified outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool
+from actors.tool_task import _WorkerLoop
+from dag.contracts import Risk, ToolContract
+from dag.events import ErrorKind
+from mcp_server.auth import ASGIApp, Receive, Scope, Send
+from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, CaseInput, CaseSnapshot
+from mcp_server.limits import TenantLimits
+from mcp_server.tools import error_result
+from tests.integration.conftest import RunningToolServer
+from tests.integration.test_mcp_server import MODERN, serving
+
+SNAPSHOT = "caseops_get_case_snapshot"
+CASE_TOOLS = (
+    "caseops_get_case_snapshot",
+    "caseops_get_policy_requirements",
+    "caseops_list_unclassified_documents",
+)
+
+
+class Recorder:
+    """Notes each request's JSON-RPC method and the client connection it came on, then passes it on."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.methods: list[str] = []
+        self.connections: set[tuple[str, int]] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        first = await receive()
+        body = first.get("body", b"")
+        self.methods.append(json.loads(body)["method"] if body else scope["method"])
+        self.connections.add(tuple(scope["client"]))
+        pending = [first]
+
+        async def replay() -> Any:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
+@pytest.fixture
+def recorded(dsn: str, token_key: bytes) -> Iterator[tuple[RunningToolServer, Recorder]]:
+    recorders: list[Recorder] = []
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        recorders.append(Recorder(app))
+        return recorders[0]
+
+    with serving(dsn, token_key, wrap=wrap) as server:
+        yield server, recorders[0]
+
+
+def call_of(server: RunningToolServer, tool: str, protocol: str = MODERN, **claims: Any) -> ToolCall:
+    args = {"case_id": "C-102"}
+    return ToolCall(
+        "run", "node", 1, tool, args, server.url, server.token(tool, **claims), 10.0, protocol=protocol
+    )
+
+
+async def test_2026_calls_share_one_connection_and_list_the_tools_once(
+    recorded: tuple[RunningToolServer, Recorder],
+) -> None:
+    server, recorder = recorded
+    async with McpConnections() as connections:
+        outcomes = [await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS) for _ in range(5)]
+
+    assert all(outcome.ok for outcome in outcomes)
+    assert recorder.methods == ["tools/call", "tools/list", *["tools/call"] * 4]
+    assert len(recorder.connections) == 1
+
+
+async def test_concurrent_calls_on_shared_connections_each_send_their_own_token(
+    recorded: tuple[RunningToolServer, Recorder],
+) -> None:
+    server, recorder = recorded
+    calls = [call_of(server, tool) for tool in CASE_TOOLS * 4]
+    async with McpConnections() as connections:
+        outcomes = await asyncio.gather(*(connections.call(call, CASEOPS_TOOLS) for call in calls))
+
+    # A token sent with the wrong call would answer TOKEN_NOT_FOR_TOOL, and a token sent twice HTTP 401.
+    assert [outcome.error for outcome in outcomes] == [None] * len(calls)
+    assert recorder.methods.count("tools/call") == len(calls)
+
+
+async def test_2025_calls_open_a_session_each_over_kept_alive_connections(
+    recorded: tuple[RunningToolServer, Recorder],
+) -> None:
+    server, recorder = recorded
+    async with McpConnections() as connections:
+        outcomes = [
+            await connections.call(call_of(server, SNAPSHOT, "legacy"), CASEOPS_TOOLS) for _ in range(3)
+        ]
+
+    assert all(outcome.ok for outcome in outcomes)
+    assert recorder.methods.count("initialize") == 3
+    assert recorder.methods.count("tools/call") == 3
+    assert len(recorder.methods) == 12
+    # The SDK posts notifications/initialized without awaiting it, so the call after it may need a second
+    # connection; still at most one new connection per session, not one per request.
+    assert len(recorder.connections) <= 4
+
+
+async def test_a_one_off_call_opens_and_closes_its_own_connections(
+    recorded: tuple[RunningToolServer, Recorder],
+) -> None:
+    server, recorder = recorded
+    outcomes = [await call_tool(call_of(server, SNAPSHOT), CASEOPS_TOOLS) for _ in range(2)]
+
+    assert all(outcome.ok for outcome in outcomes)
+    assert len(recorder.connections) == 2
+
+
+def test_a_worker_loop_keeps_its_connections_from_one_task_to_the_next(
+    recorded: tuple[RunningToolServer, Recorder],
+) -> None:
+    server, recorder = recorded
+    worker = _WorkerLoop()
+    outcomes = [
+        worker.run(call_tool(call_of(server, SNAPSHOT), CASEOPS_TOOLS, worker.connections)) for _ in range(3)
+    ]
+    worker.close()
+
+    assert all(outcome.ok for outcome in outcomes)
+    assert recorder.methods.count("tools/list") == 1
+    assert len(recorder.connections) == 1
+
+
+async def test_a_session_is_rebuilt_after_the_server_went_away(dsn: str, token_key: bytes) -> None:
+    async with McpConnections() as connections:
+        with serving(dsn, token_key) as first:
+            before = await connections.call(call_of(first, SNAPSHOT), CASEOPS_TOOLS)
+            port = int(first.url.rsplit(":", 1)[1].split("/")[0])
+        gone = await connections.call(call_of(first, SNAPSHOT), CASEOPS_TOOLS)
+        with serving(dsn, token_key, port=port) as again:
+            after = await connections.call(call_of(again, SNAPSHOT), CASEOPS_TOOLS)
+
+    assert before.ok
+    assert gone.error is not None
+    assert (gone.error.kind, gone.error.code) == (ErrorKind.TRANSIENT, "CONNECTION_FAILED")
+    assert after.ok, after.error
+
+
+PROBE = ToolContract(
+    name="probe_error",
+    version="1.0.0",
+    description="Answers an isError result whose structured code differs from its text.",
+    scope=SCOPE_CASES,
+    risk=Risk.READ_ONLY,
+    input_model=CaseInput,
+    output_model=CaseSnapshot,
+)
+
+
+async def _disagreeing_error(claims: Any, args: Any) -> Any:
+    result = error_result("STRUCTURED_CODE", "from structuredContent")
+    result.content[0].text = json.dumps({"error": {"code": "TEXT_CODE", "message": "from the text"}})  # type: ignore[union-attr]
+    return result
+
+
+async def test_the_client_reads_the_error_code_from_structured_content_first(
+    dsn: str, token_key: bytes
+) -> None:
+    with serving(dsn, token_key, extra_tools=[(PROBE, _disagreeing_error)]) as server:
+        probe = call_of(server, SNAPSHOT)
+        outcome = await call_tool(
+            dataclasses.replace(
+                probe, tool=PROBE.name, token=server.token(PROBE.name, scopes=frozenset({SCOPE_CASES}))
+            ),
+            {**CASEOPS_TOOLS, PROBE.name: PROBE},
+        )
+
+    assert outcome.error is not None
+    assert (outcome.error.code, outcome.error.message) == ("STRUCTURED_CODE", "from structuredContent")
+    assert outcome.error.kind is ErrorKind.BUSINESS
+
+
+def _error(outcome: ToolOutcome) -> tuple[ErrorKind, str]:
+    assert outcome.error is not None
+    return outcome.error.kind, outcome.error.code
+
+
+async def test_refusals_become_classified_outcomes(tool_server: RunningToolServer) -> None:
+    replayed = call_of(tool_server, SNAPSHOT)
+    narrow = call_of(tool_server, "caseops_get_policy_requirements", scopes=frozenset({SCOPE_CASES}))
+    invalid = dataclasses.replace(call_of(tool_server, SNAPSHOT), args={"case_id": "C-102", "x": 1})
+    async with McpConnections() as connections:
+        first = await connections.call(replayed, CASEOPS_TOOLS)
+        again = await connections.call(replayed, CASEOPS_TOOLS)
+        scope = await connections.call(narrow, CASEOPS_TOOLS)
+        rejected = await connections.call(invalid, CASEOPS_TOOLS)
+        unknown = await connections.call(
+            ToolCall("r", "n", 1, "no_such_tool", {}, tool_server.url, tool_server.token(SNAPSHOT), 10),
+            CASEOPS_TOOLS,
+        )
+
+    assert first.ok
+    assert _error(again) == (ErrorKind.AUTHORIZATION, "HTTP_401")
+    assert _error(scope) == (ErrorKind.AUTHORIZATION, "INSUFFICIENT_SCOPE")
+    assert _error(rejected) == (ErrorKind.CONTRACT, "INVALID_ARGUMENTS")
+    assert _error(unknown) == (ErrorKind.CONTRACT, "JSONRPC_-32602")
+
+
+async def test_a_rate_limited_call_is_transient(dsn: str, token_key: bytes) -> None:
+    with serving(dsn, token_key, tenant_limits=TenantLimits(rate_per_s=0.01, burst=2)) as server:
+        async with McpConnections() as connections:
+            first = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)  # and the tools/list
+            limited = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)
+
+    assert first.ok
+    assert _error(limited) == (ErrorKind.TRANSIENT, "HTTP_429")
