@@ -33,9 +33,9 @@ serve: $(VENV)/.installed ## run the HTTP API and MCP server on 127.0.0.1:8000
 test: $(VENV)/.installed-dev node ## the whole suite: unit, then integration (real Ray, PostgreSQL, HTTP)
 	$(BIN)/python -m pytest
 
-node: ## the pinned Node tools of the MCP interoperability tests, into tools/node (npm ci; needs npm)
-	@test tools/node/node_modules/.package-lock.json -nt tools/node/package-lock.json \
-		|| (cd tools/node && npm ci --no-audit --no-fund --loglevel=error)
+node: ## the pinned Node tools of the MCP interoperability tests, into tests/node (npm ci; needs npm)
+	@test tests/node/node_modules/.package-lock.json -nt tests/node/package-lock.json \
+		|| (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 
 test-unit: $(VENV)/.installed-dev ## the fast tests only (no Ray, no database, no network)
 	$(BIN)/python -m pytest tests/unit

@@ -1,7 +1,7 @@
 """Interoperability, checked with other people's code: the official MCP conformance suite against the server in
 both eras, the TypeScript SDK clients (v2 at 2026-07-28, v1 over 2025-11-25) and the MCP Inspector CLI.
 
-The Node tools are pinned in ``tools/node`` and installed by ``make node`` (which ``make test`` runs first).
+The Node tools are pinned in ``tests/node`` and installed by ``make node`` (which ``make test`` runs first).
 The suite cannot send an Authorization header, so it runs against a server whose authentication is switched
 off by the test-only setting, on loopback; the SDK clients and the Inspector send task tokens.
 """
@@ -33,7 +33,7 @@ from tests.integration.test_mcp_server import serving
 
 pytestmark = pytest.mark.conformance
 
-NODE_DIR = REPO / "tools" / "node"
+NODE_DIR = REPO / "tests" / "node"
 BIN = NODE_DIR / "node_modules" / ".bin"
 SUITE_TIMEOUT_S = 240
 
