@@ -34,8 +34,9 @@ from actors.views import event_view, load_state, nodes_view, run_view
 from dag.budget import BudgetRequest, Budgets
 from dag.policy import Principal
 from mcp_server.contracts import CASEOPS_TOOLS, CaseId
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
+from mcp_server.server import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens, load_token_key
+from planner.openai_planner import OpenAISettings
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,20 @@ class ApiConfig:
     pool_size: int = 4
     tool_latency_ms: int = 0
     max_body_bytes: int = 2 * 1024 * 1024
+    mcp_allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    mcp_allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS
     planners: tuple[str, ...] = ()
+    openai: OpenAISettings | None = None
     outbox_webhook_url: str | None = None
     lease_s: float = 15.0
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, dsn: str) -> ApiConfig:
+        hosts, origins = settings.mcp_hosts() or (LOOPBACK_HOSTS, LOOPBACK_ORIGINS)
         return cls(
+            mcp_allowed_hosts=hosts,
+            mcp_allowed_origins=origins,
             dsn=dsn,
             mcp_url=settings.mcp_url or f"http://{settings.host}:{settings.port}{MCP_PATH}",
             token_key=load_token_key(
@@ -75,6 +82,7 @@ class ApiConfig:
             tool_latency_ms=settings.tool_latency_ms,
             tenant_tools=settings.tenant_tool_grants(),
             planners=settings.planner_paths(),
+            openai=settings.openai_settings(),
             outbox_webhook_url=settings.outbox_webhook_url,
             lease_s=settings.lease_s,
         )
@@ -88,6 +96,7 @@ class ApiConfig:
             pool_size=self.pool_size,
             tenant_tools=self.tenant_tools,
             planners=self.planners,
+            openai=self.openai,
             outbox_webhook_url=self.outbox_webhook_url,
             lease_s=self.lease_s,
         )
@@ -193,6 +202,8 @@ def create_app(config: ApiConfig) -> FastAPI:
             tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
             latency_ms=config.tool_latency_ms,
             pool_size=config.pool_size,
+            allowed_hosts=config.mcp_allowed_hosts,
+            allowed_origins=config.mcp_allowed_origins,
         )
     )
     state = _AppState()
@@ -378,6 +389,9 @@ def _raise_for_submission(submitted: SubmitResult) -> None:
             raise Problem(422, "unknown-planner", "the planner is not available", **(submitted.error or {}))
         case Submission.UNAVAILABLE:
             raise _unavailable()
+        case Submission.PLANNER_UNAVAILABLE:
+            error = submitted.error or {}
+            raise Problem(422, "planner-unavailable", str(error.get("reason")), planner=error.get("planner"))
         case Submission.BUDGET_ABOVE_LIMIT:
             error = submitted.error or {}
             raise Problem(422, "budget-above-limit", str(error.get("message")), above=error.get("above"))

@@ -68,7 +68,9 @@ def run(
     tenant: Annotated[str, typer.Option(help="The tenant the case belongs to.")] = "tenant-demo",
     goal: Annotated[str | None, typer.Option(help="What the run should establish.")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Run at most once per key.")] = None,
-    planner: Annotated[str, typer.Option(help="conformance")] = "conformance",
+    planner: Annotated[
+        str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
+    ] = "conformance",
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its nodes as JSON.")] = False,
 ) -> None:
     """Run one case to completion and print its result (usable as a `ray job submit` entrypoint)."""
@@ -232,6 +234,11 @@ def _run_case(
         case Submission.UNAVAILABLE:
             errors.print(f"[red]the database cannot be reached:[/red] {submitted.error}")
             raise typer.Exit(EXIT_RUN_FAILED)
+        case Submission.PLANNER_UNAVAILABLE:
+            errors.print(
+                f"[red]planner {planner!r} is not available:[/red] {(submitted.error or {}).get('reason')}"
+            )
+            raise typer.Exit(EXIT_BAD_INPUT)
         case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID | Submission.BUDGET_ABOVE_LIMIT:
             errors.print(f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}")
             raise typer.Exit(EXIT_BAD_INPUT)

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any, assert_never, cast
 
 from actors.executor import ToolExecutor
 from actors.mcp_client import ToolCall, ToolOutcome
@@ -79,10 +79,18 @@ class ExecutionContext:
 
 class RoundExecution:
     def __init__(
-        self, run: RunRecorder, context: ExecutionContext, cancel: asyncio.Event, deadline: datetime
+        self,
+        run: RunRecorder,
+        context: ExecutionContext,
+        cancel: asyncio.Event,
+        deadline: datetime,
+        plan_changed: asyncio.Event | None = None,
     ) -> None:
+        """``plan_changed`` is set whenever a streamed plan gains a node or ends: the round dispatches the new
+        node at once, and cannot drain while the plan is still open."""
         self._run = run
         self._context = context
+        self._plan_changed = plan_changed
         self._cancel = cancel
         self._deadline = deadline
         self._calls: dict[asyncio.Task[ToolOutcome], str] = {}
@@ -111,19 +119,32 @@ class RoundExecution:
                     return Interruption(
                         StopReason.DEADLINE_EXCEEDED, f"the run's deadline of {limit:g}s passed"
                     )
+                if self._plan_changed is not None:
+                    self._plan_changed.clear()  # before the scheduler looks, so no arrival goes unseen
                 progress = await self._step()
                 if isinstance(progress, Interruption):
                     return progress
                 if progress:
                     continue
-                if not self._calls and not self._timers and not self._due:
+                streaming = self._plan_changed is not None and self._run.state.plan_open
+                if not self._calls and not self._timers and not self._due and not streaming:
                     return None
-                done, _ = await asyncio.wait(
-                    {*self._calls, *self._timers, cancelled},
-                    timeout=remaining,
-                    return_when=asyncio.FIRST_COMPLETED,
+                waiting: set[asyncio.Future[Any]] = {*self._calls, *self._timers, cancelled}
+                arrival = None
+                if streaming:
+                    assert self._plan_changed is not None
+                    arrival = asyncio.ensure_future(self._plan_changed.wait())
+                    waiting.add(arrival)
+                try:
+                    done, _ = await asyncio.wait(
+                        waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    if arrival is not None:
+                        arrival.cancel()
+                await self._absorb(
+                    cast(set[asyncio.Task[Any]], {task for task in done if task is not arrival})
                 )
-                await self._absorb(done)
         finally:
             cancelled.cancel()
             for task in (*self._calls, *self._timers):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol
@@ -35,16 +36,18 @@ class RunRecorder:
         self.state = state
         self.last_seq = last_seq
         self._sink = sink
+        self._lock = asyncio.Lock()  # a streamed plan records while its round executes
 
     async def record(self, *events: RunEvent) -> None:
         if not events:
             return
-        state = self.state
-        for event in events:
-            state = apply(state, event)  # raises IllegalTransition before anything is written
-        await self._sink.append(state, self.last_seq + 1, events)
-        self.state = state
-        self.last_seq += len(events)
+        async with self._lock:
+            state = self.state
+            for event in events:
+                state = apply(state, event)  # raises IllegalTransition before anything is written
+            await self._sink.append(state, self.last_seq + 1, events)
+            self.state = state
+            self.last_seq += len(events)
 
     async def finish(
         self,

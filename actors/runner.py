@@ -13,7 +13,9 @@ import logging
 import random
 from collections.abc import Awaitable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, assert_never
+from typing import Any, Literal, TypeVar, assert_never
+
+from pydantic import ValidationError
 
 from actors.execution import ExecutionContext, Interruption, RoundExecution
 from actors.executor import ToolExecutor
@@ -21,15 +23,23 @@ from actors.mcp_client import MODERN_PROTOCOL
 from actors.recording import EventSink, LeaseLost, RunRecorder, now
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
-from dag.errors import BudgetExceeded, PlanInvalid
-from dag.events import JoinStarted, PlanAccepted, PlanningStarted, RunRecovered
+from dag.errors import BudgetExceeded, PlanErrorCode, PlanInvalid
+from dag.events import (
+    JoinStarted,
+    ModelUsed,
+    PlanAccepted,
+    PlanCompleted,
+    PlanningStarted,
+    PlanNodeAccepted,
+    RunRecovered,
+)
 from dag.health import ToolHealth
-from dag.plan import Plan
+from dag.plan import Plan, PlanNode
 from dag.policy import effective_tools
 from dag.retry import RetryPolicy
 from dag.run_state import RunState
 from dag.states import RunStatus, StopReason
-from dag.validate import validate_plan
+from dag.validate import PlanValidator, validate_plan
 from dag.verify import unsupported_citations
 from mcp_server.tokens import TaskTokens
 from planner.base import (
@@ -38,10 +48,14 @@ from planner.base import (
     NeedsHuman,
     Observation,
     Planner,
+    PlannerContractViolation,
+    PlannerRefused,
     PlanningContext,
     Replan,
+    StreamingPlanner,
     ToolSpec,
 )
+from planner.stream import MalformedStream
 
 log = logging.getLogger(__name__)
 
@@ -129,64 +143,111 @@ class RunDriver:
         """Each step reads the recorded status and takes the one transition it allows."""
         planner = self._planners[run.state.planner]
         deadline = run.state.created_at + timedelta(seconds=run.state.budgets.deadline_s)
-        while not run.state.status.terminal:
-            state = run.state
-            match state.status:
-                case RunStatus.PENDING:
-                    await run.record(PlanningStarted(at=now(), round=state.round + 1))
-                case RunStatus.PLANNING:
-                    try:
-                        await self._plan(run, planner, cancel, deadline)
-                    except _Halt as halt:
-                        await self._halt(run, halt.interruption)
-                case RunStatus.RUNNING:
-                    interruption = await RoundExecution(run, self.context, cancel, deadline).run()
-                    if interruption is not None and interruption.reason is StopReason.CANCELLED:
-                        await run.finish(RunStatus.CANCELLED, StopReason.CANCELLED, interruption.detail)
-                    else:
-                        await run.record(
-                            JoinStarted(
-                                at=now(),
-                                round=state.round,
-                                interrupted_by=interruption.reason if interruption else None,
-                                reason=interruption.detail if interruption else None,
+        plan_changed = asyncio.Event()
+        stream: asyncio.Task[None] | None = None
+        try:
+            while not run.state.status.terminal:
+                state = run.state
+                match state.status:
+                    case RunStatus.PENDING:
+                        await run.record(PlanningStarted(at=now(), round=state.round + 1))
+                    case RunStatus.PLANNING:
+                        try:
+                            stream = await self._plan(run, planner, cancel, deadline, plan_changed)
+                        except _Halt as halt:
+                            await self._halt(run, halt.interruption)
+                    case RunStatus.RUNNING:
+                        execution = RoundExecution(run, self.context, cancel, deadline, plan_changed)
+                        interruption = await execution.run()
+                        if stream is not None:  # the round drained or stopped: the stream has nothing to add
+                            stream.cancel()
+                            stream = None
+                        if interruption is not None and interruption.reason is StopReason.CANCELLED:
+                            await run.finish(RunStatus.CANCELLED, StopReason.CANCELLED, interruption.detail)
+                        else:
+                            await run.record(
+                                JoinStarted(
+                                    at=now(),
+                                    round=state.round,
+                                    interrupted_by=interruption.reason if interruption else None,
+                                    reason=interruption.detail if interruption else None,
+                                )
                             )
-                        )
-                case RunStatus.JOINING:
-                    try:
-                        decision = await _bounded(
-                            planner.decide(self._context(state), observations(state)),
-                            cancel,
-                            deadline + timedelta(seconds=JOIN_GRACE_S),
-                        )
-                    except _Halt as halt:
-                        await self._halt(run, _interruption_of(state) or halt.interruption)
-                    else:
-                        await self._conclude(run, decision)
-                case _:
-                    raise AssertionError(f"no step from {state.status}")
+                    case RunStatus.JOINING:
+                        await self._join(run, planner, cancel, deadline)
+                    case _:
+                        raise AssertionError(f"no step from {state.status}")
+        finally:
+            if stream is not None:
+                stream.cancel()
 
-    async def _plan(
+    async def _join(
         self, run: RunRecorder, planner: Planner, cancel: asyncio.Event, deadline: datetime
     ) -> None:
-        """Ask for, validate and accept the current round's plan, or end the run."""
+        state = run.state
+        if await self._out_of_model_budget(run):
+            return
+        context = self._context(state)
+        try:
+            decision = await _bounded(
+                planner.decide(context, observations(state)),
+                cancel,
+                deadline + timedelta(seconds=JOIN_GRACE_S),
+            )
+        except _Halt as halt:
+            await self._record_usage(run, context, "join")
+            await self._halt(run, _interruption_of(state) or halt.interruption)
+            return
+        except Exception as exc:
+            await self._record_usage(run, context, "join")
+            await self._planner_failed(run, planner, exc)
+            return
+        await self._record_usage(run, context, "join")
+        if not isinstance(decision, Final) and await self._out_of_model_budget(run):
+            return  # an answer completes the run even past its budget; anything else stops here
+        await self._conclude(run, decision)
+
+    async def _plan(
+        self,
+        run: RunRecorder,
+        planner: Planner,
+        cancel: asyncio.Event,
+        deadline: datetime,
+        plan_changed: asyncio.Event,
+    ) -> asyncio.Task[None] | None:
+        """Ask for, validate and accept the current round's plan, or end the run.
+
+        A streaming planner's nodes are accepted one by one as the model writes them; this returns the task
+        still reading the stream, and the round starts executing with the first node.
+        """
         state = run.state
         round_number = state.round
         if round_number == 1 and state.proposal is not None:
-            proposal: Any = state.proposal
-        else:
-            try:
-                proposal = await _bounded(planner.propose(self._context(state)), cancel, deadline)
-            except _Halt:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "planner %s failed for run %s: %s", planner.name, state.run_id, type(exc).__name__
-                )
-                await run.finish(
-                    RunStatus.FAILED, StopReason.PLANNER_ERROR, f"the planner failed: {type(exc).__name__}"
-                )
-                return
+            await self._accept(run, state.proposal)
+            return None
+        if await self._out_of_model_budget(run):
+            return None
+        context = self._context(state)
+        if isinstance(planner, StreamingPlanner) and planner.streaming:
+            return await self._plan_streamed(run, planner, context, cancel, deadline, plan_changed)
+        try:
+            proposal = await _bounded(planner.propose(context), cancel, deadline)
+        except _Halt:
+            await self._record_usage(run, context, "plan")
+            raise
+        except Exception as exc:
+            await self._record_usage(run, context, "plan")
+            await self._planner_failed(run, planner, exc)
+            return None
+        await self._record_usage(run, context, "plan")
+        if await self._out_of_model_budget(run):
+            return None
+        await self._accept(run, proposal)
+        return None
+
+    async def _accept(self, run: RunRecorder, proposal: Any) -> None:
+        state = run.state
+        round_number = state.round
         budgets = state.budgets
         try:
             plan = validate_plan(
@@ -207,6 +268,127 @@ class RunDriver:
             )
             return
         await run.record(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
+
+    async def _plan_streamed(
+        self,
+        run: RunRecorder,
+        planner: StreamingPlanner,
+        context: PlanningContext,
+        cancel: asyncio.Event,
+        deadline: datetime,
+        plan_changed: asyncio.Event,
+    ) -> asyncio.Task[None] | None:
+        state = run.state
+        round_number = state.round
+        budgets = state.budgets
+        validator = PlanValidator(
+            self._catalogue,
+            max_nodes=budgets.max_nodes - state.node_count(),
+            round_number=round_number,
+            earlier=state.earlier_names(),
+        )
+        started = asyncio.Event()
+        failure: list[BaseException] = []
+
+        async def consume() -> None:
+            complete, detail = True, None
+            try:
+                async for raw in planner.propose_stream(context):
+                    node = PlanNode.model_validate(raw)
+                    validator.add(node)
+                    await run.record(
+                        PlanNodeAccepted(
+                            at=now(),
+                            round=round_number,
+                            node=node.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+                        )
+                    )
+                    started.set()
+                    plan_changed.set()
+            except asyncio.CancelledError:
+                raise
+            except (PlanInvalid, MalformedStream, ValidationError, PlannerContractViolation) as exc:
+                complete, detail = False, f"the plan stream stopped at a malformed node: {str(exc)[:300]}"
+            except Exception as exc:
+                if not started.is_set():
+                    failure.append(exc)  # nothing ran: the planner failed, not the tail of its plan
+                    return
+                complete, detail = False, f"the plan stream failed: {type(exc).__name__}"
+            finally:
+                await self._record_usage(run, context, "plan")
+            if not started.is_set() and complete:
+                failure.append(PlanInvalid(PlanErrorCode.EMPTY_PLAN, "the streamed plan has no node"))
+                return
+            await run.record(PlanCompleted(at=now(), round=round_number, complete=complete, detail=detail))
+            started.set()
+            plan_changed.set()
+
+        task = asyncio.create_task(consume(), name=f"plan-stream:{state.run_id}")
+        done_or_started = asyncio.ensure_future(started.wait())
+        try:
+            await _bounded(
+                asyncio.wait({task, done_or_started}, return_when=asyncio.FIRST_COMPLETED), cancel, deadline
+            )
+        except _Halt:
+            task.cancel()
+            raise
+        finally:
+            done_or_started.cancel()
+        if failure:
+            error = failure[0]
+            if isinstance(error, PlanInvalid):
+                await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(error.as_dict()))
+            else:
+                await self._planner_failed(run, planner, error)
+            return None
+        return task
+
+    async def _record_usage(
+        self, run: RunRecorder, context: PlanningContext, purpose: Literal["plan", "join"]
+    ) -> None:
+        """Every model call the planner reported for this request, as events (then the list is emptied)."""
+        calls, context.usage[:] = list(context.usage), []
+        await run.record(
+            *(
+                ModelUsed(
+                    at=now(),
+                    purpose=purpose,
+                    model=call.model,
+                    input_tokens=call.input_tokens,
+                    output_tokens=call.output_tokens,
+                    cost_usd=call.cost_usd,
+                )
+                for call in calls
+            )
+        )
+
+    async def _out_of_model_budget(self, run: RunRecorder) -> bool:
+        """Stop the run if its model calls have spent the token or cost budget; ``True`` if it did."""
+        state = run.state
+        try:
+            state.budgets.check_usage(tokens=state.tokens_used, cost_usd=state.cost_usd)
+        except BudgetExceeded as exc:
+            await run.finish(RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], str(exc))
+            return True
+        return False
+
+    async def _planner_failed(self, run: RunRecorder, planner: Planner, error: BaseException) -> None:
+        match error:
+            case PlannerRefused():
+                await run.finish(
+                    RunStatus.NEEDS_HUMAN, StopReason.MODEL_REFUSED, f"the model refused: {error}"
+                )
+            case PlannerContractViolation():
+                await run.finish(
+                    RunStatus.NEEDS_HUMAN, StopReason.PLANNER_CONTRACT_VIOLATION, str(error)[:1000]
+                )
+            case _:
+                log.warning(
+                    "planner %s failed for run %s: %s", planner.name, run.state.run_id, type(error).__name__
+                )
+                await run.finish(
+                    RunStatus.FAILED, StopReason.PLANNER_ERROR, f"the planner failed: {type(error).__name__}"
+                )
 
     async def _conclude(self, run: RunRecorder, decision: JoinDecision) -> None:
         """Turn the joiner's decision into the run's end, or into its next round."""

@@ -111,6 +111,7 @@ def local_runtime(
             tenant_tools=settings.tenant_tool_grants(),
             lease_s=settings.lease_s,
             planners=settings.planner_paths(),
+            openai=settings.openai_settings(),
             outbox_webhook_url=settings.outbox_webhook_url,
         )
         supervisor = get_or_create_supervisor(

@@ -75,6 +75,8 @@ class Submission(StrEnum):
     UNKNOWN_PLANNER = "unknown_planner"
     PLAN_INVALID = "plan_invalid"
     BUDGET_ABOVE_LIMIT = "budget_above_limit"
+    PLANNER_UNAVAILABLE = "planner_unavailable"
+    """The planner exists but this deployment cannot offer it (the model planner without a key)."""
     UNAVAILABLE = "unavailable"
     """PostgreSQL cannot be reached: nothing was accepted, the client should retry later."""
 
@@ -112,6 +114,7 @@ class RunService:
         owner: str = "raydag-local",
         lease_s: float = 15.0,
         outbox_sink: OutboxSink | None = None,
+        unavailable_planners: Mapping[str, str] | None = None,
     ) -> None:
         self._pool = pool
         self.owner = owner
@@ -119,6 +122,7 @@ class RunService:
         self._leases = Leases(pool, owner, lease_s)
         self._relay = OutboxRelay(pool, outbox_sink if outbox_sink is not None else LogSink())
         self._lease_s = lease_s
+        self._unavailable_planners = dict(unavailable_planners or {})
         self._catalogue = catalogue
         self._planners = planners
         self._limits = limits
@@ -145,6 +149,11 @@ class RunService:
             return SubmitResult(Submission.UNAVAILABLE, error={"message": str(exc)})
 
     async def _submit(self, request: RunRequest) -> SubmitResult:
+        if request.planner in self._unavailable_planners:
+            return SubmitResult(
+                Submission.PLANNER_UNAVAILABLE,
+                error={"planner": request.planner, "reason": self._unavailable_planners[request.planner]},
+            )
         if request.planner not in self._planners:
             return SubmitResult(
                 Submission.UNKNOWN_PLANNER,

@@ -7,12 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dag.budget import Budgets
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES
+from planner.openai_planner import OpenAISettings
 
 
 class ApiKeyGrant(BaseModel):
@@ -60,6 +61,18 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
     """How long a supervisor's ownership of a run lasts without renewal; a dead supervisor's runs are
     taken over after it."""
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
+    model: str = "gpt-4.1-mini"
+    """The model the openai planner asks (``RAYDAG_MODEL``)."""
+    model_streaming: bool = False
+    """Stream plans: dispatch each node while the model is still writing the rest."""
+    model_input_usd_per_mtok: float = Field(default=0.40, ge=0)
+    model_output_usd_per_mtok: float = Field(default=1.60, ge=0)
+    mcp_allowed_hosts: str | None = None
+    """Comma-separated Host values the MCP endpoint accepts (``name:*`` for any port); unset, loopback only."""
+    mcp_allowed_origins: str | None = None
+    """Comma-separated Origin values the MCP endpoint accepts; unset, loopback only."""
     tenant_tools: str | None = None
     """JSON ``{"<tenant>": ["<tool>", ...]}``: each tenant's tool catalogue. Unset: every tool for every tenant."""
 
@@ -90,6 +103,29 @@ class Settings(BaseSettings):
                 'RAYDAG_API_KEYS must be a JSON object {"<key>": {"tenant_id": ..., "subject": ..., '
                 f'"scopes": [...]}}: {exc}'
             ) from None
+
+    def openai_settings(self) -> OpenAISettings | None:
+        """The model planner's settings, or ``None`` without ``OPENAI_API_KEY``."""
+        if self.openai_api_key is None:
+            return None
+        return OpenAISettings(
+            api_key=self.openai_api_key.get_secret_value(),
+            model=self.model,
+            base_url=self.openai_base_url,
+            streaming=self.model_streaming,
+            input_usd_per_mtok=self.model_input_usd_per_mtok,
+            output_usd_per_mtok=self.model_output_usd_per_mtok,
+        )
+
+    def mcp_hosts(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """``(hosts, origins)`` for the MCP endpoint's DNS-rebinding protection, or ``None`` for loopback only."""
+        if self.mcp_allowed_hosts is None and self.mcp_allowed_origins is None:
+            return None
+
+        def split(value: str | None) -> tuple[str, ...]:
+            return tuple(item.strip() for item in (value or "").split(",") if item.strip())
+
+        return split(self.mcp_allowed_hosts), split(self.mcp_allowed_origins)
 
     def planner_paths(self) -> tuple[str, ...]:
         """``RAYDAG_PLANNERS`` as import paths."""

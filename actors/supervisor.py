@@ -18,7 +18,8 @@ from dag.budget import Budgets
 from dag.health import ToolHealth
 from mcp_server.contracts import CASEOPS_TOOLS
 from mcp_server.tokens import TaskTokens
-from planner import load_planners
+from planner import load_planners, unavailable_planners
+from planner.openai_planner import OpenAISettings
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class SupervisorConfig:
     lease_s: float = 15.0
     planners: tuple[str, ...] = ()
     """Planners beyond the built-in ones, as ``package.module:ClassName`` import paths."""
+    openai: OpenAISettings | None = None
+    """The model planner's settings; ``None`` leaves it unavailable (requests for it are refused)."""
     outbox_webhook_url: str | None = None
     """Where the outbox relay POSTs terminal events; ``None`` logs them."""
 
@@ -78,7 +81,8 @@ class RunSupervisor:
                     pool=pool,
                     executor=RayToolExecutor(CASEOPS_TOOLS),
                     catalogue=CASEOPS_TOOLS,
-                    planners=load_planners(config.planners),
+                    planners=load_planners(config.planners, config.openai),
+                    unavailable_planners=unavailable_planners(config.openai),
                     tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
                     mcp_url=config.mcp_url,
                     limits=config.limits,

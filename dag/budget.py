@@ -33,6 +33,12 @@ class Budgets(BaseModel):
     max_stale_replans: int = Field(
         default=1, ge=0, le=20, description="Replan rounds that may add no new evidence before the run stops."
     )
+    max_tokens: int = Field(
+        default=200_000, ge=0, le=10_000_000, description="Model input and output tokens over the whole run."
+    )
+    max_cost_usd: float = Field(
+        default=5.0, ge=0, le=1_000, description="Model cost over the whole run, in USD."
+    )
 
     def lowered_by(self, requested: BudgetRequest | None) -> Budgets:
         """These limits with the requested ones applied; raises ``BudgetAboveLimit`` if a request exceeds one."""
@@ -67,6 +73,13 @@ class Budgets(BaseModel):
         if stale_replans > self.max_stale_replans:
             raise BudgetExceeded("max_stale_replans", stale_replans, self.max_stale_replans)
 
+    def check_usage(self, *, tokens: int, cost_usd: float) -> None:
+        """Raise ``BudgetExceeded`` once model calls have used the token or the cost budget up."""
+        if tokens > self.max_tokens:
+            raise BudgetExceeded("max_tokens", tokens, self.max_tokens)
+        if cost_usd > self.max_cost_usd:
+            raise BudgetExceeded("max_cost_usd", round(cost_usd, 6), self.max_cost_usd)
+
     def check_repeat(self, *, proposals: int) -> None:
         if proposals > self.repeat_limit:
             raise BudgetExceeded("repeat_limit", proposals, self.repeat_limit)
@@ -84,6 +97,8 @@ class BudgetRequest(BaseModel):
     deadline_s: float | None = Field(default=None, gt=0)
     repeat_limit: int | None = Field(default=None, ge=1)
     max_stale_replans: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_cost_usd: float | None = Field(default=None, ge=0)
 
 
 class BudgetAboveLimit(RaydagError):
@@ -102,4 +117,6 @@ STOP_REASON_OF_BUDGET: dict[str, StopReason] = {
     "deadline_s": StopReason.DEADLINE_EXCEEDED,
     "repeat_limit": StopReason.REPEATED_ACTION_FINGERPRINT,
     "max_stale_replans": StopReason.NO_NEW_EVIDENCE,
+    "max_tokens": StopReason.TOKEN_BUDGET_EXHAUSTED,
+    "max_cost_usd": StopReason.COST_BUDGET_EXHAUSTED,
 }

@@ -77,7 +77,7 @@ class IllegalTransition(RaydagError):
 class BudgetExceeded(RaydagError):
     """A hard limit was reached; the run stops with the budget's stop reason."""
 
-    def __init__(self, budget: str, used: int, limit: int) -> None:
+    def __init__(self, budget: str, used: float, limit: float) -> None:
         super().__init__(f"budget {budget} exhausted: {used} > {limit}")
         self.budget = budget
         self.used = used

@@ -68,6 +68,34 @@ class PlanAccepted(_Event):
     plan: dict[str, JsonValue]
 
 
+class PlanNodeAccepted(_Event):
+    """One node of a plan that is still being written (a streamed plan), valid on arrival."""
+
+    kind: Literal["plan_node_accepted"] = "plan_node_accepted"
+    round: int
+    node: dict[str, JsonValue]
+
+
+class PlanCompleted(_Event):
+    """A streamed plan ended: whole, or cut short by a malformed tail (what ran before it stands)."""
+
+    kind: Literal["plan_completed"] = "plan_completed"
+    round: int
+    complete: bool
+    detail: str | None = None
+
+
+class ModelUsed(_Event):
+    """A model call made for the run, charged against its token and cost budgets."""
+
+    kind: Literal["model_used"] = "model_used"
+    purpose: Literal["plan", "join"]
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = 0.0
+
+
 class NodeExpanded(_Event):
     """A ``for_each`` node became ``count`` children ``id[0]`` … ``id[count-1]``."""
 
@@ -181,6 +209,9 @@ RunEvent = Annotated[
     RunCreated
     | PlanningStarted
     | PlanAccepted
+    | PlanNodeAccepted
+    | PlanCompleted
+    | ModelUsed
     | NodeExpanded
     | NodeDispatched
     | NodeDenied

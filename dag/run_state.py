@@ -13,9 +13,11 @@ from datetime import datetime
 from typing import Any, assert_never
 
 from dag.budget import Budgets
+from dag.errors import IllegalTransition
 from dag.events import (
     GroupSettled,
     JoinStarted,
+    ModelUsed,
     NodeDenied,
     NodeDispatched,
     NodeError,
@@ -26,7 +28,9 @@ from dag.events import (
     NodeSkipped,
     NodeSucceeded,
     PlanAccepted,
+    PlanCompleted,
     PlanningStarted,
+    PlanNodeAccepted,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -103,6 +107,10 @@ class RunState:
     interruption_detail: str | None = None
     """The hard limit that ended the current round early, while the run is joining."""
     recoveries: int = 0
+    plan_open: bool = False
+    """A streamed plan of the current round is still arriving: the round cannot drain yet."""
+    tokens_used: int = 0
+    cost_usd: float = 0.0
 
     @property
     def plan(self) -> Plan | None:
@@ -198,28 +206,39 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         case PlanAccepted():
             if event.round != state.round:
                 raise ValueError(f"plan for round {event.round} accepted during round {state.round}")
+            check_run_transition(state.status, RunStatus.RUNNING)
             plan = Plan.parse(event.plan)
-            nodes = dict(state.nodes)
-            specs = dict(state.specs)
-            added = []
-            for spec in plan.nodes:
-                node_id = qualified_id(event.round, spec.id)
-                nodes[node_id] = NodeState(
-                    node_id=node_id,
-                    tool=spec.tool,
-                    plan_node_id=spec.id,
-                    round=event.round,
-                    children=() if spec.for_each is not None else None,
-                )
-                specs[node_id] = spec
-                added.append(node_id)
-            return _set_run_status(
+            state = _add_plan_nodes(state, event.round, plan.nodes, whole=plan)
+            return _set_run_status(state, RunStatus.RUNNING, plan_open=False)
+        case PlanNodeAccepted():
+            if event.round != state.round:
+                raise ValueError(f"plan node for round {event.round} accepted during round {state.round}")
+            if not (
+                state.status is RunStatus.PLANNING or (state.status is RunStatus.RUNNING and state.plan_open)
+            ):
+                raise IllegalTransition("run", state.status.value, "a streamed plan node")
+            spec = PlanNode.model_validate(event.node)
+            state = _add_plan_nodes(state, event.round, (spec,), whole=None)
+            if state.status is RunStatus.PLANNING:
+                return _set_run_status(state, RunStatus.RUNNING, plan_open=True)
+            return dataclasses.replace(state, plan_open=True)
+        case PlanCompleted():
+            if event.round != state.round:
+                raise ValueError(f"plan of round {event.round} completed during round {state.round}")
+            if not (
+                state.status is RunStatus.PLANNING or (state.status is RunStatus.RUNNING and state.plan_open)
+            ):
+                raise IllegalTransition("run", state.status.value, "the end of a streamed plan")
+            if state.status is RunStatus.PLANNING:  # not a single node arrived
+                if len(state.plans) < event.round:
+                    state = dataclasses.replace(state, plans=(*state.plans, Plan(nodes=())))
+                return _set_run_status(state, RunStatus.RUNNING, plan_open=False)
+            return dataclasses.replace(state, plan_open=False)
+        case ModelUsed():
+            return dataclasses.replace(
                 state,
-                RunStatus.RUNNING,
-                plans=(*state.plans, plan),
-                specs=specs,
-                nodes=nodes,
-                order=state.order + tuple(added),
+                tokens_used=state.tokens_used + event.input_tokens + event.output_tokens,
+                cost_usd=state.cost_usd + event.cost_usd,
             )
         case NodeExpanded():
             group = state.nodes[event.node_id]
@@ -319,7 +338,10 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             return _with_node(state, event.node_id, status, finished_at=event.at)
         case JoinStarted():
             return _set_run_status(
-                state, RunStatus.JOINING, interrupted_by=event.interrupted_by, interruption_detail=event.reason
+                state,
+                RunStatus.JOINING,
+                interrupted_by=event.interrupted_by,
+                interruption_detail=event.reason,
             )
         case RunRecovered():
             if state.status.terminal:
@@ -342,6 +364,36 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             return state
         case _:
             assert_never(event)
+
+
+def _add_plan_nodes(
+    state: RunState, round_number: int, specs: tuple[PlanNode, ...], *, whole: Plan | None
+) -> RunState:
+    """The round's plan (whole, or one more streamed node) and its nodes, added to the run."""
+    nodes = dict(state.nodes)
+    all_specs = dict(state.specs)
+    added = []
+    for spec in specs:
+        node_id = qualified_id(round_number, spec.id)
+        if node_id in nodes:
+            raise ValueError(f"node {node_id} is already in the run")
+        nodes[node_id] = NodeState(
+            node_id=node_id,
+            tool=spec.tool,
+            plan_node_id=spec.id,
+            round=round_number,
+            children=() if spec.for_each is not None else None,
+        )
+        all_specs[node_id] = spec
+        added.append(node_id)
+    if len(state.plans) < round_number:
+        plans = (*state.plans, whole if whole is not None else Plan(nodes=specs))
+    else:  # a streamed round grows node by node
+        current = state.plans[round_number - 1]
+        plans = (*state.plans[: round_number - 1], Plan(nodes=(*current.nodes, *specs)))
+    return dataclasses.replace(
+        state, plans=plans, specs=all_specs, nodes=nodes, order=state.order + tuple(added)
+    )
 
 
 def _proposed(state: RunState, fingerprint: str) -> RunState:

@@ -56,24 +56,64 @@ def validate_plan(
             f"the plan has {len(plan.nodes)} nodes; the run allows at most {max_nodes}",
             location="/nodes",
         )
-    seen: set[str] = set()
-    all_ids = {node.id for node in plan.nodes}
-    for index, node in enumerate(plan.nodes):
+    validator = PlanValidator(
+        catalogue,
+        max_nodes=max_nodes,
+        round_number=round_number,
+        earlier=earlier,
+        announced={node.id for node in plan.nodes},
+    )
+    for node in plan.nodes:
+        validator.add(node)
+    return plan
+
+
+class PlanValidator:
+    """Validates a plan node by node, in order: the whole-plan check and a streamed plan's arrivals alike.
+
+    With ``announced`` (every id of a whole plan) a reference to a later node is a ``FORWARD_REFERENCE``;
+    in a streamed plan the later nodes are not known yet, so it is an ``UNKNOWN_REFERENCE``.
+    """
+
+    def __init__(
+        self,
+        catalogue: ToolCatalogue,
+        *,
+        max_nodes: int,
+        round_number: int = 1,
+        earlier: frozenset[str] = frozenset(),
+        announced: set[str] | None = None,
+    ) -> None:
+        self._catalogue = catalogue
+        self._max_nodes = max_nodes
+        self._round = round_number
+        self._earlier = earlier
+        self._seen: set[str] = set()
+        self._announced = announced if announced is not None else self._seen
+
+    def add(self, node: PlanNode) -> None:
+        index = len(self._seen)
         location = f"/nodes/{index}"
+        if index + 1 > self._max_nodes:
+            raise PlanInvalid(
+                PlanErrorCode.TOO_MANY_NODES,
+                f"the plan has more than {self._max_nodes} nodes, the most the run allows",
+                location=location,
+            )
         if not NODE_ID_PATTERN.fullmatch(node.id):
             raise PlanInvalid(
                 PlanErrorCode.INVALID_NODE_ID,
                 f"node id {node.id[:80]!r} does not match {NODE_ID_PATTERN.pattern}",
                 location=f"{location}/id",
             )
-        if node.id in seen:
+        if node.id in self._seen:
             raise PlanInvalid(
                 PlanErrorCode.DUPLICATE_NODE_ID,
                 f"node id {node.id!r} is used twice",
                 node_id=node.id,
                 location=f"{location}/id",
             )
-        contract = catalogue.get(node.tool)
+        contract = self._catalogue.get(node.tool)
         if contract is None:
             raise PlanInvalid(
                 PlanErrorCode.UNKNOWN_TOOL,
@@ -82,10 +122,9 @@ def validate_plan(
                 location=f"{location}/tool",
             )
         _check_no_identity_fields(node, location)
-        _check_references(node, seen, all_ids, earlier, round_number, location)
+        _check_references(node, self._seen, self._announced, self._earlier, self._round, location)
         _check_static_arguments(node, contract, location)
-        seen.add(node.id)
-    return plan
+        self._seen.add(node.id)
 
 
 def _check_no_identity_fields(node: PlanNode, location: str) -> None:

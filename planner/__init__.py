@@ -11,10 +11,11 @@ from planner.base import (
     ToolSpec,
 )
 from planner.conformance import ConformancePlanner, DocumentCheckResult, Outcome
-from planner.registry import BUILT_IN, load_planners
+from planner.registry import BUILT_IN, MODEL_PLANNER, load_planners, unavailable_planners
 
 __all__ = [
     "BUILT_IN",
+    "MODEL_PLANNER",
     "ConformancePlanner",
     "DocumentCheckResult",
     "Final",
@@ -27,4 +28,5 @@ __all__ = [
     "Replan",
     "ToolSpec",
     "load_planners",
+    "unavailable_planners",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from dag.contracts import ToolContract
+from dag.errors import RaydagError
 from dag.events import NodeError
 from dag.states import NodeStatus, StopReason
 
@@ -37,6 +38,24 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """One model call's consumption, recorded on the run and charged against its token and cost budgets."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = 0.0
+
+
+class PlannerRefused(RaydagError):
+    """The model declined to answer; the run needs a human, with the refusal recorded."""
+
+
+class PlannerContractViolation(RaydagError):
+    """The model's output broke the required schema even after a repair request."""
+
+
+@dataclass(frozen=True)
 class PlanningContext:
     """Everything a planner may know about a run. Tenant, subject, credentials and budgets are absent by design."""
 
@@ -47,6 +66,8 @@ class PlanningContext:
     observations: Sequence[Observation] = ()
     """What earlier rounds observed: data to reason about, never instructions."""
     replan_reason: str | None = None
+    usage: list[Usage] = field(default_factory=list)
+    """Where a planner reports each model call it makes for this request; the runtime records them."""
 
 
 @dataclass(frozen=True)
@@ -83,3 +104,14 @@ class Planner(Protocol):
     async def propose(self, context: PlanningContext) -> Mapping[str, Any]: ...
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision: ...
+
+
+@runtime_checkable
+class StreamingPlanner(Planner, Protocol):
+    """A planner that can hand over plan nodes while the model is still writing the plan."""
+
+    streaming: bool
+
+    def propose_stream(self, context: PlanningContext) -> AsyncIterator[Mapping[str, Any]]:
+        """Each node of the plan (plan format) as soon as it is complete; raises at a malformed tail."""
+        ...

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+from pydantic import AliasChoices
+
 from actors.settings import Settings
 from actors.store.seed import SeedData
 from dag.plan import Plan
@@ -41,9 +43,13 @@ def test_the_seed_example_is_a_valid_seed_file() -> None:
 
 
 def test_every_setting_is_documented() -> None:
-    documented = set(re.findall(r"`(RAYDAG_[A-Z_]+)`", section("Configuration")))
+    documented = set(re.findall(r"`((?:RAYDAG|OPENAI)_[A-Z_]+)`", section("Configuration")))
 
-    assert {f"RAYDAG_{name.upper()}" for name in Settings.model_fields} <= documented
+    names = set()
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        names |= set(alias.choices) if isinstance(alias, AliasChoices) else {f"RAYDAG_{name.upper()}"}
+    assert names <= documented
 
 
 def test_every_stop_reason_is_documented() -> None:

@@ -168,9 +168,23 @@ def test_each_budget_stops_the_run_with_its_own_reason() -> None:
         "deadline_s": StopReason.DEADLINE_EXCEEDED,
         "repeat_limit": StopReason.REPEATED_ACTION_FINGERPRINT,
         "max_stale_replans": StopReason.NO_NEW_EVIDENCE,
+        "max_tokens": StopReason.TOKEN_BUDGET_EXHAUSTED,
+        "max_cost_usd": StopReason.COST_BUDGET_EXHAUSTED,
     }
 
 
 def test_every_limit_that_can_stop_a_run_has_a_stop_reason() -> None:
     # max_parallel only queues calls; every other budget ends the run when it runs out.
     assert set(STOP_REASON_OF_BUDGET) == set(Budgets.model_fields) - {"max_parallel"}
+
+
+def test_model_usage_beyond_either_budget_names_it() -> None:
+    budgets = Budgets(max_tokens=100, max_cost_usd=0.5)
+
+    budgets.check_usage(tokens=100, cost_usd=0.5)
+    with pytest.raises(BudgetExceeded) as tokens:
+        budgets.check_usage(tokens=101, cost_usd=0.0)
+    with pytest.raises(BudgetExceeded) as cost:
+        budgets.check_usage(tokens=0, cost_usd=0.51)
+
+    assert (tokens.value.budget, cost.value.budget) == ("max_tokens", "max_cost_usd")

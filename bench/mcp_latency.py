@@ -1,0 +1,259 @@
+"""MCP tool-call latency through raydag's client in both protocol eras, and the server's throughput, in one run.
+
+``python -m bench mcp`` is not wired (bench/__main__.py is someone else's); run ``python -m bench.mcp_latency``.
+
+The tool server runs in a process of its own (uvicorn, as in production it runs beside the runtime, not in
+it), against the same PostgreSQL; every call carries a freshly minted task token, which the server verifies
+and records in its replay cache. Latency arms, interleaved sample by sample:
+
+- ``2026-07-28 reused``: one ``McpConnections`` for the whole run, as a Ray worker keeps it: keep-alive
+  connection, no handshake, the tools listed once; each call is one HTTP request.
+- ``2026-07-28 fresh``: a new HTTP client and SDK client per call (what raydag did before: discover-free, but
+  a new connection and a ``tools/list`` before the output can be checked).
+- ``2025-11-25 session per call, kept-alive``: initialize + initialized + call + list per call, over the
+  shared connections (what raydag does in ``legacy`` mode).
+- ``2025-11-25 session per call, fresh``: the same with a new connection per call: the reference design.
+
+Throughput: ``CONCURRENCY`` callers for ``THROUGHPUT_S`` seconds each, per era, sharing one ``McpConnections``;
+and, for the server's own capacity without the SDK client's cost, hand-built 2026-07-28 requests over httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+
+import httpx
+
+from actors.mcp_client import McpConnections, ToolCall, call_tool
+from actors.runtime import prepare_database
+from actors.settings import Settings
+from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
+from actors.store.seed import demo_seed
+from bench._stats import summary
+from mcp_server.contracts import CASEOPS_TOOLS
+from mcp_server.server import MCP_PATH
+from mcp_server.tokens import TaskTokens
+
+SAMPLES = int(os.environ.get("BENCH_SAMPLES", "200"))
+WARMUP = 10
+CONCURRENCY = tuple(int(n) for n in os.environ.get("BENCH_MCP_CONCURRENCY", "1,8,32").split(","))
+THROUGHPUT_S = float(os.environ.get("BENCH_MCP_THROUGHPUT_S", "5"))
+TOOL = "caseops_get_case_snapshot"
+MODERN, LEGACY = "2026-07-28", "legacy"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def serve(port: int) -> None:
+    """The tool server, in this process: ``python -m bench.mcp_latency serve PORT`` (DSN and key from env)."""
+    import uvicorn
+
+    from mcp_server.limits import TenantLimits
+    from mcp_server.server import ToolServer, ToolServerConfig
+
+    tokens = TaskTokens(
+        key=bytes.fromhex(os.environ["BENCH_TOKEN_KEY"]), audience=os.environ["BENCH_MCP_URL"]
+    )
+    # Limits far above the load: the benchmark measures the server, not the 429s.
+    limits = TenantLimits(max_in_flight=10_000, rate_per_s=1e6, burst=1_000_000)
+    config = ToolServerConfig(dsn=os.environ["BENCH_DSN"], tokens=tokens, pool_size=8, tenant_limits=limits)
+    uvicorn.run(ToolServer(config).asgi_app(), host="127.0.0.1", port=port, log_level="warning")
+
+
+class _Caller:
+    def __init__(self, url: str, tokens: TaskTokens) -> None:
+        self.url = url
+        self.tokens = tokens
+
+    def call(self, protocol: str) -> ToolCall:
+        token = self.tokens.mint(
+            subject="bench",
+            tenant_id="tenant-demo",
+            task_id="bench/node/1",
+            case_id="C-102",
+            tool=TOOL,
+            scopes={CASEOPS_TOOLS[TOOL].scope},
+        )
+        return ToolCall(
+            "bench", "node", 1, TOOL, {"case_id": "C-102"}, self.url, token, 10.0, protocol=protocol
+        )
+
+
+async def _timed(action: Callable[[], Awaitable[bool]]) -> float:
+    started = time.perf_counter()
+    ok = await action()
+    elapsed = (time.perf_counter() - started) * 1000
+    if not ok:
+        raise RuntimeError("a benchmark call failed")
+    return elapsed
+
+
+async def _latency(caller: _Caller) -> dict[str, list[float]]:
+    async with McpConnections() as shared:
+
+        async def reused(protocol: str) -> bool:
+            return (await shared.call(caller.call(protocol), CASEOPS_TOOLS)).ok
+
+        async def fresh(protocol: str) -> bool:
+            return (await call_tool(caller.call(protocol), CASEOPS_TOOLS)).ok
+
+        arms: dict[str, Callable[[], Awaitable[bool]]] = {
+            "2026-07-28, reused connections and client": lambda: reused(MODERN),
+            "2026-07-28, fresh client per call": lambda: fresh(MODERN),
+            "2025-11-25, session per call, kept-alive connections": lambda: reused(LEGACY),
+            "2025-11-25, session per call, fresh connection": lambda: fresh(LEGACY),
+        }
+        for action in arms.values():
+            for _ in range(WARMUP):
+                await _timed(action)
+        samples: dict[str, list[float]] = {label: [] for label in arms}
+        for _ in range(SAMPLES):
+            for label, action in arms.items():
+                samples[label].append(await _timed(action))
+        return samples
+
+
+async def _throughput(caller: _Caller, protocol: str, concurrency: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    async with McpConnections() as shared:
+        await shared.call(caller.call(protocol), CASEOPS_TOOLS)  # the 2026 client and its tools/list
+        deadline = time.perf_counter() + THROUGHPUT_S
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                latencies.append(await _timed(lambda: _ok(shared, caller.call(protocol))))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return len(latencies) / elapsed, latencies
+
+
+async def _raw_throughput(caller: _Caller, concurrency: int) -> tuple[float, list[float]]:
+    """The same call as hand-built HTTP requests: what the server sustains when the client costs little."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    params = {"name": TOOL, "arguments": {"case_id": "C-102"}, "_meta": meta}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+    routing = {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": TOOL}
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as http:
+
+        async def one() -> bool:
+            headers = {**accept, **routing, "Authorization": f"Bearer {caller.call(MODERN).token}"}
+            response = await http.post(caller.url, headers=headers, content=body)
+            return response.status_code == 200 and not response.json()["result"].get("isError")
+
+        deadline = time.perf_counter() + THROUGHPUT_S
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                latencies.append(await _timed(one))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return len(latencies) / elapsed, latencies
+
+
+async def _ok(connections: McpConnections, call: ToolCall) -> bool:
+    return (await connections.call(call, CASEOPS_TOOLS)).ok
+
+
+def _line(label: str, samples: list[float]) -> str:
+    s = summary(samples)
+    return (
+        f"| {label} | {s['n']:.0f} | {s['median']:.1f} | {s['p90']:.1f} | {s['min']:.1f} | {s['max']:.1f} |"
+    )
+
+
+def main() -> None:
+    settings = Settings()
+    with ExitStack() as stack:
+        if settings.database_url is not None:
+            admin = settings.database_url.get_secret_value()
+        else:
+            admin = with_database(
+                stack.enter_context(embedded_postgres(settings.home_dir / "bench")), "postgres"
+            )
+        name = f"raydag_bench_{secrets.token_hex(3)}"
+        asyncio.run(ensure_database(admin, name))
+        stack.callback(lambda: asyncio.run(drop_database(admin, name)))
+        dsn = with_database(admin, name)
+        asyncio.run(prepare_database(dsn, demo_seed()))
+
+        key = secrets.token_bytes(32)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}{MCP_PATH}"
+        env = {**os.environ, "BENCH_DSN": dsn, "BENCH_TOKEN_KEY": key.hex(), "BENCH_MCP_URL": url}
+        server = subprocess.Popen([sys.executable, "-m", "bench.mcp_latency", "serve", str(port)], env=env)
+        stack.callback(server.wait, 10)
+        stack.callback(server.terminate)
+        _wait_until_up(url)
+        caller = _Caller(url, TaskTokens(key=key, audience=url))
+
+        samples = asyncio.run(_latency(caller))
+        print("\n### MCP tool-call latency through raydag's client (one call, C-102 case snapshot)\n")
+        print("| arm | n | median ms | p90 ms | min ms | max ms |\n|---|---|---|---|---|---|")
+        for label, values in samples.items():
+            print(_line(label, values))
+        modern = summary(samples["2026-07-28, reused connections and client"])["median"]
+        for label in (
+            "2025-11-25, session per call, fresh connection",
+            "2025-11-25, session per call, kept-alive connections",
+        ):
+            print(
+                f"\n{label} / 2026-07-28 reused (medians): {summary(samples[label])['median'] / modern:.2f}x"
+            )
+
+        print("\n### Server throughput (one tool-server process, calls through raydag's client)\n")
+        print("| client, era | callers | calls/s | median ms | p90 ms |\n|---|---|---|---|---|")
+        arms: tuple[tuple[str, Callable[[int], Awaitable[tuple[float, list[float]]]]], ...] = (
+            ("raydag, 2026-07-28", lambda n: _throughput(caller, MODERN, n)),
+            ("raydag, 2025-11-25 session per call", lambda n: _throughput(caller, LEGACY, n)),
+            ("raw HTTP, 2026-07-28", lambda n: _raw_throughput(caller, n)),
+        )
+        for label, measure in arms:
+            for concurrency in CONCURRENCY:
+                rate, latencies = asyncio.run(_run(measure(concurrency)))
+                s = summary(latencies)
+                print(f"| {label} | {concurrency} | {rate:.0f} | {s['median']:.1f} | {s['p90']:.1f} |")
+
+
+async def _run(measurement: Awaitable[tuple[float, list[float]]]) -> tuple[float, list[float]]:
+    return await measurement
+
+
+def _wait_until_up(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=2)  # any answer (401) means it is up
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the tool server at {url} did not start")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        serve(int(sys.argv[2]))
+    else:
+        main()

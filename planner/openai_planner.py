@@ -1,0 +1,187 @@
+"""A model planner through the OpenAI Responses API: strict structured output for plans and for the join.
+
+Every output is an untrusted proposal: the schema makes it parseable, the runtime decides what runs. No
+tenant, subject, credential, budget or authorization detail is ever sent; ``store`` is false. Transient
+HTTP failures (429, 5xx, timeouts) are retried by the SDK with backoff; an output that breaks the schema
+gets one repair request; a refusal is reported as such.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from openai import AsyncOpenAI
+from pydantic import BaseModel, ValidationError
+
+from dag.states import StopReason
+from planner.base import (
+    Final,
+    JoinDecision,
+    NeedsHuman,
+    Observation,
+    PlannerContractViolation,
+    PlannerRefused,
+    PlanningContext,
+    Replan,
+    Usage,
+)
+from planner.conformance import DocumentCheckResult
+from planner.context import joiner_input, planner_input
+from planner.stream import PlanNodeStream
+from planner.strict_schema import from_model_plan, join_schema, plan_schema
+
+PLAN_FORMAT = "raydag_plan"
+JOIN_FORMAT = "raydag_join"
+
+
+@dataclass(frozen=True)
+class OpenAISettings:
+    """How to reach the model. The key stays here; it is never part of a prompt or a record."""
+
+    api_key: str = field(repr=False)
+    model: str = "gpt-4.1-mini"
+    base_url: str | None = None
+    streaming: bool = False
+    input_usd_per_mtok: float = 0.40
+    output_usd_per_mtok: float = 1.60
+    max_retries: int = 3
+    timeout_s: float = 60.0
+
+
+class OpenAIPlanner:
+    name = "openai"
+
+    def __init__(
+        self,
+        settings: OpenAISettings,
+        *,
+        client: AsyncOpenAI | None = None,
+        result_model: type[BaseModel] = DocumentCheckResult,
+    ) -> None:
+        self._settings = settings
+        self.streaming = settings.streaming
+        self._client = client or AsyncOpenAI(
+            api_key=settings.api_key,
+            base_url=settings.base_url,
+            max_retries=settings.max_retries,
+            timeout=settings.timeout_s,
+        )
+        self._result_model = result_model
+
+    async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
+        schema = plan_schema(context.tools)
+        plan = await self._structured(context, planner_input(context), PLAN_FORMAT, schema)
+        converted: Mapping[str, Any] = from_model_plan(plan)
+        return converted
+
+    async def propose_stream(self, context: PlanningContext) -> AsyncIterator[Mapping[str, Any]]:
+        """Plan nodes as the model writes them. The output is the same strict schema, read incrementally."""
+        scanner = PlanNodeStream()
+        refusal: list[str] = []
+        stream = await self._client.responses.create(
+            **self._request(planner_input(context), PLAN_FORMAT, plan_schema(context.tools)), stream=True
+        )
+        async for event in stream:
+            match event.type:
+                case "response.output_text.delta":
+                    for node in scanner.feed(event.delta):
+                        converted = from_model_plan({"nodes": [node]})["nodes"][0]
+                        yield converted
+                case "response.refusal.delta":
+                    refusal.append(event.delta)
+                case "response.completed":
+                    self._charge(context, event.response.usage)
+                case "response.failed" | "error":
+                    raise RuntimeError(f"the model stream failed ({event.type})")
+                case _:
+                    pass
+        if refusal:
+            raise PlannerRefused("".join(refusal)[:2000])
+        if not scanner.closed:
+            raise PlannerContractViolation("the plan stream ended before the plan was complete")
+
+    async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
+        schema = join_schema(self._result_model.model_json_schema())
+        answer = await self._structured(context, joiner_input(context, observations), JOIN_FORMAT, schema)
+        reason = str(answer["reason"])
+        match answer["decision"]:
+            case "final":
+                if answer["result"] is None:
+                    raise PlannerContractViolation("a final decision without a result")
+                try:
+                    result = self._result_model.model_validate(answer["result"]).model_dump(mode="json")
+                except ValidationError as exc:
+                    raise PlannerContractViolation(
+                        f"the final result breaks its model: {exc.error_count()} errors"
+                    ) from None
+                return Final(result=result, citations=[str(item) for item in answer["citations"]])
+            case "replan":
+                return Replan(reason=reason)
+            case _:
+                return NeedsHuman(StopReason.INSUFFICIENT_EVIDENCE, f"the model asked for a human: {reason}")
+
+    # ---------------------------------------------------------------- one request, one repair
+
+    def _request(self, messages: list[dict[str, str]], name: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "model": self._settings.model,
+            "input": messages,
+            "text": {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": True}},
+            "store": False,
+        }
+
+    async def _structured(
+        self, context: PlanningContext, messages: list[dict[str, str]], name: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        validator = Draft202012Validator(schema)
+        problem = ""
+        for attempt in range(2):
+            if attempt:
+                messages = [
+                    *messages,
+                    {
+                        "role": "user",
+                        "content": f"Your previous answer did not match the required schema ({problem}). "
+                        "Answer again, matching the schema exactly.",
+                    },
+                ]
+            response = await self._client.responses.create(**self._request(messages, name, schema))
+            self._charge(context, response.usage)
+            refusal = _refusal(response)
+            if refusal is not None:
+                raise PlannerRefused(refusal[:2000])
+            try:
+                answer = json.loads(response.output_text)
+            except json.JSONDecodeError as exc:
+                problem = f"not JSON: {exc.msg}"
+                continue
+            error = next(iter(validator.iter_errors(answer)), None)
+            if error is None:
+                result: dict[str, Any] = answer
+                return result
+            problem = f"at {'/'.join(str(part) for part in error.absolute_path) or 'the root'}: {error.message[:200]}"
+        raise PlannerContractViolation(
+            f"the model's {name} output broke its schema after a repair: {problem}"
+        )
+
+    def _charge(self, context: PlanningContext, usage: Any) -> None:
+        if usage is None:
+            return
+        settings = self._settings
+        cost = (
+            usage.input_tokens * settings.input_usd_per_mtok
+            + usage.output_tokens * settings.output_usd_per_mtok
+        ) / 1_000_000
+        context.usage.append(Usage(settings.model, usage.input_tokens, usage.output_tokens, round(cost, 8)))
+
+
+def _refusal(response: Any) -> str | None:
+    for item in response.output or []:
+        for content in getattr(item, "content", None) or []:
+            if getattr(content, "type", None) == "refusal":
+                return str(content.refusal)
+    return None

@@ -1,0 +1,395 @@
+"""The OpenAI planner against a mock Responses endpoint on loopback (no network), through the real runtime:
+Ray, the MCP server and PostgreSQL. The requests raydag sends are pinned; the model's answers are scripted."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actors.service import RunRequest, Submission
+from actors.store.runs import RunStore
+from actors.views import load_state
+from dag.budget import BudgetRequest
+from dag.policy import Principal
+from mcp_server.contracts import ALL_SCOPES
+from planner.openai_planner import OpenAISettings
+from planner.strict_schema import strict_violations
+from tests.c102 import C102_RESULT
+from tests.integration.conftest import RunningToolServer, supervisor_for
+from tests.mock_openai import Fail, Json, MockModel, Stream, response_body
+
+PRINCIPAL = Principal("tenant-demo", "adjuster-7", frozenset(ALL_SCOPES))
+
+C102_PLAN = {
+    "nodes": [
+        {
+            "id": "case",
+            "tool": "caseops_get_case_snapshot",
+            "args": {"case_id": "C-102"},
+            "for_each": None,
+            "after": [],
+        },
+        {
+            "id": "policy",
+            "tool": "caseops_get_policy_requirements",
+            "args": {"case_id": "C-102"},
+            "for_each": None,
+            "after": [],
+        },
+        {
+            "id": "docs",
+            "tool": "caseops_list_unclassified_documents",
+            "args": {"case_id": "C-102"},
+            "for_each": None,
+            "after": [],
+        },
+        {
+            "id": "resolve",
+            "tool": "caseops_resolve_document_alias",
+            "args": {"case_id": "C-102", "document_id": {"item": "/document_id"}},
+            "for_each": {"ref": "docs", "pointer": "/documents"},
+            "after": [],
+        },
+    ]
+}
+CITATIONS = [
+    "IDENTITY_DOCUMENT",
+    "LOSS_STATEMENT",
+    "ACCIDENT_CERTIFICATE",
+    "case://C-102@7",
+    "evidence://C-102/DOC-C102-003@1",
+    "policy://motor-claim-standard@2026.1",
+]
+FINAL = {
+    "decision": "final",
+    "reason": "every required document is accounted for",
+    "result": C102_RESULT,
+    "citations": CITATIONS,
+}
+
+
+@pytest.fixture
+def model() -> Iterator[MockModel]:
+    mock = MockModel().start()
+    yield mock
+    mock.stop()
+
+
+def model_supervisor(
+    dsn: str, tools: RunningToolServer, key: bytes, model: MockModel, *, streaming: bool = False
+) -> Any:
+    settings = OpenAISettings(
+        api_key="sk-test-not-a-real-key",
+        base_url=model.url,
+        model="gpt-test",
+        streaming=streaming,
+        max_retries=2,
+    )
+    return supervisor_for(dsn, tools, key, f"openai-{uuid.uuid4().hex[:8]}", openai=settings)
+
+
+async def run(supervisor: Any, store: RunStore, case_id: str = "C-102", **request: Any) -> Any:
+    submitted = await supervisor.submit.remote(
+        RunRequest(principal=PRINCIPAL, case_id=case_id, planner="openai", **request)
+    )
+    assert submitted.outcome is Submission.CREATED, submitted
+    assert await supervisor.wait.remote(submitted.run_id, 60.0)
+    return await load_state(store, submitted.run_id)
+
+
+@pytest.fixture
+def supervisor(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, model: MockModel
+) -> Iterator[Any]:
+    import ray
+
+    actor = model_supervisor(dsn, tool_server, token_key, model)
+    yield actor
+    ray.kill(actor)
+
+
+async def test_a_model_planned_c102_run_completes_and_the_requests_carry_no_identity(
+    supervisor: Any, model: MockModel, store: RunStore
+) -> None:
+    model.answer_json(C102_PLAN)
+    model.answer_json(FINAL)
+
+    state = await run(supervisor, store)
+
+    assert (state.status.value, dict(state.result or {})) == ("completed", C102_RESULT)
+    assert [request["text"]["format"]["name"] for request in model.requests] == ["raydag_plan", "raydag_join"]
+    for request in model.requests:
+        assert request["model"] == "gpt-test"
+        assert request["store"] is False
+        assert request["text"]["format"]["type"] == "json_schema"
+        assert request["text"]["format"]["strict"] is True
+        assert strict_violations(request["text"]["format"]["schema"]) == []
+        sent = json.dumps(request)
+        for secret in (
+            "tenant-demo",
+            "tenant_id",
+            "adjuster-7",
+            "sk-test",
+            "cases:read",
+            "max_nodes",
+            "deadline",
+        ):
+            assert secret not in sent, secret
+    join = json.dumps(model.requests[1]["input"])
+    assert "<observations>" in join
+    assert "case://C-102@7" in join  # observations reach the model as data
+    used = [event for event in state_events(await store.events(state.run_id)) if event.kind == "model_used"]
+    assert [(event.purpose, event.input_tokens, event.output_tokens) for event in used] == [
+        ("plan", 812, 164),
+        ("join", 812, 164),
+    ]
+    assert state.tokens_used == 2 * (812 + 164)
+
+
+def state_events(stored: list[Any]) -> list[Any]:
+    return [item.event for item in stored]
+
+
+async def test_a_model_plan_for_another_tenants_case_is_denied_and_nothing_runs(
+    supervisor: Any, model: MockModel, store: RunStore, tool_server: RunningToolServer
+) -> None:
+    model.answer_json(
+        {
+            "nodes": [
+                {
+                    "id": "theirs",
+                    "tool": "caseops_get_case_snapshot",
+                    "args": {"case_id": "C-201"},
+                    "for_each": None,
+                    "after": [],
+                }
+            ]
+        }
+    )
+    model.answer_json({"decision": "needs_human", "reason": "no data", "result": None, "citations": []})
+    before = Counter(tool_server.server.executions)
+
+    state = await run(supervisor, store)
+
+    assert state.nodes["theirs"].status.value == "denied"
+    assert state.nodes["theirs"].decision is not None
+    assert state.nodes["theirs"].decision.rule_id == "resource.case_bound"
+    assert Counter(tool_server.server.executions) == before
+
+
+async def test_a_model_plan_with_an_unknown_tool_is_refused_and_nothing_runs(
+    supervisor: Any, model: MockModel, store: RunStore, tool_server: RunningToolServer
+) -> None:
+    unknown = {
+        "nodes": [
+            {
+                "id": "drop",
+                "tool": "caseops_delete_case",
+                "args": {"case_id": "C-102"},
+                "for_each": None,
+                "after": [],
+            }
+        ]
+    }
+    model.answer_json(unknown)
+    model.answer_json(unknown)  # the repair request gets the same answer
+    before = Counter(tool_server.server.executions)
+
+    state = await run(supervisor, store)
+
+    assert (state.status.value, state.stop_reason) == ("needs_human", "PLANNER_CONTRACT_VIOLATION")
+    assert "caseops_delete_case" in (state.detail or "") or "tool" in (state.detail or "")
+    assert not state.nodes
+    assert Counter(tool_server.server.executions) == before
+
+
+async def test_a_final_answer_citing_evidence_never_observed_needs_a_human(
+    supervisor: Any, model: MockModel, store: RunStore
+) -> None:
+    model.answer_json(C102_PLAN)
+    forged = {**FINAL, "citations": [*CITATIONS, "evidence://C-102/DOC-FORGED@1"]}
+    model.answer_json(forged)
+
+    state = await run(supervisor, store)
+
+    assert (state.status.value, state.stop_reason) == ("needs_human", "FINAL_ANSWER_UNSUPPORTED")
+    assert "DOC-FORGED" in (state.detail or "")
+
+
+async def test_a_replan_that_repeats_an_executed_action_reuses_it(
+    supervisor: Any, model: MockModel, store: RunStore, tool_server: RunningToolServer
+) -> None:
+    model.answer_json(C102_PLAN)
+    model.answer_json(
+        {"decision": "replan", "reason": "check the snapshot again", "result": None, "citations": []}
+    )
+    model.answer_json(
+        {
+            "nodes": [
+                {
+                    "id": "again",
+                    "tool": "caseops_get_case_snapshot",
+                    "args": {"case_id": "C-102"},
+                    "for_each": None,
+                    "after": [],
+                }
+            ]
+        }
+    )
+    model.answer_json(FINAL)
+    before = Counter(tool_server.server.executions)
+
+    state = await run(supervisor, store)
+
+    assert state.status.value == "completed"
+    assert state.nodes["r2.again"].status.value == "reused"
+    assert state.nodes["r2.again"].reused_from == "case"
+    executed = Counter(tool_server.server.executions) - before
+    assert executed[("tenant-demo", "C-102", "caseops_get_case_snapshot")] == 1
+    replan_request = json.dumps(model.requests[2]["input"])
+    assert "round 2" in replan_request
+    assert "r1." in replan_request
+
+
+async def test_a_rate_limited_request_is_retried_and_the_run_completes(
+    supervisor: Any, model: MockModel, store: RunStore
+) -> None:
+    model.answer(Fail(429))
+    model.answer_json(C102_PLAN)
+    model.answer_json(FINAL)
+
+    state = await run(supervisor, store)
+
+    assert state.status.value == "completed"
+    assert len(model.requests) == 3
+
+
+async def test_malformed_output_gets_one_repair_request(
+    supervisor: Any, model: MockModel, store: RunStore
+) -> None:
+    model.answer_json({"nodes": "not a list"})
+    model.answer_json(C102_PLAN)
+    model.answer_json(FINAL)
+
+    state = await run(supervisor, store)
+
+    assert state.status.value == "completed"
+    repair = model.requests[1]["input"][-1]["content"]
+    assert "did not match the required schema" in repair
+
+
+async def test_output_still_malformed_after_the_repair_needs_a_human(
+    supervisor: Any, model: MockModel, store: RunStore
+) -> None:
+    model.answer(Json(response_body("{not json")))
+    model.answer_json({"nodes": [{"id": "x"}]})
+
+    state = await run(supervisor, store)
+
+    assert (state.status.value, state.stop_reason) == ("needs_human", "PLANNER_CONTRACT_VIOLATION")
+
+
+async def test_a_refusal_needs_a_human_with_the_refusal_recorded(
+    supervisor: Any, model: MockModel, store: RunStore
+) -> None:
+    model.answer(Json(response_body(None, refusal="I can't help with insurance claims.")))
+
+    state = await run(supervisor, store)
+
+    assert (state.status.value, state.stop_reason) == ("needs_human", "MODEL_REFUSED")
+    assert "I can't help with insurance claims." in (state.detail or "")
+
+
+async def test_a_run_that_spends_its_token_budget_stops(
+    supervisor: Any, model: MockModel, store: RunStore
+) -> None:
+    model.answer_json(C102_PLAN, tokens=(40_000, 2_000))
+
+    state = await run(supervisor, store, budgets=BudgetRequest(max_tokens=10_000))
+
+    assert (state.status.value, state.stop_reason) == ("stopped", "TOKEN_BUDGET_EXHAUSTED")
+    assert state.tokens_used == 42_000
+    assert not state.nodes  # the plan that overspent was never executed
+
+
+async def test_a_streamed_plan_dispatches_nodes_before_the_model_finishes_writing(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    model: MockModel,
+    store: RunStore,
+) -> None:
+    import ray
+
+    text = json.dumps(C102_PLAN)
+    cut = [text.index('{"id": "policy"'), text.index('{"id": "docs"'), text.index('{"id": "resolve"')]
+    chunks = [text[: cut[0]], text[cut[0] : cut[1]], text[cut[1] : cut[2]], text[cut[2] :]]
+    model.answer(Stream(chunks, pace_s=0.4))
+    model.answer_json(FINAL)
+    actor = model_supervisor(dsn, tool_server, token_key, model, streaming=True)
+    try:
+        state = await run(actor, store)
+    finally:
+        ray.kill(actor)
+
+    events = state_events(await store.events(state.run_id))
+    order = [(event.kind, getattr(event, "node_id", None)) for event in events]
+    first_dispatch = order.index(("node_dispatched", "case"))
+    completed = order.index(("plan_completed", None))
+    assert first_dispatch < completed, order
+    assert next(event for event in events if event.kind == "plan_completed").complete is True
+    assert (state.status.value, dict(state.result or {})) == ("completed", C102_RESULT)
+    assert model.requests[0]["stream"] is True
+
+
+async def test_a_stream_with_a_malformed_tail_keeps_what_ran_and_goes_to_the_joiner(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    model: MockModel,
+    store: RunStore,
+) -> None:
+    import ray
+
+    good = json.dumps(C102_PLAN["nodes"][0])
+    bad = json.dumps(
+        {
+            "id": "Bad Id!",
+            "tool": "caseops_get_case_snapshot",
+            "args": {"case_id": "C-102"},
+            "for_each": None,
+            "after": [],
+        }
+    )
+    model.answer(Stream(['{"nodes": [', good, ", ", bad, "]}"], pace_s=0.05))
+    model.answer_json({"decision": "needs_human", "reason": "partial", "result": None, "citations": []})
+    actor = model_supervisor(dsn, tool_server, token_key, model, streaming=True)
+    try:
+        state = await run(actor, store)
+    finally:
+        ray.kill(actor)
+
+    events = state_events(await store.events(state.run_id))
+    completed = next(event for event in events if event.kind == "plan_completed")
+    assert completed.complete is False
+    assert "INVALID_NODE_ID" in (completed.detail or "") or "does not match" in (completed.detail or "")
+    assert state.nodes["case"].status.value == "succeeded"
+    assert [event.kind for event in events].count("join_started") == 1
+    assert state.status.value == "needs_human"
+
+
+def test_asking_for_the_model_planner_without_a_key_is_a_422(client: Any) -> None:
+    from tests.integration.conftest import DEMO_KEY, auth
+
+    response = client.post("/runs", json={"case_id": "C-102", "planner": "openai"}, headers=auth(DEMO_KEY))
+
+    assert response.status_code == 422
+    assert response.json()["type"].endswith("/planner-unavailable")
+    assert "OPENAI_API_KEY" in response.json()["detail"]

@@ -1,0 +1,191 @@
+"""An OpenAI-compatible Responses endpoint on loopback, scripted by a test, answering with realistic payloads.
+
+Each ``POST /v1/responses`` takes the next scripted step: a JSON response, an SSE stream (paced), or an
+HTTP error. Every request body is kept, so tests can pin the exact wire format raydag sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from actors.background_server import BackgroundServer
+
+_ids = itertools.count(1)
+
+
+def usage(input_tokens: int = 812, output_tokens: int = 164) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def response_body(
+    text: str | None,
+    *,
+    model: str = "gpt-test",
+    refusal: str | None = None,
+    tokens: tuple[int, int] = (812, 164),
+) -> dict[str, Any]:
+    """A completed Response as the API returns it."""
+    number = next(_ids)
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+    if refusal is not None:
+        content.append({"type": "refusal", "refusal": refusal})
+    return {
+        "id": f"resp_{number:024x}",
+        "object": "response",
+        "created_at": 1_796_000_000 + number,
+        "status": "completed",
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": model,
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{number:024x}",
+                "status": "completed",
+                "role": "assistant",
+                "content": content,
+            }
+        ],
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "store": False,
+        "temperature": 1.0,
+        "text": {"format": {"type": "json_schema", "name": "x", "schema": {}, "strict": True}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage(*tokens),
+        "user": None,
+        "metadata": {},
+    }
+
+
+@dataclass
+class Json:
+    body: dict[str, Any]
+
+
+@dataclass
+class Stream:
+    """The text arrives in ``chunks``, one ``response.output_text.delta`` every ``pace_s``."""
+
+    chunks: list[str]
+    pace_s: float = 0.0
+    tokens: tuple[int, int] = (812, 164)
+
+
+@dataclass
+class Fail:
+    status: int
+    body: dict[str, Any] = field(
+        default_factory=lambda: {"error": {"message": "rate limited", "type": "rate_limit"}}
+    )
+
+
+Step = Json | Stream | Fail
+
+
+class MockModel:
+    def __init__(self) -> None:
+        self.script: list[Step] = []
+        self.requests: list[dict[str, Any]] = []
+        self._http = BackgroundServer()
+        self.url = self._http.url + "/v1"
+
+    def start(self) -> MockModel:
+        self._http.start(Starlette(routes=[Route("/v1/responses", self._respond, methods=["POST"])]))
+        return self
+
+    def stop(self) -> None:
+        self._http.stop()
+
+    def answer(self, *steps: Step) -> None:
+        self.script.extend(steps)
+
+    def answer_json(self, value: Any, **kwargs: Any) -> None:
+        self.answer(Json(response_body(json.dumps(value), **kwargs)))
+
+    async def _respond(self, request: Request) -> Response:
+        self.requests.append(await request.json())
+        if not self.script:
+            return JSONResponse({"error": {"message": "the test scripted no more answers"}}, status_code=500)
+        step = self.script.pop(0)
+        match step:
+            case Json():
+                return JSONResponse(step.body)
+            case Fail():
+                return JSONResponse(step.body, status_code=step.status, headers={"retry-after-ms": "10"})
+            case Stream():
+                return StreamingResponse(self._events(step), media_type="text/event-stream")
+
+    async def _events(self, step: Stream) -> AsyncIterator[bytes]:
+        final = response_body("".join(step.chunks), tokens=step.tokens)
+        item = final["output"][0]["id"]
+        sequence = itertools.count()
+
+        def event(kind: str, **data: Any) -> bytes:
+            payload = {"type": kind, "sequence_number": next(sequence), **data}
+            return f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode()
+
+        created = {**final, "status": "in_progress", "output": [], "usage": None}
+        yield event("response.created", response=created)
+        yield event("response.in_progress", response=created)
+        yield event(
+            "response.output_item.added",
+            output_index=0,
+            item={"type": "message", "id": item, "status": "in_progress", "role": "assistant", "content": []},
+        )
+        yield event(
+            "response.content_part.added",
+            item_id=item,
+            output_index=0,
+            content_index=0,
+            part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+        )
+        for chunk in step.chunks:
+            if step.pace_s:
+                await asyncio.sleep(step.pace_s)
+            yield event(
+                "response.output_text.delta",
+                item_id=item,
+                output_index=0,
+                content_index=0,
+                delta=chunk,
+                logprobs=[],
+            )
+        text = "".join(step.chunks)
+        yield event(
+            "response.output_text.done", item_id=item, output_index=0, content_index=0, text=text, logprobs=[]
+        )
+        yield event(
+            "response.content_part.done",
+            item_id=item,
+            output_index=0,
+            content_index=0,
+            part={"type": "output_text", "text": text, "annotations": [], "logprobs": []},
+        )
+        yield event("response.output_item.done", output_index=0, item=final["output"][0])
+        yield event("response.completed", response=final)
