@@ -7,7 +7,7 @@ export RAYDAG_HOME ?= $(CURDIR)/.raydag
 export RAY_USAGE_STATS_ENABLED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-unit lint bench serve clean node
+.PHONY: help demo test test-unit lint bench serve clean node browser
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,8 +30,12 @@ demo: $(VENV)/.installed ## investigate case C-102 end to end (local Ray, embedd
 serve: $(VENV)/.installed ## run the HTTP API and MCP server on 127.0.0.1:8000
 	$(BIN)/raydag serve
 
-test: $(VENV)/.installed-dev node ## the whole suite: unit, then integration (real Ray, PostgreSQL, HTTP)
+test: $(VENV)/.installed-dev node browser ## the whole suite: unit, then integration (real Ray, PostgreSQL, HTTP)
 	$(BIN)/python -m pytest
+
+browser: ## Debian's chromium for the run viewer's browser test (apt-get; sudo unless root)
+	@test -x /usr/bin/chromium || { sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation; }
 
 node: ## the pinned Node tools of the MCP interoperability tests, into tests/node (npm ci; needs npm)
 	@test tests/node/node_modules/.package-lock.json -nt tests/node/package-lock.json \

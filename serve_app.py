@@ -17,6 +17,7 @@ from typing import Annotated, Any, assert_never, cast
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from opentelemetry import trace
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 from ray.serve import Application, Deployment
@@ -30,6 +31,8 @@ from actors.store.database import create_pool
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.runs import RunStore
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
+from actors.tracing import carrier, configure_tracing
+from actors.viewer import viewer_router
 from actors.views import event_view, load_state, nodes_view, run_view
 from dag.budget import BudgetRequest, Budgets
 from dag.policy import Principal
@@ -196,6 +199,7 @@ class _AppState:
 
 
 def create_app(config: ApiConfig) -> FastAPI:
+    configure_tracing("raydag-api")
     tool_server = ToolServer(
         ToolServerConfig(
             dsn=config.dsn,
@@ -305,6 +309,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
         principal: Principal = caller,
     ) -> JSONResponse:
+        # FastAPI's server span of this request is current here: the run continues its trace.
         request = RunRequest(
             principal=principal,
             case_id=body.case_id,
@@ -313,8 +318,13 @@ def create_app(config: ApiConfig) -> FastAPI:
             plan=body.plan,
             budgets=body.budgets,
             idempotency_key=idempotency_key,
+            trace=carrier(),
         )
         submitted: SubmitResult = await state.supervisor.submit.remote(request)
+        span = trace.get_current_span()
+        if submitted.run_id is not None:
+            span.set_attribute("raydag.run_id", submitted.run_id)
+        span.set_attribute("raydag.submission", submitted.outcome.value)
         _raise_for_submission(submitted)
         assert submitted.run_id is not None
         if wait > 0:
@@ -352,6 +362,11 @@ def create_app(config: ApiConfig) -> FastAPI:
                 409, "run-not-owned", "the run is live but no supervisor drives it now; retry shortly"
             )
         return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
+
+    # The run viewer (/view, /edges, /stream): authenticated and tenant-checked like the routes above.
+    app.include_router(
+        viewer_router(store=lambda: state.store, authenticated=authenticated, readable_run=history_or_410)
+    )
 
     return app
 

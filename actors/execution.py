@@ -16,9 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, assert_never, cast
 
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
 from actors.executor import ToolExecutor
 from actors.mcp_client import ToolCall, ToolOutcome
 from actors.recording import RunRecorder, now
+from actors.tracing import carrier, tracer
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.errors import BudgetExceeded
@@ -94,6 +98,8 @@ class RoundExecution:
         self._cancel = cancel
         self._deadline = deadline
         self._calls: dict[asyncio.Task[ToolOutcome], str] = {}
+        self._spans: dict[str, trace.Span] = {}
+        """The span of each node's attempt in flight, ended when its outcome is recorded."""
         self._timers: dict[asyncio.Task[None], str] = {}
         self._due: list[str] = []
         """Retries whose backoff has passed, waiting for a free slot under ``max_parallel``."""
@@ -149,6 +155,9 @@ class RoundExecution:
             cancelled.cancel()
             for task in (*self._calls, *self._timers):
                 task.cancel()
+            for span in self._spans.values():  # calls abandoned by a cancellation or a hard limit
+                span.set_attribute("raydag.abandoned", True)
+                span.end()
 
     async def _resume_in_flight(self) -> None:
         """Calls recorded as in flight have no task in this process (a recovered run): dispatch them again.
@@ -253,7 +262,12 @@ class RoundExecution:
                             dispatching.add(step.fingerprint)
                             events.append(NodeDispatched(**common, attempt=1, decision=decision))
                             calls.append(
-                                (self._call_for(state, step.node_id, step.tool, step.args, 1), contract)
+                                (
+                                    self._call_for(
+                                        state, step.node_id, step.tool, step.args, 1, step.fingerprint
+                                    ),
+                                    contract,
+                                )
                             )
                         case unexpected:
                             assert_never(unexpected)
@@ -302,6 +316,13 @@ class RoundExecution:
         contract = self._context.catalogue[node.tool]
         error = outcome.error
         self._context.health.record(node.tool, error.kind if error else None, time.monotonic())
+        span = self._spans.pop(node_id, None)
+        if span is not None:
+            if error is not None:
+                span.set_attribute("raydag.error_kind", error.kind.value)
+                span.set_attribute("raydag.error_code", error.code)
+                span.set_status(Status(StatusCode.ERROR, error.code))
+            span.end()
         times = {"started_at": outcome.started_at, "finished_at": outcome.finished_at}
         if error is None:
             found = observed_values([outcome.output], self._observed_fields)
@@ -345,12 +366,12 @@ class RoundExecution:
             )
         )
         self._start(
-            self._call_for(state, node_id, node.tool, dict(node.args), attempt),
+            self._call_for(state, node_id, node.tool, dict(node.args), attempt, node.fingerprint),
             self._context.catalogue[node.tool],
         )
 
     def _call_for(
-        self, state: RunState, node_id: str, tool: str, args: dict[str, Any], attempt: int
+        self, state: RunState, node_id: str, tool: str, args: dict[str, Any], attempt: int, fingerprint: str
     ) -> ToolCall:
         contract = self._context.catalogue[tool]
         token = self._context.tokens.mint(
@@ -361,7 +382,19 @@ class RoundExecution:
             scopes={contract.scope},
             tool=tool,
         )
+        span = tracer().start_span(
+            f"node {node_id}",
+            attributes={
+                "raydag.run_id": state.run_id,
+                "raydag.node_id": node_id,
+                "raydag.tool": tool,
+                "raydag.attempt": attempt,
+                "raydag.fingerprint": fingerprint,
+            },
+        )
+        self._spans[node_id] = span
         return ToolCall(
+            trace=carrier(span),
             run_id=state.run_id,
             node_id=node_id,
             attempt=attempt,

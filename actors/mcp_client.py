@@ -25,8 +25,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, CallToolResult
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
+from actors.tracing import context_of, tracer
 from dag.contracts import ToolCatalogue
 from dag.events import ErrorKind, NodeError
 
@@ -50,6 +54,8 @@ class ToolCall:
     token: str
     timeout_s: float
     protocol: str = MODERN_PROTOCOL
+    trace: dict[str, str] = field(default_factory=dict)
+    """W3C trace context of the node's span: the call's span, and the MCP request, join the run's trace."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class _PerCallBearer(httpx2.Auth):
         request.headers.pop("Authorization", None)
         if call is not None:
             request.headers["Authorization"] = f"Bearer {call.token}"
+            propagate.inject(request.headers)  # the call's span: the server's span joins the run's trace
         response = yield request
         # 400 and 404 carry a JSON-RPC error, which the SDK raises as it is; other refusals carry none.
         if call is not None and response.status_code >= 400 and response.status_code not in (400, 404):
@@ -162,6 +169,18 @@ class McpConnections:
         started = datetime.now(UTC)
         context = _CallContext(call.token)
         reset = _current_call.set(context)
+        span = tracer().start_span(
+            f"tool call {call.tool}",
+            context=context_of(call.trace),
+            kind=SpanKind.CLIENT,
+            attributes={
+                "raydag.run_id": call.run_id,
+                "raydag.node_id": call.node_id,
+                "raydag.tool": call.tool,
+                "raydag.attempt": call.attempt,
+            },
+        )
+        attached = otel_context.attach(trace.set_span_in_context(span))
         try:
             with anyio.fail_after(call.timeout_s):
                 result = await self._send(call)
@@ -176,6 +195,12 @@ class McpConnections:
                 output, error = None, _classify_exception(_leaf(exc))
         finally:
             _current_call.reset(reset)
+            otel_context.detach(attached)
+            if error is not None:
+                span.set_attribute("raydag.error_kind", error.kind.value)
+                span.set_attribute("raydag.error_code", error.code)
+                span.set_status(Status(StatusCode.ERROR, error.code))
+            span.end()
         return ToolOutcome(output=output, error=error, started_at=started, finished_at=datetime.now(UTC))
 
     async def _send(self, call: ToolCall) -> CallToolResult:

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
+from actors.tracing import tracer
 from dag.errors import RaydagError
 from dag.events import RunEvent, RunFinished
 from dag.run_state import RunState, apply
@@ -45,7 +46,13 @@ class RunRecorder:
             state = self.state
             for event in events:
                 state = apply(state, event)  # raises IllegalTransition before anything is written
-            await self._sink.append(state, self.last_seq + 1, events)
+            attributes: dict[str, str | int] = {
+                "raydag.run_id": state.run_id,
+                "raydag.first_seq": self.last_seq + 1,
+                "raydag.events": len(events),
+            }
+            with tracer().start_as_current_span("checkpoint", attributes=attributes):
+                await self._sink.append(state, self.last_seq + 1, events)
             self.state = state
             self.last_seq += len(events)
 

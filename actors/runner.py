@@ -15,12 +15,16 @@ from collections.abc import Awaitable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, assert_never
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 from pydantic import ValidationError
 
 from actors.execution import ExecutionContext, Interruption, RoundExecution
 from actors.executor import ToolExecutor
 from actors.mcp_client import MODERN_PROTOCOL
 from actors.recording import EventSink, LeaseLost, RunRecorder, now
+from actors.tracing import context_of, tracer
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
 from dag.errors import BudgetExceeded, PlanErrorCode, PlanInvalid
@@ -118,6 +122,12 @@ class RunDriver:
         dispatched again, and everything else continues from the last recorded transition.
         """
         run = RunRecorder(state, last_seq, self._sink)
+        span = tracer().start_span(
+            "run",
+            context=context_of(state.trace),
+            attributes={"raydag.run_id": state.run_id, "raydag.recovered": recovered is not None},
+        )
+        attached = otel_context.attach(trace.set_span_in_context(span))
         try:
             if recovered is not None:
                 in_flight = tuple(node.node_id for node in run.state.in_flight())
@@ -126,6 +136,15 @@ class RunDriver:
                         at=now(), owner=recovered[0], previous_owner=recovered[1], redispatched=in_flight
                     )
                 )
+                if run.state.plan_open:  # the model's stream died with the old supervisor: keep what arrived
+                    await run.record(
+                        PlanCompleted(
+                            at=now(),
+                            round=run.state.round,
+                            complete=False,
+                            detail="the plan stream was lost with the supervisor that read it",
+                        )
+                    )
             await self._drive(run, cancel if cancel is not None else asyncio.Event())
         except (asyncio.CancelledError, LeaseLost):
             raise
@@ -137,6 +156,14 @@ class RunDriver:
                     StopReason.INTERNAL_ERROR,
                     "the runtime failed; see the supervisor's log",
                 )
+        finally:
+            span.set_attribute("raydag.status", run.state.status.value)
+            if run.state.stop_reason is not None:
+                span.set_attribute("raydag.stop_reason", run.state.stop_reason.value)
+            if run.state.status in (RunStatus.FAILED, RunStatus.STOPPED):
+                span.set_status(Status(StatusCode.ERROR, run.state.stop_reason or ""))
+            span.end()
+            otel_context.detach(attached)
         return run.state
 
     async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
@@ -145,9 +172,11 @@ class RunDriver:
         deadline = run.state.created_at + timedelta(seconds=run.state.budgets.deadline_s)
         plan_changed = asyncio.Event()
         stream: asyncio.Task[None] | None = None
+        rounds = _RoundSpans(run.state.run_id)
         try:
             while not run.state.status.terminal:
                 state = run.state
+                rounds.enter(state.round)
                 match state.status:
                     case RunStatus.PENDING:
                         await run.record(PlanningStarted(at=now(), round=state.round + 1))
@@ -180,6 +209,7 @@ class RunDriver:
         finally:
             if stream is not None:
                 stream.cancel()
+            rounds.close()
 
     async def _join(
         self, run: RunRecorder, planner: Planner, cancel: asyncio.Event, deadline: datetime
@@ -445,6 +475,33 @@ class RunDriver:
             observations=tuple(observations(state)),
             replan_reason=state.replan_reason,
         )
+
+
+class _RoundSpans:
+    """One span per plan round (planning, execution, join), current while the round is: node and checkpoint
+    spans of the round become its children."""
+
+    def __init__(self, run_id: str) -> None:
+        self._run_id = run_id
+        self._round = 0
+        self._span: trace.Span | None = None
+        self._attached: Any = None
+
+    def enter(self, round_number: int) -> None:
+        if round_number in (0, self._round):
+            return
+        self.close()
+        self._round = round_number
+        self._span = tracer().start_span(
+            f"round {round_number}", attributes={"raydag.run_id": self._run_id, "raydag.round": round_number}
+        )
+        self._attached = otel_context.attach(trace.set_span_in_context(self._span))
+
+    def close(self) -> None:
+        if self._span is not None:
+            self._span.end()
+            otel_context.detach(self._attached)
+            self._span = None
 
 
 def _interruption_of(state: RunState) -> Interruption | None:

@@ -51,6 +51,8 @@ class RunRequest:
     plan: Mapping[str, Any] | None = None
     budgets: BudgetRequest | None = None
     idempotency_key: str | None = None
+    trace: Mapping[str, str] | None = None
+    """The caller's W3C trace context; not part of what makes two requests the same."""
 
     def fingerprint(self) -> str:
         """What makes two requests "the same" for an idempotency key: the body and who sent it."""
@@ -188,6 +190,7 @@ class RunService:
             budgets=budgets,
             proposal=dict(request.plan) if request.plan is not None else None,
             tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
+            trace=dict(request.trace) if request.trace else None,
         )
         self._creating.add(created.run_id)  # not an orphan between its insert and its driver's start
         try:

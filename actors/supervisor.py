@@ -14,6 +14,7 @@ from actors.executor import RayToolExecutor
 from actors.service import Cancellation, RunRequest, RunService, SubmitResult
 from actors.store.database import create_pool
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
+from actors.tracing import configure_tracing
 from dag.budget import Budgets
 from dag.health import ToolHealth
 from mcp_server.contracts import CASEOPS_TOOLS
@@ -56,6 +57,7 @@ class RunSupervisor:
     """
 
     def __init__(self, config: SupervisorConfig) -> None:
+        configure_tracing("raydag-supervisor")
         self._config = config
         self._owner = ray.get_runtime_context().get_actor_name() or "raydag-supervisor"
         self._service: RunService | None = None

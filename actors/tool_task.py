@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import ray
 
 from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool
+from actors.tracing import configure_tracing
 from dag.contracts import ToolContract
 
 _T = TypeVar("_T")
@@ -57,6 +58,7 @@ def _loop() -> _WorkerLoop:
     global _worker_loop
     with _worker_loop_lock:
         if _worker_loop is None:
+            configure_tracing("raydag-tool-worker")
             _worker_loop = _WorkerLoop()
         return _worker_loop
 

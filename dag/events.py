@@ -51,6 +51,8 @@ class RunCreated(_Event):
     proposal: dict[str, JsonValue] | None = None
     """A plan the requester proposed; it is validated and authorized like any planner's."""
     stage: str = "investigate"
+    trace: dict[str, str] | None = None
+    """W3C trace context of the request that created the run: the run's spans join that trace."""
     tenant_tools: tuple[str, ...] | None = None
     """The tenant's tool catalogue when the run was created (``None``: every tool)."""
 

@@ -86,6 +86,7 @@ class RunState:
     proposal: Mapping[str, Any] | None = None
     stage: str = "investigate"
     tenant_tools: frozenset[str] | None = None
+    trace: Mapping[str, str] | None = None
     status: RunStatus = RunStatus.PENDING
     round: int = 0
     plans: tuple[Plan, ...] = ()
@@ -189,6 +190,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             created_at=event.at,
             proposal=event.proposal,
             stage=event.stage,
+            trace=event.trace,
             tenant_tools=frozenset(event.tenant_tools) if event.tenant_tools is not None else None,
         )
     match event:

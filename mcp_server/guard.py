@@ -24,8 +24,11 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from starlette.requests import Request
 
+from actors.tracing import context_of, tracer
 from mcp_server.auth import (
     ASGIApp,
     Message,
@@ -100,10 +103,18 @@ class McpGuard:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        try:
-            await self._guarded(scope, receive, send)
-        except _Refusal as refusal:
-            await _respond(send, refusal.status, refusal.body, refusal.headers)
+        headers = {
+            bytes(name).decode("latin-1"): bytes(value).decode("latin-1") for name, value in scope["headers"]
+        }
+        # The caller's trace context (a tool task's span) makes this the server side of that call.
+        with tracer().start_as_current_span(
+            "mcp request", context=context_of(headers), kind=SpanKind.SERVER
+        ) as span:
+            try:
+                await self._guarded(scope, receive, send)
+            except _Refusal as refusal:
+                span.set_attribute("http.response.status_code", refusal.status)
+                await _respond(send, refusal.status, refusal.body, refusal.headers)
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._tokens is None and not is_loopback(str((scope.get("server") or ("",))[0])):
@@ -116,6 +127,10 @@ class McpGuard:
         body = await self._read_body(scope, receive)
         try:
             target = parse_target(body)
+            span = trace.get_current_span()
+            span.update_name(f"mcp {target.method or scope['method']} {target.tool or ''}".strip())
+            if target.tool:
+                span.set_attribute("raydag.tool", target.tool)
         except BodyRejected as exc:
             error = {"code": exc.code, "message": exc.message}
             raise _Refusal(400, {"jsonrpc": "2.0", "id": exc.request_id, "error": error}) from None

@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Resource
 from starlette.applications import Starlette
 
+from actors.tracing import configure_tracing
 from mcp_server.auth import ASGIApp, current_claims
 from mcp_server.guard import McpGuard, is_loopback
 from mcp_server.limits import Admission, TenantLimits
@@ -128,6 +129,7 @@ class ToolServer:
     """
 
     def __init__(self, config: ToolServerConfig, extra_tools: Sequence[ToolBinding] = ()) -> None:
+        configure_tracing("raydag-mcp")
         """``extra_tools`` are served beside caseops, behind the same token checks (benchmarks use this)."""
         self._backend = Backend(config)
         bindings = [*caseops_bindings(self._backend), *extra_tools]

@@ -49,7 +49,12 @@ def observation_json(observation: Observation) -> str:
     if len(text) <= OBSERVATION_BUDGET:
         return text
     preview = text[: OBSERVATION_BUDGET - 200]
-    truncated = {"node": observation.node_id, "tool": observation.tool, "truncated": True, "json_prefix": preview}
+    truncated = {
+        "node": observation.node_id,
+        "tool": observation.tool,
+        "truncated": True,
+        "json_prefix": preview,
+    }
     return _data_json(truncated)
 
 

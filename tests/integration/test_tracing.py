@@ -1,0 +1,230 @@
+"""One trace per run, across processes: the API request, the run, its round, its nodes and checkpoints in the
+supervisor actor, each tool call in a Ray worker, and the MCP server's handling of it.
+
+The test process (API and MCP server) records into the SDK's in-memory exporter; the supervisor and its Ray
+workers export over OTLP/HTTP, configured by the standard OTEL_* variables in their runtime environment, to a
+receiver in the test.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from actors.background_server import BackgroundServer
+from actors.supervisor import NAMESPACE, RunSupervisor
+from dag.budget import Budgets
+from mcp_server.server import MCP_PATH
+from tests.c102 import C102_RESULT
+from tests.integration.conftest import DEMO_KEY, TEST_API_KEYS, auth
+
+
+@dataclass(frozen=True)
+class Span:
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    service: str
+    attributes: dict[str, Any]
+
+
+class OtlpReceiver:
+    """POST /v1/traces, protobuf, as an OpenTelemetry collector receives it."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self._http = BackgroundServer()
+        self.url = self._http.url
+
+    def start(self) -> OtlpReceiver:
+        self._http.start(Starlette(routes=[Route("/v1/traces", self._receive, methods=["POST"])]))
+        return self
+
+    def stop(self) -> None:
+        self._http.stop()
+
+    async def _receive(self, request: Request) -> Response:
+        message = trace_service_pb2.ExportTraceServiceRequest()
+        message.ParseFromString(await request.body())
+        for resource_spans in message.resource_spans:
+            service = next(
+                (a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"),
+                "",
+            )
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.spans.append(
+                        Span(
+                            span.name,
+                            span.trace_id.hex(),
+                            span.span_id.hex(),
+                            span.parent_span_id.hex(),
+                            service,
+                            {a.key: _value(a.value) for a in span.attributes},
+                        )
+                    )
+        return Response(status_code=200, media_type="application/x-protobuf")
+
+
+def _value(value: Any) -> Any:
+    return getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
+
+
+@pytest.fixture(scope="module")
+def in_memory() -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)  # once per process; the rest of the session records into memory
+    return exporter
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    otlp = OtlpReceiver().start()
+    yield otlp
+    otlp.stop()
+
+
+def local_spans(exporter: InMemorySpanExporter) -> list[Span]:
+    return [
+        Span(
+            span.name,
+            f"{span.context.trace_id:032x}",
+            f"{span.context.span_id:016x}",
+            f"{span.parent.span_id:016x}" if span.parent else "",
+            "test-process",
+            dict(span.attributes or {}),
+        )
+        for span in exporter.get_finished_spans()
+    ]
+
+
+def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
+    ray_cluster: None, dsn: str, token_key: bytes, in_memory: InMemorySpanExporter, receiver: OtlpReceiver
+) -> None:
+    import ray
+
+    from serve_app import ApiConfig, create_app
+
+    api = BackgroundServer()
+    name = f"raydag-traced-{uuid.uuid4().hex[:8]}"
+    config = ApiConfig(
+        dsn=dsn,
+        mcp_url=api.url + MCP_PATH,  # the app's own /mcp: its server spans land in this process
+        token_key=token_key,
+        api_keys=TEST_API_KEYS,
+        limits=Budgets(),
+        supervisor_name=name,
+    )
+    otel = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_SERVICE_NAME": "raydag-under-test",
+    }
+    supervisor = (
+        ray.remote(RunSupervisor)
+        .options(
+            name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=100, runtime_env={"env_vars": otel}
+        )
+        .remote(config.supervisor_config())
+    )
+    api.start(create_app(config))
+    client_span = trace.get_tracer("test").start_span("test client")
+    traceparent = (
+        f"00-{client_span.get_span_context().trace_id:032x}-{client_span.get_span_context().span_id:016x}-01"
+    )
+    try:
+        response = httpx.post(
+            api.url + "/runs",
+            params={"wait": 60},
+            json={"case_id": "C-102"},
+            headers={**auth(DEMO_KEY), "traceparent": traceparent},
+            timeout=90,
+        )
+    finally:
+        client_span.end()
+        api.stop()
+    assert response.status_code == 201, response.text
+    assert response.json()["result"] == C102_RESULT
+    trace_id = f"{client_span.get_span_context().trace_id:032x}"
+
+    deadline = time.monotonic() + 30
+    while True:  # the actor and its workers export in batches
+        remote = [span for span in receiver.spans if span.trace_id == trace_id]
+        names = {span.name for span in remote}
+        if {"run", "round 1", "tool call caseops_resolve_document_alias"} <= names and any(
+            span.name == "run" and "raydag.status" in span.attributes for span in remote
+        ):
+            break
+        assert time.monotonic() < deadline, f"spans so far: {sorted(names)}"
+        time.sleep(0.1)
+    ray.kill(supervisor)
+
+    spans = [span for span in local_spans(in_memory) + remote if span.trace_id == trace_id]
+    by_id = {span.span_id: span for span in spans}
+
+    def parent(span: Span) -> Span:
+        return by_id[span.parent_id]
+
+    def ancestors(span: Span) -> list[Span]:
+        chain = []
+        while span.parent_id in by_id:
+            span = by_id[span.parent_id]
+            chain.append(span)
+        return chain
+
+    def only(name: str) -> Span:
+        found = [span for span in spans if span.name == name]
+        assert len(found) == 1, (name, [span.name for span in spans])
+        return found[0]
+
+    request = only("POST /runs")  # FastAPI's own server span of the request
+    assert request.parent_id == f"{client_span.get_span_context().span_id:016x}"
+    run = only("run")
+    assert request in ancestors(run)
+    assert run.attributes["raydag.status"] == "completed"
+    round_one = only("round 1")
+    assert parent(round_one) is run
+    for node_id, tool in [
+        ("case", "caseops_get_case_snapshot"),
+        ("policy", "caseops_get_policy_requirements"),
+        ("docs", "caseops_list_unclassified_documents"),
+        ("resolve[0]", "caseops_resolve_document_alias"),
+    ]:
+        node = only(f"node {node_id}")
+        assert parent(node) is round_one
+        assert (node.attributes["raydag.tool"], node.attributes["raydag.attempt"]) == (tool, 1)
+        assert len(node.attributes["raydag.fingerprint"]) == 64
+        call = next(
+            span for span in spans if span.name == f"tool call {tool}" and span.parent_id == node.span_id
+        )
+        # The SDK's own client span ("MCP send …") sits between the call and the server's handling of it.
+        served = next(
+            span for span in spans if span.name == f"mcp tools/call {tool}" and call in ancestors(span)
+        )
+        assert served.attributes["raydag.tool"] == tool
+    checkpoints = [span for span in spans if span.name == "checkpoint"]
+    assert len(checkpoints) >= 5
+    assert all(parent(span) in (run, round_one) for span in checkpoints)
+    assert {span.service for span in remote} == {"raydag-under-test"}
+    for span in spans:  # identifiers only: no argument values, no tokens
+        for value in span.attributes.values():
+            assert "C-102" not in str(value)
+            assert "Bearer" not in str(value)
