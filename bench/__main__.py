@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import sys
 
-from bench import c102_latency, demo_wall_time
+from bench import (
+    c102_latency,
+    control_plane,
+    demo_wall_time,
+    large_outputs,
+    mcp_latency,
+    parallel_efficiency,
+    storage,
+)
 
-BENCHMARKS = {"c102": c102_latency.main, "demo": demo_wall_time.main}
+BENCHMARKS = {
+    "c102": c102_latency.main,
+    "demo": demo_wall_time.main,
+    "parallel": parallel_efficiency.main,
+    "control-plane": control_plane.main,
+    "large-outputs": large_outputs.main,
+    "storage": storage.main,
+    "mcp": mcp_latency.main,
+}
 
 
 def main(argv: list[str]) -> None:

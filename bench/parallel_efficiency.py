@@ -1,0 +1,150 @@
+"""Parallel efficiency: makespan ÷ critical path of the same DAGs under five schedulers, side by side.
+
+Every arm calls the same ``bench_wait`` tool on the same MCP server over HTTP, each call with its own task token:
+
+- ``raydag``: the runtime as shipped: the supervisor dispatches each node the moment it is ready, as a Ray
+  task, after validating, authorizing and recording it in PostgreSQL.
+- ``raydag, caller actors``: the same supervisor with a sketched executor (``bench._harness.ToolCaller``):
+  two async actors make the calls, instead of a Ray task (and so a worker process) per call in flight.
+- ``one at a time``: the same runtime with ``max_parallel=1``: one node after another, as a ReAct loop runs.
+- ``asyncio waves``: the benchmark process gathers each layer of the DAG, then the next.
+- ``LangGraph``: one graph node per DAG node, one edge per dependency (its supersteps are barriers).
+
+For raydag the makespan runs from the first node's dispatch to the last node's recorded success (the
+supervisor's clock); for the in-process arms, from the first call to the last answer. The critical path is
+the longest latency path. Rounds interleave the arms shape by shape, rotating their order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+
+from bench._cpu import ROLES, wait_for_quiet
+from bench._harness import Bench, bench_runtime
+from bench._synthetic import Shape, lattice, long_beside_chain, uneven_chains
+
+SAMPLES = int(os.environ.get("BENCH_SAMPLES", "3"))
+WIDTHS = (1, 4, 8, 16, 32)
+DEPTHS = (1, 6)
+ONE_AT_A_TIME_MAX_NODES = 48
+"""Larger DAGs take seconds one node at a time, and their ratio is known without running: about the width."""
+GOAL = 1.10
+GOAL_MAX_WIDTH = 16
+
+TASKS = "raydag"
+CALLERS = "raydag, caller actors"
+ONE_AT_A_TIME = "one at a time"
+WAVES = "asyncio waves"
+LANGGRAPH = "LangGraph"
+ARMS = (TASKS, CALLERS, WAVES, LANGGRAPH)
+
+
+def shapes() -> list[tuple[Shape, int]]:
+    """Each shape with its width (what ``max_parallel`` must cover)."""
+    grid = [(lattice(width, depth), width) for depth in DEPTHS for width in WIDTHS]
+    return [*grid, (long_beside_chain(), 2), (uneven_chains(), 8)]
+
+
+def barrier_bound(shape: Shape) -> float:
+    """What a scheduler that waits for each whole layer achieves at best, ÷ the critical path."""
+    return sum(max(node.ms for node in layer) for layer in shape.layers()) / shape.critical_path_ms()
+
+
+async def _measure(
+    bench: Bench,
+) -> tuple[dict[tuple[str, str], list[float]], dict[str, defaultdict[str, float]], Counter[str], list[bool]]:
+    cases = shapes()
+    graphs = {shape.name: bench.langgraph(shape) for shape, _ in cases}
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    cpu: dict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
+    nodes_run: Counter[str] = Counter()
+    quiet: list[bool] = []
+
+    def arm(name: str, shape: Shape) -> Callable[[], Awaitable[tuple[float, float | None]]]:
+        async def raydag(executor: str, max_parallel: int | None) -> tuple[float, float | None]:
+            times = await bench.raydag(shape, max_parallel=max_parallel, executor=executor)
+            return times.makespan_ms, times.e2e_ms
+
+        async def in_process(ms: Awaitable[float]) -> tuple[float, float | None]:
+            return await ms, None
+
+        runs = {
+            TASKS: lambda: raydag("mcp", None),
+            CALLERS: lambda: raydag("callers", None),
+            ONE_AT_A_TIME: lambda: raydag("mcp", 1),
+            WAVES: lambda: in_process(bench.waves(shape)),
+            LANGGRAPH: lambda: in_process(bench.run_langgraph(graphs[shape.name])),
+        }
+        return runs[name]
+
+    for shape, _ in (cases[1], cases[2]):  # warm-up: Ray workers, caller actors, MCP clients
+        for name in ARMS:
+            await arm(name, shape)()
+    for sample in range(SAMPLES):
+        for index, (shape, _) in enumerate(cases):
+            quiet.append(wait_for_quiet())
+            names = list(ARMS)
+            if sample == 0 and len(shape.nodes) <= ONE_AT_A_TIME_MAX_NODES:
+                names.append(ONE_AT_A_TIME)
+            shift = (sample + index) % len(names)
+            for name in names[shift:] + names[:shift]:
+                with bench.cpu.measure() as used:
+                    makespan_ms, e2e_ms = await arm(name, shape)()
+                for role, seconds in used.items():
+                    cpu[name][role] += seconds
+                nodes_run[name] += len(shape.nodes)
+                critical = shape.critical_path_ms()
+                ratios[(shape.name, name)].append(makespan_ms / critical)
+                if e2e_ms is not None and name == TASKS:
+                    ratios[(shape.name, "raydag e2e")].append(e2e_ms / critical)
+    await bench.close()
+    return ratios, cpu, nodes_run, quiet
+
+
+def main() -> None:
+    with bench_runtime() as bench:
+        ratios, cpu, nodes_run, quiet = asyncio.run(_measure(bench))
+    cases = shapes()
+    columns = [TASKS, "raydag e2e", CALLERS, ONE_AT_A_TIME, WAVES, LANGGRAPH]
+    print("\n### Parallel efficiency: makespan ÷ critical path (median)\n")
+    print("| shape | nodes | critical path ms | " + " | ".join(columns) + " | barrier bound |")
+    print("|---|---|---|" + "---|" * len(columns) + "---|")
+    for shape, _ in cases:
+        cells = [
+            f"{statistics.median(ratios[(shape.name, column)]):.2f}" if ratios[(shape.name, column)] else "—"
+            for column in columns
+        ]
+        print(
+            f"| {shape.name} | {len(shape.nodes)} | {shape.critical_path_ms()} | "
+            + " | ".join(cells)
+            + f" | {barrier_bound(shape):.2f} |"
+        )
+    print(
+        f"\nSamples per cell: {SAMPLES} ({ONE_AT_A_TIME}: 1). Rounds begun on a quiet machine "
+        f"(under 50 % busy): {sum(quiet)} of {len(quiet)}."
+    )
+    for name in (TASKS, CALLERS, WAVES, LANGGRAPH):
+        worst = max(
+            (statistics.median(ratios[(shape.name, name)]), shape.name)
+            for shape, width in cases
+            if width <= GOAL_MAX_WIDTH
+        )
+        verdict = "meets" if worst[0] <= GOAL else "misses"
+        print(
+            f"- {name}: worst at width ≤ {GOAL_MAX_WIDTH} is {worst[0]:.2f} ({worst[1]}): "
+            f"{verdict} the goal ≤ {GOAL:.2f}"
+        )
+    print("\n### CPU per node, by process (ms, all shapes)\n")
+    print("| arm | " + " | ".join(ROLES) + " | total |")
+    print("|---|" + "---|" * (len(ROLES) + 1))
+    for name in (TASKS, CALLERS, ONE_AT_A_TIME, WAVES, LANGGRAPH):
+        per_node = {role: cpu[name][role] * 1000 / nodes_run[name] for role in ROLES}
+        print(
+            f"| {name} | "
+            + " | ".join(f"{per_node[role]:.1f}" for role in ROLES)
+            + f" | {sum(per_node.values()):.1f} |"
+        )
