@@ -9,6 +9,7 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
+from actors.metrics import NO_METRICS, RunMetrics, Transition, report
 from actors.tracing import tracer
 from dag.errors import RaydagError
 from dag.events import RunEvent, RunFinished
@@ -31,12 +32,16 @@ def now() -> datetime:
 
 
 class RunRecorder:
-    """A run's state and its event cursor. Nothing acts on a transition before it is stored."""
+    """A run's state and its event cursor. Nothing acts on a transition before it is stored — metrics
+    included: they count what was stored, and only what this recorder stored."""
 
-    def __init__(self, state: RunState, last_seq: int, sink: EventSink) -> None:
+    def __init__(
+        self, state: RunState, last_seq: int, sink: EventSink, metrics: RunMetrics = NO_METRICS
+    ) -> None:
         self.state = state
         self.last_seq = last_seq
         self._sink = sink
+        self._metrics = metrics
         self._lock = asyncio.Lock()  # a streamed plan records while its round executes
 
     async def record(self, *events: RunEvent) -> None:
@@ -44,8 +49,11 @@ class RunRecorder:
             return
         async with self._lock:
             state = self.state
+            transitions: list[Transition] = []
             for event in events:
-                state = apply(state, event)  # raises IllegalTransition before anything is written
+                after = apply(state, event)  # raises IllegalTransition before anything is written
+                transitions.append((state, event, after))
+                state = after
             attributes: dict[str, str | int] = {
                 "raydag.run_id": state.run_id,
                 "raydag.first_seq": self.last_seq + 1,
@@ -55,6 +63,7 @@ class RunRecorder:
                 await self._sink.append(state, self.last_seq + 1, events)
             self.state = state
             self.last_seq += len(events)
+            report(self._metrics, transitions)
 
     async def finish(
         self,

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from actors.execution import ExecutionContext, Interruption, RoundExecution
 from actors.executor import ToolExecutor
 from actors.mcp_client import MODERN_PROTOCOL
+from actors.metrics import NO_METRICS, RunMetrics
 from actors.recording import EventSink, LeaseLost, RunRecorder, now
 from actors.tracing import context_of, tracer
 from dag.budget import STOP_REASON_OF_BUDGET
@@ -93,8 +94,10 @@ class RunDriver:
         health: ToolHealth | None = None,
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
+        metrics: RunMetrics = NO_METRICS,
     ) -> None:
         self._sink = sink
+        self._metrics = metrics
         self._catalogue = catalogue
         self._planners = planners
         self.context = ExecutionContext(
@@ -121,7 +124,7 @@ class RunDriver:
         ``recovered`` = (new owner, previous owner) marks a takeover: it is recorded, in-flight calls are
         dispatched again, and everything else continues from the last recorded transition.
         """
-        run = RunRecorder(state, last_seq, self._sink)
+        run = RunRecorder(state, last_seq, self._sink, self._metrics)
         span = tracer().start_span(
             "run",
             context=context_of(state.trace),

@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 
 from actors.executor import ToolExecutor
+from actors.metrics import NO_METRICS, RunMetrics, report
 from actors.recording import LeaseLost, now
 from actors.runner import RunDriver
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
@@ -117,8 +118,10 @@ class RunService:
         lease_s: float = 15.0,
         outbox_sink: OutboxSink | None = None,
         unavailable_planners: Mapping[str, str] | None = None,
+        metrics: RunMetrics = NO_METRICS,
     ) -> None:
         self._pool = pool
+        self._metrics = metrics
         self.owner = owner
         self.store = RunStore(pool, owner=owner, lease_s=lease_s)
         self._leases = Leases(pool, owner, lease_s)
@@ -137,6 +140,7 @@ class RunService:
             tokens=tokens,
             mcp_url=mcp_url,
             health=health,
+            metrics=metrics,
         )
         self._runs: dict[str, asyncio.Task[Any]] = {}
         self._cancels: dict[str, asyncio.Event] = {}
@@ -199,7 +203,9 @@ class RunService:
             )
             match creation:
                 case Creation.CREATED:
-                    self._start(apply(None, created), last_seq=1)
+                    state = apply(None, created)
+                    report(self._metrics, [(None, created, state)])
+                    self._start(state, last_seq=1)
                     return SubmitResult(Submission.CREATED, run_id)
                 case Creation.REPLAYED:
                     return SubmitResult(Submission.REPLAYED, run_id)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from actors.mcp_client import ToolCall, ToolOutcome
+from actors.metrics import NO_METRICS, RunMetrics
 from actors.runner import RunDriver
 from dag.budget import Budgets
 from dag.contracts import ToolCatalogue
@@ -314,6 +315,7 @@ def driver(
     catalogue: ToolCatalogue = CASEOPS_TOOLS,
     health: ToolHealth | None = None,
     retry: RetryPolicy = FAST_RETRY,
+    metrics: RunMetrics = NO_METRICS,
 ) -> RunDriver:
     planners = {"conformance": ConformancePlanner()}
     if planner is not None:
@@ -328,6 +330,7 @@ def driver(
         health=health,
         retry=retry,
         rng=random.Random(7),
+        metrics=metrics,
     )
 
 
