@@ -6,9 +6,11 @@ deployment around it; ``app`` is what ``serve run serve_app:app`` starts, config
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -24,6 +26,7 @@ from ray.serve import Application, Deployment
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
+from actors.executor import ExecutorKind
 from actors.runtime import database, prepare_database
 from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
 from actors.settings import ApiKeyGrant, Settings
@@ -46,6 +49,10 @@ log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://raydag.dev/problems/"
 MAX_WAIT_SECONDS = 60
+READY_TIMEOUT_S = 2.0
+"""How long ``/readyz`` waits for each dependency before calling it unready."""
+APPLICATION_NAME = "raydag-api"
+"""The Serve deployment's name, and how its database connections appear in ``pg_stat_activity``."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,8 @@ class ApiConfig:
     outbox_webhook_url: str | None = None
     lease_s: float = 15.0
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    tool_executor: ExecutorKind = ExecutorKind.CALLERS
+    tool_callers: int = 2
 
     @classmethod
     def from_settings(cls, settings: Settings, dsn: str) -> ApiConfig:
@@ -88,6 +97,8 @@ class ApiConfig:
             openai=settings.openai_settings(),
             outbox_webhook_url=settings.outbox_webhook_url,
             lease_s=settings.lease_s,
+            tool_executor=settings.tool_executor,
+            tool_callers=settings.tool_callers,
         )
 
     def supervisor_config(self) -> SupervisorConfig:
@@ -102,6 +113,8 @@ class ApiConfig:
             openai=self.openai,
             outbox_webhook_url=self.outbox_webhook_url,
             lease_s=self.lease_s,
+            tool_executor=self.tool_executor,
+            tool_callers=self.tool_callers,
         )
 
 
@@ -215,7 +228,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await prepare_database(config.dsn)
-        pool = await create_pool(config.dsn, max_size=config.pool_size)
+        pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=APPLICATION_NAME)
         state.store = RunStore(pool)
         state.supervisor = get_or_create_supervisor(
             config.supervisor_config(), name=config.supervisor_name, detached=True
@@ -300,7 +313,26 @@ def create_app(config: ApiConfig) -> FastAPI:
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
+        """Liveness: the process answers. Says nothing about its dependencies (that is ``/readyz``)."""
         return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> dict[str, Any]:
+        """Readiness: PostgreSQL and the supervisor both answer within ``READY_TIMEOUT_S``; 503 otherwise."""
+        database, supervisor = await asyncio.gather(
+            _check(state.store.ping()), _check(state.supervisor.ping.remote())
+        )
+        checks = {"database": database, "supervisor": supervisor}
+        if not all(check["ok"] for check in checks.values()):
+            failing = ", ".join(name for name, check in checks.items() if not check["ok"])
+            raise Problem(
+                503,
+                "not-ready",
+                f"not ready: {failing} did not answer",
+                checks=checks,
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        return {"status": "ready", "checks": checks}
 
     @app.post("/runs", status_code=201)
     async def create_run(
@@ -348,9 +380,12 @@ def create_app(config: ApiConfig) -> FastAPI:
         return nodes_view(await load_state(state.store, run), CASEOPS_TOOLS, await state.store.ledger(run))
 
     @app.get("/runs/{run_id}/events")
-    async def get_events(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
+    async def get_events(
+        run_id: str, principal: Principal = caller, after: Annotated[int, Query(ge=0)] = 0
+    ) -> list[dict[str, Any]]:
+        """The run's events in order; ``after`` resumes from a sequence number the client already has."""
         row = await history_or_410(principal, run_id)
-        return [event_view(stored) for stored in await state.store.events(str(row["run_id"]))]
+        return [event_view(stored) for stored in await state.store.events(str(row["run_id"]), after=after)]
 
     @app.post("/runs/{run_id}/cancel")
     async def cancel_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
@@ -372,6 +407,18 @@ def create_app(config: ApiConfig) -> FastAPI:
 
 
 RETRY_AFTER_S = 5
+
+
+async def _check(answer: Awaitable[Any]) -> dict[str, Any]:
+    """Whether a dependency answered in time, how fast, and why not (the exception's type: no details)."""
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(answer, READY_TIMEOUT_S)
+    except TimeoutError:
+        return {"ok": False, "reason": f"no answer within {READY_TIMEOUT_S:g} s"}
+    except Exception as exc:
+        return {"ok": False, "reason": type(exc).__name__}
+    return {"ok": True, "ms": round((time.perf_counter() - started) * 1000, 1)}
 
 
 def _unavailable() -> Problem:
@@ -414,7 +461,47 @@ def _raise_for_submission(submitted: SubmitResult) -> None:
             assert_never(submitted.outcome)
 
 
-@serve.deployment(name="raydag-api", ray_actor_options={"num_cpus": 0})
+@dataclass(frozen=True)
+class Scaling:
+    """How many API replicas: a fixed count, or autoscaling from ``replicas`` up to ``max_replicas``.
+
+    Each replica holds up to ``2 × RAYDAG_DB_POOL_SIZE`` database connections (the API's pool and the MCP
+    server's): see docs/DEPLOY.md for the sum against PostgreSQL's ``max_connections``.
+    """
+
+    replicas: int = 1
+    max_replicas: int | None = None
+    target_ongoing_requests: int = 32
+    """Autoscaling adds a replica when each has more requests than this in flight (waiting runs included)."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Scaling:
+        return cls(replicas=settings.replicas, max_replicas=settings.max_replicas)
+
+    def deployment_options(self) -> dict[str, Any]:
+        if self.max_replicas is None or self.max_replicas == self.replicas:
+            return {"num_replicas": self.replicas}
+        return {
+            "autoscaling_config": {
+                "min_replicas": self.replicas,
+                "max_replicas": self.max_replicas,
+                "target_ongoing_requests": self.target_ongoing_requests,
+            }
+        }
+
+
+# Requests mostly wait on the supervisor (``?wait=`` up to MAX_WAIT_SECONDS), so a replica takes many at
+# once; past ``max_queued_requests`` the proxy answers 503 instead of queueing without bound. On shutdown or
+# downscaling a replica stops taking requests and finishes the ones it has (a waiting run included) before
+# it exits; runs themselves belong to the supervisor and never depend on a replica.
+@serve.deployment(
+    name=APPLICATION_NAME,
+    ray_actor_options={"num_cpus": 0},
+    max_ongoing_requests=256,
+    max_queued_requests=1024,
+    graceful_shutdown_wait_loop_s=1,
+    graceful_shutdown_timeout_s=MAX_WAIT_SECONDS + 10,
+)
 @serve.ingress()
 class RunAPI:
     """The Serve deployment. Without a config it reads ``RAYDAG_*`` (and may start the embedded database)."""
@@ -434,10 +521,12 @@ class RunAPI:
         self._resources.close()
 
 
-def build_app(config: ApiConfig | None = None) -> Application:
-    """The Serve application; without ``config`` each replica reads ``RAYDAG_*``."""
-    return cast(Deployment, RunAPI).bind(config)
+def build_app(config: ApiConfig | None = None, scaling: Scaling | None = None) -> Application:
+    """The Serve application; without ``config`` each replica reads ``RAYDAG_*``, without ``scaling`` it has
+    ``RAYDAG_REPLICAS`` replicas (autoscaling up to ``RAYDAG_MAX_REPLICAS`` when that is set)."""
+    scaling = scaling or Scaling.from_settings(Settings())
+    return cast(Deployment, RunAPI).options(**scaling.deployment_options()).bind(config)
 
 
 app = build_app()
-"""``serve run serve_app:app``"""
+"""``serve run serve_app:app``; ``serve_config.yaml`` deploys the same app with its options spelled out."""

@@ -113,6 +113,8 @@ def local_runtime(
             planners=settings.planner_paths(),
             openai=settings.openai_settings(),
             outbox_webhook_url=settings.outbox_webhook_url,
+            tool_executor=settings.tool_executor,
+            tool_callers=settings.tool_callers,
         )
         supervisor = get_or_create_supervisor(
             config, name=f"{settings.supervisor_name}-cli-{os.getpid()}", detached=False

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from actors.executor import ExecutorKind
 from dag.budget import Budgets
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES
@@ -54,6 +55,10 @@ class Settings(BaseSettings):
     dashboard: bool = True
     """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
     db_pool_size: int = Field(default=4, ge=1, le=50)
+    tool_executor: ExecutorKind = ExecutorKind.CALLERS
+    """How tool calls run: ``tasks`` (a Ray task per call) or ``callers`` (a few async actors per supervisor)."""
+    tool_callers: int = Field(default=2, ge=1, le=64)
+    """How many caller actors each supervisor starts with ``RAYDAG_TOOL_EXECUTOR=callers``."""
     planners: str = ""
     """Comma-separated ``package.module:ClassName`` planners offered beside the built-in ones."""
     outbox_webhook_url: str | None = None
@@ -73,8 +78,21 @@ class Settings(BaseSettings):
     """Comma-separated Host values the MCP endpoint accepts (``name:*`` for any port); unset, loopback only."""
     mcp_allowed_origins: str | None = None
     """Comma-separated Origin values the MCP endpoint accepts; unset, loopback only."""
+    replicas: int = Field(default=1, ge=1, le=64)
+    """API replicas under Ray Serve; with ``max_replicas`` set, the autoscaling minimum."""
+    max_replicas: int | None = Field(default=None, ge=1, le=64)
+    """Autoscale the API between ``replicas`` and this many replicas."""
     tenant_tools: str | None = None
     """JSON ``{"<tenant>": ["<tool>", ...]}``: each tenant's tool catalogue. Unset: every tool for every tenant."""
+
+    @model_validator(mode="after")
+    def _replica_range(self) -> Settings:
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError(
+                f"RAYDAG_MAX_REPLICAS={self.max_replicas} is below RAYDAG_REPLICAS={self.replicas}: the "
+                "autoscaling maximum must be at least the minimum"
+            )
+        return self
 
     @property
     def home_dir(self) -> Path:

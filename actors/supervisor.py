@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
 
-from actors.executor import RayToolExecutor
+from actors.executor import ExecutorKind, build_executor
+from actors.metrics import RayRunMetrics
 from actors.service import Cancellation, RunRequest, RunService, SubmitResult
 from actors.store.database import create_pool
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
@@ -43,13 +44,18 @@ class SupervisorConfig:
     """The model planner's settings; ``None`` leaves it unavailable (requests for it are refused)."""
     outbox_webhook_url: str | None = None
     """Where the outbox relay POSTs terminal events; ``None`` logs them."""
+    tool_executor: ExecutorKind = ExecutorKind.CALLERS
+    """How tool calls run: a Ray task each, or on the supervisor's ``ToolCaller`` actors."""
+    tool_callers: int = 2
+    """How many ``ToolCaller`` actors the supervisor starts when ``tool_executor`` is ``callers``."""
 
     def outbox_sink(self) -> OutboxSink:
         return WebhookSink(self.outbox_webhook_url) if self.outbox_webhook_url else LogSink()
 
 
 class RunSupervisor:
-    """Owns runs: validates, authorizes, budgets and records them, and dispatches their nodes as Ray tasks.
+    """Owns runs: validates, authorizes, budgets and records them, and dispatches their nodes (as Ray tasks, or
+    to caller actors of its own: ``SupervisorConfig.tool_executor``).
 
     Its owner name in PostgreSQL is its actor name. When Ray restarts it after a crash, it reclaims its
     unfinished runs at once and resumes them; runs of a supervisor that is gone are taken over when their
@@ -78,10 +84,17 @@ class RunSupervisor:
         async with self._lock:
             if self._service is None:
                 config = self._config
-                pool = await create_pool(config.dsn, max_size=config.pool_size)
+                # Its connections show in pg_stat_activity under its actor name.
+                pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=self._owner)
                 self._service = RunService(
                     pool=pool,
-                    executor=RayToolExecutor(CASEOPS_TOOLS),
+                    executor=build_executor(
+                        config.tool_executor,
+                        CASEOPS_TOOLS,
+                        callers=config.tool_callers,
+                        name_prefix=f"{self._owner}-tool-caller",
+                        namespace=NAMESPACE,
+                    ),
                     catalogue=CASEOPS_TOOLS,
                     planners=load_planners(config.planners, config.openai),
                     unavailable_planners=unavailable_planners(config.openai),
@@ -93,6 +106,7 @@ class RunSupervisor:
                     owner=self._owner,
                     lease_s=config.lease_s,
                     outbox_sink=config.outbox_sink(),
+                    metrics=RayRunMetrics(),
                 )
             return self._service
 
@@ -100,10 +114,18 @@ class RunSupervisor:
         """Adopt a redeployment's configuration for what happens next; ``True`` if anything changed.
 
         A rotated key, a moved MCP server, new limits or tenant catalogues apply from the next call on (a
-        run keeps the budgets it was created with). Another database is another supervisor: refused.
+        run keeps the budgets it was created with). Another database is another supervisor: refused. The tool
+        executor stays the one the actor was created with (calls are in flight on it): a supervisor created
+        anew (or under another name) takes another.
         """
         service = await self._current()
         async with self._lock:
+            running = (self._config.tool_executor, self._config.tool_callers)
+            if (config.tool_executor, config.tool_callers) != running:
+                log.warning(
+                    "supervisor %s keeps its tool executor %s until it is created anew", self._owner, running
+                )
+                config = replace(config, tool_executor=running[0], tool_callers=running[1])
             if config == self._config:
                 return False
             if config.dsn != self._config.dsn:
@@ -129,8 +151,14 @@ class RunSupervisor:
         return await (await self._current()).cancel(run_id)
 
     async def ping(self) -> dict[str, Any]:
+        """Who answers: the owner name, its process, and its Ray worker (the ``WorkerId`` of its metrics)."""
         service = await self._current()
-        return {"owner": self._owner, "pid": os.getpid(), "active_runs": service.active_runs()}
+        return {
+            "owner": self._owner,
+            "pid": os.getpid(),
+            "worker_id": ray.get_runtime_context().get_worker_id(),
+            "active_runs": service.active_runs(),
+        }
 
     async def adopt_orphans(self) -> list[str]:
         """Take over orphaned runs now instead of at the next periodic scan (operators and tests)."""

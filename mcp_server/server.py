@@ -37,6 +37,8 @@ from mcp_server.tools import Backend, ToolBinding, caseops_bindings, guarded_too
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+APPLICATION_NAME = "raydag-mcp"
+"""How the tool server's database connections appear in ``pg_stat_activity``."""
 
 LOOPBACK_HOSTS = ("127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*")
 LOOPBACK_ORIGINS = tuple(f"http://{host}" for host in LOOPBACK_HOSTS)
@@ -189,7 +191,7 @@ class ToolServer:
             config.dsn,
             min_size=1,
             max_size=config.pool_size,
-            server_settings={"synchronous_commit": "off"},
+            server_settings={"synchronous_commit": "off", "application_name": APPLICATION_NAME},
         )
         pruning = asyncio.create_task(self._prune_forever(config.replay_prune_interval_s))
         try:

@@ -76,9 +76,16 @@ async def _init_connection(connection: asyncpg.Connection) -> None:
         )
 
 
-async def create_pool(dsn: str, *, max_size: int) -> asyncpg.Pool:
-    """A pool for this process's event loop; json/jsonb columns read and write Python values."""
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, init=_init_connection)
+async def create_pool(dsn: str, *, max_size: int, application_name: str = "raydag") -> asyncpg.Pool:
+    """A pool for this process's event loop, of at most ``max_size`` connections; json/jsonb columns read and
+    write Python values. ``application_name`` is what ``pg_stat_activity`` shows for its connections."""
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        init=_init_connection,
+        server_settings={"application_name": application_name},
+    )
     assert pool is not None
     return pool
 

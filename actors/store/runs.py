@@ -58,6 +58,10 @@ class RunStore:
         self.owner = owner
         self.lease_s = lease_s
 
+    async def ping(self) -> None:
+        """One round trip to the database, without retries: raises if it does not answer."""
+        await self._pool.fetchval("SELECT 1")
+
     async def case_exists(self, tenant_id: str, case_id: str) -> bool:
         async def query() -> bool:
             return bool(
@@ -313,11 +317,13 @@ class RunStore:
         )
         return dict(row) if row is not None else None
 
-    async def events(self, run_id: str) -> list[StoredEvent]:
+    async def events(self, run_id: str, after: int = 0) -> list[StoredEvent]:
+        """The run's events with ``seq > after``, in order (``after=0``: all of them)."""
         rows = await retrying(
             lambda: self._pool.fetch(
-                "SELECT seq, data, recorded_at FROM run_events WHERE run_id = $1 ORDER BY seq",
+                "SELECT seq, data, recorded_at FROM run_events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
                 uuid.UUID(run_id),
+                after,
             ),
             window_s=REQUEST_WINDOW_S,
             what="event read",

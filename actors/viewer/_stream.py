@@ -53,9 +53,7 @@ async def run_event_stream(
             if row is None or row["pruned_at"] is not None:
                 return
             if row["last_seq"] > seen:
-                for stored in await store().events(run_id):
-                    if stored.seq <= seen:
-                        continue
+                for stored in await store().events(run_id, after=seen):
                     yield sse_message(event_view(stored))
                     seen = stored.seq
                     if isinstance(stored.event, RunFinished):

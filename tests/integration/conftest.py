@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -159,6 +160,17 @@ def supervisor_for(
     return get_or_create_supervisor(settings, name=name, detached=False)
 
 
+@pytest.fixture
+def scratch_dsn(admin_dsn: str) -> Iterator[str]:
+    """A database of its own (no session supervisor's relay polls it), migrated and seeded."""
+    name = f"raydag_scratch_{uuid.uuid4().hex[:8]}"
+    asyncio.run(ensure_database(admin_dsn, name))
+    dsn = with_database(admin_dsn, name)
+    asyncio.run(prepare_database(dsn, demo_seed()))
+    yield dsn
+    asyncio.run(drop_database(admin_dsn, name))
+
+
 @pytest.fixture(scope="session")
 def supervisor(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes) -> Any:
     return supervisor_for(dsn, tool_server, token_key, "raydag-test-supervisor")
@@ -193,12 +205,12 @@ def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: 
     deadline = time.monotonic() + 90
     while True:
         try:
-            if httpx.get(base + "/healthz", timeout=5).status_code == 200:
+            if httpx.get(base + "/readyz", timeout=5).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError("the Serve app did not become healthy within 90 s")
+            raise RuntimeError("the Serve app did not become ready within 90 s")
         time.sleep(0.25)
     yield base
     serve.shutdown()

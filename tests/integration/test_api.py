@@ -91,6 +91,12 @@ def test_events_are_the_ordered_transitions_of_the_run(client: httpx.Client) -> 
     assert dispatched[:3] == ["case", "policy", "docs"]
     assert events[-1]["status"] == "completed"
 
+    resumed = client.get(f"/runs/{run['run_id']}/events?after=3", headers=auth(DEMO_KEY)).json()
+    assert resumed == events[3:]
+    bad = client.get(f"/runs/{run['run_id']}/events?after=-1", headers=auth(DEMO_KEY))
+    assert bad.status_code == 422
+    assert bad.headers["content-type"] == "application/problem+json"
+
 
 async def test_replay_with_the_same_key_returns_the_same_run_without_running_tools_again(
     api: str, store: RunStore, tool_server: RunningToolServer

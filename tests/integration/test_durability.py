@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from actors.executor import ExecutorKind
 from actors.service import RunRequest, Submission
 from actors.store.runs import RunStore
 from actors.views import load_state
@@ -215,7 +216,8 @@ async def test_a_worker_killed_mid_call_is_a_transient_failure_retried_within_bu
 ) -> None:
     import ray
 
-    supervisor = supervisor_for(dsn, slow, token_key, unique("kill-worker"))
+    # A Ray task per call: its worker process carries the task's name (a caller actor's does not).
+    supervisor = supervisor_for(dsn, slow, token_key, unique("kill-worker"), tool_executor=ExecutorKind.TASKS)
     submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id="C-101"))
     await until(store, submitted.run_id, lambda events: kinds(events)["node_dispatched"] == 3)
     victim = _worker_running("tool:caseops_get_case_snapshot:case")
@@ -402,21 +404,6 @@ def _now() -> Any:
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
-
-
-@pytest.fixture
-def scratch_dsn(admin_dsn: str) -> Any:
-    """A database of its own (no supervisor's relay polls it), migrated and seeded."""
-    from actors.runtime import prepare_database
-    from actors.store.database import drop_database, ensure_database, with_database
-    from actors.store.seed import demo_seed
-
-    name = f"raydag_scratch_{uuid.uuid4().hex[:8]}"
-    asyncio.run(ensure_database(admin_dsn, name))
-    dsn = with_database(admin_dsn, name)
-    asyncio.run(prepare_database(dsn, demo_seed()))
-    yield dsn
-    asyncio.run(drop_database(admin_dsn, name))
 
 
 def test_prune_removes_old_events_and_keeps_summary_and_result(dsn: str, client: httpx.Client) -> None:

@@ -123,3 +123,7 @@ async def test_a_runs_events_are_contiguous_and_the_summary_points_at_the_last(
     recorded = [stored.recorded_at for stored in events]
     assert recorded == sorted(recorded)
     assert isinstance(recorded[0], datetime)
+
+    tail = await store.events(submitted.run_id, after=len(events) - 2)
+    assert [stored.seq for stored in tail] == [len(events) - 1, len(events)]
+    assert await store.events(submitted.run_id, after=len(events)) == []

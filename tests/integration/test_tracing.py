@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from actors.background_server import BackgroundServer
+from actors.executor import ExecutorKind
 from actors.supervisor import NAMESPACE, RunSupervisor
 from dag.budget import Budgets
 from mcp_server.server import MCP_PATH
@@ -116,8 +117,14 @@ def local_spans(exporter: InMemorySpanExporter) -> list[Span]:
     ]
 
 
+@pytest.mark.parametrize("executor", list(ExecutorKind))
 def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
-    ray_cluster: None, dsn: str, token_key: bytes, in_memory: InMemorySpanExporter, receiver: OtlpReceiver
+    ray_cluster: None,
+    dsn: str,
+    token_key: bytes,
+    in_memory: InMemorySpanExporter,
+    receiver: OtlpReceiver,
+    executor: ExecutorKind,
 ) -> None:
     import ray
 
@@ -132,6 +139,7 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
         api_keys=TEST_API_KEYS,
         limits=Budgets(),
         supervisor_name=name,
+        tool_executor=executor,  # Ray tasks or caller actors: the same trace either way
     )
     otel = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
