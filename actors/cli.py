@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, assert_never
+from typing import TYPE_CHECKING, Annotated, Any, assert_never
 
 import typer
 from rich.console import Console
@@ -16,6 +16,10 @@ from rich.table import Table
 
 from actors.settings import Settings
 from dag.states import RunStatus
+
+if TYPE_CHECKING:
+    from actors.service import SubmitResult
+    from dag.policy import Principal
 
 app = typer.Typer(
     name="raydag",
@@ -86,6 +90,66 @@ def run(
     else:
         _print_report(report)
     raise typer.Exit(_exit_code(report))
+
+
+@app.command()
+def batch(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Case ids, one per line (blank lines and # comments skipped), or a JSON list.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
+    tenant: Annotated[str, typer.Option(help="The tenant the cases belong to.")] = "tenant-demo",
+    report: Annotated[
+        Path | None,
+        typer.Option(help="Where to write the JSON report. [default: batch-report.json beside FILE]"),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Runs in flight at once.")] = 8,
+    planner: Annotated[
+        str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
+    ] = "conformance",
+) -> None:
+    """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
+    from rich.markup import escape
+    from rich.text import Text
+
+    from actors.batch import BatchFileInvalid, CaseResult, read_cases, run_cases, summary_table, write_report
+    from actors.batch import report as batch_report
+    from actors.runtime import local_runtime
+
+    try:
+        cases = read_cases(file)
+    except BatchFileInvalid as exc:
+        errors.print(f"[red]invalid batch file:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    settings = _settings()
+    principal = _operator(tenant)
+    started = time.perf_counter()
+    with local_runtime(settings) as runtime:
+
+        def run_one(case_id: str) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
+            submitted = _submit(runtime, principal, case_id=case_id, goal=None, key=None, planner=planner)
+            refusal = _refusal(submitted, case_id=case_id, tenant=tenant, key=None, planner=planner)
+            if refusal is not None:
+                return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
+            assert submitted.run_id is not None
+            return CaseResult.of_run(case_id, _await_report(runtime, principal, submitted.run_id)["run"])
+
+        results = run_cases(cases, run_one, concurrency=concurrency, console=errors)
+    seconds = time.perf_counter() - started
+    console.print(summary_table(results))
+    path = report if report is not None else file.parent / "batch-report.json"
+    content = batch_report(
+        results, source=file, tenant=tenant, planner=planner, concurrency=concurrency, seconds=seconds
+    )
+    write_report(path, content)
+    totals = ", ".join(f"{count} {status}" for status, count in content["totals"]["by_status"].items())
+    console.print(f"{len(results)} cases in {seconds:.1f}s: {totals}; report written to {path}")
+    codes = {_status_exit_code(result.status) for result in results}
+    raise typer.Exit(next((code for code in (EXIT_RUN_FAILED, EXIT_NEEDS_HUMAN) if code in codes), 0))
 
 
 @app.command()
@@ -207,49 +271,80 @@ def serve() -> None:
 def _run_case(
     runtime: Any, *, tenant: str, case_id: str, goal: str | None, key: str | None, planner: str
 ) -> dict[str, Any]:
-    import ray
+    principal = _operator(tenant)
+    submitted = _submit(runtime, principal, case_id=case_id, goal=goal, key=key, planner=planner)
+    refusal = _refusal(submitted, case_id=case_id, tenant=tenant, key=key, planner=planner)
+    if refusal is not None:
+        message, code = refusal
+        errors.print(message)
+        raise typer.Exit(code)
+    assert submitted.run_id is not None
+    return _await_report(runtime, principal, submitted.run_id)
 
-    from actors.service import DEFAULT_GOAL, RunRequest, Submission
+
+def _operator(tenant: str) -> Principal:
     from dag.policy import Principal
     from mcp_server.contracts import ALL_SCOPES
 
     # The operator at the console acts with every scope of the tenant it names.
-    principal = Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", frozenset(ALL_SCOPES))
+    return Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", frozenset(ALL_SCOPES))
+
+
+def _submit(
+    runtime: Any, principal: Principal, *, case_id: str, goal: str | None, key: str | None, planner: str
+) -> SubmitResult:
+    import ray
+
+    from actors.service import DEFAULT_GOAL, RunRequest
+
     request = RunRequest(
         principal=principal, case_id=case_id, goal=goal or DEFAULT_GOAL, planner=planner, idempotency_key=key
     )
-    submitted = ray.get(runtime.supervisor.submit.remote(request))
+    result: SubmitResult = ray.get(runtime.supervisor.submit.remote(request))
+    return result
+
+
+def _refusal(
+    submitted: SubmitResult, *, case_id: str, tenant: str, key: str | None, planner: str
+) -> tuple[str, int] | None:
+    """Why a submission started no run (rich markup) and the exit code that says so; ``None`` if it did."""
+    from actors.service import Submission
+
     match submitted.outcome:
         case Submission.CREATED | Submission.REPLAYED:
-            pass
+            return None
         case Submission.CASE_NOT_FOUND:
-            errors.print(
+            return (
                 f"[red]case {case_id!r} was not found for tenant {tenant!r}.[/red] "
-                "Load data with `raydag seed FILE` (or `raydag seed --demo`)."
+                "Load data with `raydag seed FILE` (or `raydag seed --demo`).",
+                EXIT_BAD_INPUT,
             )
-            raise typer.Exit(EXIT_BAD_INPUT)
         case Submission.IDEMPOTENCY_CONFLICT:
-            errors.print(f"[red]idempotency key {key!r} was already used for a different request[/red]")
-            raise typer.Exit(EXIT_BAD_INPUT)
-        case Submission.UNAVAILABLE:
-            errors.print(f"[red]the database cannot be reached:[/red] {submitted.error}")
-            raise typer.Exit(EXIT_RUN_FAILED)
-        case Submission.PLANNER_UNAVAILABLE:
-            errors.print(
-                f"[red]planner {planner!r} is not available:[/red] {(submitted.error or {}).get('reason')}"
+            return (
+                f"[red]idempotency key {key!r} was already used for a different request[/red]",
+                EXIT_BAD_INPUT,
             )
-            raise typer.Exit(EXIT_BAD_INPUT)
+        case Submission.UNAVAILABLE:
+            return f"[red]the database cannot be reached:[/red] {submitted.error}", EXIT_RUN_FAILED
+        case Submission.PLANNER_UNAVAILABLE:
+            reason = (submitted.error or {}).get("reason")
+            return f"[red]planner {planner!r} is not available:[/red] {reason}", EXIT_BAD_INPUT
         case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID | Submission.BUDGET_ABOVE_LIMIT:
-            errors.print(f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}")
-            raise typer.Exit(EXIT_BAD_INPUT)
+            return f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}", EXIT_BAD_INPUT
         case _:
             assert_never(submitted.outcome)
-    while not ray.get(runtime.supervisor.wait.remote(submitted.run_id, 5.0)):
+
+
+def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, Any]:
+    """Wait for the run to end, then read it and its nodes."""
+    import ray
+
+    while not ray.get(runtime.supervisor.wait.remote(run_id, 5.0)):
         pass
-    return asyncio.run(_read_report(runtime.dsn, principal, submitted.run_id))
+    return asyncio.run(_read_report(runtime.dsn, principal, run_id))
 
 
-async def _read_report(dsn: str, principal: Any, run_id: str) -> dict[str, Any]:
+async def _read_report(dsn: str, principal: Principal, run_id: str) -> dict[str, Any]:
     from actors.store.database import create_pool
     from actors.store.runs import RunStore
     from actors.views import load_state, nodes_view, run_view
@@ -314,7 +409,10 @@ def _print_report(report: dict[str, Any]) -> None:
 
 
 def _exit_code(report: dict[str, Any]) -> int:
-    status = report["run"]["status"]
+    return _status_exit_code(report["run"]["status"])
+
+
+def _status_exit_code(status: str) -> int:
     if status == RunStatus.COMPLETED:
         return 0
     return EXIT_NEEDS_HUMAN if status == RunStatus.NEEDS_HUMAN else EXIT_RUN_FAILED
