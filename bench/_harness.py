@@ -104,12 +104,12 @@ def fresh_database() -> Iterator[str]:
         yield dsn
 
 
-def _serve_tools(dsn: str, key: bytes, control: Connection) -> None:
+def _serve_tools(dsn: str, key: bytes, latency_ms: int, control: Connection) -> None:
     """The tool server's process: caseops plus ``bench_wait``, until the parent says stop."""
     http = BackgroundServer()
     url = http.url + MCP_PATH
     server = ToolServer(
-        ToolServerConfig(dsn=dsn, tokens=TaskTokens(key=key, audience=url)),
+        ToolServerConfig(dsn=dsn, tokens=TaskTokens(key=key, audience=url), latency_ms=latency_ms),
         extra_tools=[(BENCH_WAIT, wait_handler)],
     )
     http.start(server.asgi_app())
@@ -119,11 +119,14 @@ def _serve_tools(dsn: str, key: bytes, control: Connection) -> None:
 
 
 @contextmanager
-def tool_server_process(dsn: str, key: bytes) -> Iterator[tuple[str, int]]:
-    """The MCP tool server in a process of its own, so no arm shares an interpreter (or its GIL) with it."""
+def tool_server_process(dsn: str, key: bytes, *, latency_ms: int = 0) -> Iterator[tuple[str, int]]:
+    """The MCP tool server in a process of its own, so no arm shares an interpreter (or its GIL) with it;
+    ``latency_ms`` simulates the upstream system behind each caseops tool."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    process = context.Process(target=_serve_tools, args=(dsn, key, theirs), daemon=True, name="bench-tools")
+    process = context.Process(
+        target=_serve_tools, args=(dsn, key, latency_ms, theirs), daemon=True, name="bench-tools"
+    )
     process.start()
     try:
         if not ours.poll(60):

@@ -86,6 +86,8 @@ def response_body(
 @dataclass
 class Json:
     body: dict[str, Any]
+    delay_s: float = 0.0
+    """How long the model takes before it answers (a whole response is sent only once it is written)."""
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Stream:
     chunks: list[str]
     pace_s: float = 0.0
     tokens: tuple[int, int] = (812, 164)
+    first_token_s: float = 0.0
+    """How long the model takes before the first delta (time to first token)."""
 
 
 @dataclass
@@ -135,6 +139,7 @@ class MockModel:
         step = self.script.pop(0)
         match step:
             case Json():
+                await asyncio.sleep(step.delay_s)
                 return JSONResponse(step.body)
             case Fail():
                 return JSONResponse(step.body, status_code=step.status, headers={"retry-after-ms": "10"})
@@ -165,6 +170,7 @@ class MockModel:
             content_index=0,
             part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
         )
+        await asyncio.sleep(step.first_token_s)
         for chunk in step.chunks:
             if step.pace_s:
                 await asyncio.sleep(step.pace_s)

@@ -19,58 +19,11 @@ from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES
 from planner.openai_planner import OpenAISettings
 from planner.strict_schema import strict_violations
-from tests.c102 import C102_RESULT
+from tests.c102 import C102_PLAN, C102_RESULT, CITATIONS, FINAL
 from tests.integration.conftest import RunningToolServer, supervisor_for
 from tests.mock_openai import Fail, Json, MockModel, Stream, response_body
 
 PRINCIPAL = Principal("tenant-demo", "adjuster-7", frozenset(ALL_SCOPES))
-
-C102_PLAN = {
-    "nodes": [
-        {
-            "id": "case",
-            "tool": "caseops_get_case_snapshot",
-            "args": {"case_id": "C-102"},
-            "for_each": None,
-            "after": [],
-        },
-        {
-            "id": "policy",
-            "tool": "caseops_get_policy_requirements",
-            "args": {"case_id": "C-102"},
-            "for_each": None,
-            "after": [],
-        },
-        {
-            "id": "docs",
-            "tool": "caseops_list_unclassified_documents",
-            "args": {"case_id": "C-102"},
-            "for_each": None,
-            "after": [],
-        },
-        {
-            "id": "resolve",
-            "tool": "caseops_resolve_document_alias",
-            "args": {"case_id": "C-102", "document_id": {"item": "/document_id"}},
-            "for_each": {"ref": "docs", "pointer": "/documents"},
-            "after": [],
-        },
-    ]
-}
-CITATIONS = [
-    "IDENTITY_DOCUMENT",
-    "LOSS_STATEMENT",
-    "ACCIDENT_CERTIFICATE",
-    "case://C-102@7",
-    "evidence://C-102/DOC-C102-003@1",
-    "policy://motor-claim-standard@2026.1",
-]
-FINAL = {
-    "decision": "final",
-    "reason": "every required document is accounted for",
-    "result": C102_RESULT,
-    "citations": CITATIONS,
-}
 
 
 @pytest.fixture
