@@ -9,9 +9,11 @@ from bench import (
     control_plane,
     demo_wall_time,
     large_outputs,
+    load,
     mcp_latency,
     parallel_efficiency,
     storage,
+    streaming,
 )
 
 BENCHMARKS = {
@@ -22,6 +24,8 @@ BENCHMARKS = {
     "large-outputs": large_outputs.main,
     "storage": storage.main,
     "mcp": mcp_latency.main,
+    "load": load.main,
+    "streaming": streaming.main,
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psutil
@@ -32,12 +32,16 @@ def _role(process: psutil.Process, title: str, tool_server_pid: int) -> str:
     return "Ray daemons"
 
 
+Classify = Callable[[psutil.Process, str], str]
+"""A process and its command line → the role its CPU time is counted under."""
+
+
 class CpuMeter:
     """``with meter.measure() as used:`` fills ``used`` with CPU seconds by role once the block ends."""
 
-    def __init__(self, database: str, tool_server_pid: int) -> None:
+    def __init__(self, database: str, tool_server_pid: int, classify: Classify | None = None) -> None:
         self._database = database
-        self._tool_server_pid = tool_server_pid
+        self._classify: Classify = classify or (lambda process, title: _role(process, title, tool_server_pid))
 
     def _processes(self) -> list[psutil.Process]:
         me = psutil.Process()
@@ -56,7 +60,7 @@ class CpuMeter:
                 times = process.cpu_times()
             except psutil.Error:
                 continue
-            seen[(_role(process, title, self._tool_server_pid), process.pid)] = times.user + times.system
+            seen[(self._classify(process, title), process.pid)] = times.user + times.system
             if "/raylet" in title.split(" ", 1)[0]:  # workers it has reaped
                 seen[("tool calls (Ray)", -process.pid)] = times.children_user + times.children_system
         return seen

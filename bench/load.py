@@ -1,0 +1,377 @@
+"""Load through Serve: concurrent C-102 runs at 8, 32 and 128 clients, beside the same runs one at a time.
+
+One process brings up a fresh database, a local Ray as ``raydag serve`` starts it (all the machine's CPUs, no
+dashboard) and the Serve app on loopback. Each level runs every arm, one after the other (``BENCH_LOAD_ARMS``,
+``executor/mcp``):
+
+- executor ``tasks`` (a Ray task per call) or ``callers`` (the supervisor's caller actors);
+- mcp ``serve``: the tool server at the app's own ``/mcp``, as ``raydag serve`` deploys it, so tool calls
+  cross the Serve proxy and share the replica with the API; ``process``: a tool server in a process of its own
+  (what ``RAYDAG_MCP_URL`` pointing at a separate server gives).
+
+For each arm at each level, the app is redeployed with a fresh supervisor, then:
+
+1. a few runs one at a time, then the supervisor's idle RSS (the baseline);
+2. warm-up: the level's clients for ``BENCH_LOAD_WARMUP_S`` (not counted);
+3. measured: the level's clients for ``BENCH_LOAD_SECONDS``. Each posts ``POST /runs?wait=60`` for C-102 and
+   posts again when the answer comes. A success is a run that came back ``completed``; anything else is an
+   error, with why. Meanwhile the supervisor's RSS and active runs are sampled;
+4. the runs the clients gave up on are left to finish (the supervisor drives them regardless);
+5. sequential: as many runs as the level completed, one client, one after another.
+
+Runs/s = completed runs answered inside the window ÷ the window; latency is the client's, request to answer,
+over every run started in the window. Supervisor memory per in-flight run = (mean RSS while loaded − idle
+baseline) ÷ mean active runs. CPU is by process, from the window's start until its last answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from actors.executor import ExecutorKind
+from actors.settings import DEV_API_KEYS
+from bench._cpu import CpuMeter, machine_busy
+from bench._harness import fresh_database, tool_server_process
+from bench._load import (
+    PHASES,
+    Attempt,
+    SupervisorSampler,
+    drained,
+    error_reasons,
+    failed_nodes,
+    one_run,
+    percentile,
+    phases,
+    profile,
+    rss_kb,
+    run_clients,
+)
+from dag.budget import Budgets
+from mcp_server.server import MCP_PATH
+
+LEVELS = tuple(int(level) for level in os.environ.get("BENCH_LOAD_CLIENTS", "8,32,128").split(","))
+SECONDS = float(os.environ.get("BENCH_LOAD_SECONDS", "20"))
+WARMUP_S = float(os.environ.get("BENCH_LOAD_WARMUP_S", "5"))
+ARMS = tuple(
+    tuple(arm.split("/"))
+    for arm in os.environ.get("BENCH_LOAD_ARMS", "tasks/serve,callers/serve,callers/process").split(",")
+)
+PROFILE_DIR = os.environ.get("BENCH_LOAD_PROFILE")
+"""A directory: py-spy records the busy processes of each measured window there (a diagnostic: adds load)."""
+SEQUENTIAL_WARMUP_RUNS = 5
+DRAIN_S = 120.0
+GOAL_RUNS_PER_S = 30.0
+GOAL_P99_MS = 2000.0
+MCP_PLACES = {"serve": "in Serve", "process": "own process"}
+
+ROLES = (
+    "supervisor",
+    "Serve replica",
+    "Serve proxy",
+    "tool server process",
+    "tool calls",
+    "Ray daemons",
+    "PostgreSQL",
+    "benchmark process",
+)
+
+
+def _role(tool_server_pid: int, process: psutil.Process, title: str) -> str:
+    if process.pid == os.getpid():
+        return "benchmark process"
+    if process.pid == tool_server_pid:
+        return "tool server process"
+    if title.startswith("postgres"):
+        return "PostgreSQL"
+    if title.startswith("ray::RunSupervisor"):
+        return "supervisor"
+    if title.startswith("ray::ServeReplica"):
+        return "Serve replica"
+    if title.startswith("ray::ProxyActor"):
+        return "Serve proxy"
+    if title.startswith(("ray::tool:", "ray::IDLE", "ray::ToolCaller", "ray::execute_tool_call")):
+        return "tool calls"  # tool tasks, idle workers waiting for the next, or the caller actors
+    return "Ray daemons"
+
+
+@dataclass
+class Level:
+    """One arm at one level of concurrency: what the clients saw and what the runtime spent."""
+
+    arm: str
+    clients: int
+    attempts: list[Attempt]
+    window: tuple[float, float]
+    wall_s: float
+    sampler: SupervisorSampler
+    idle_rss_mb: float
+    cpu_s: dict[str, float]
+    busy_before: float
+    drain_s: float
+    phase_ms: dict[str, list[float]] = field(default_factory=dict)
+    failed_nodes: Counter[str] = field(default_factory=Counter)
+    sequential: list[Attempt] = field(default_factory=list)
+    sequential_s: float = 0.0
+
+    def successes(self) -> list[Attempt]:
+        return [attempt for attempt in self.attempts if attempt.error is None]
+
+    def runs_per_s(self) -> float:
+        start, end = self.window
+        return sum(1 for attempt in self.successes() if attempt.answered <= end) / (end - start)
+
+    def sequential_runs_per_s(self) -> float:
+        done = sum(1 for attempt in self.sequential if attempt.error is None)
+        return done / self.sequential_s if self.sequential_s else 0.0
+
+    def memory_per_run_mb(self) -> float:
+        active = self.sampler.mean_active()
+        return (self.sampler.mean_rss_mb() - self.idle_rss_mb) / active if active else float("nan")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _serve_runtime() -> Iterator[tuple[str, str]]:
+    """A fresh database, a local Ray as ``raydag serve`` starts it, and Serve on a free loopback port."""
+    import ray
+    from ray import serve
+
+    with ExitStack() as stack:
+        dsn = stack.enter_context(fresh_database())
+        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+        ray.init(
+            address="local",
+            namespace="raydag",
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+        stack.callback(ray.shutdown)
+        port = _free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        stack.callback(serve.shutdown)
+        yield dsn, f"http://127.0.0.1:{port}"
+
+
+def _deploy(dsn: str, base_url: str, mcp_url: str, key: bytes, name: str, executor: ExecutorKind) -> Any:
+    """(Re)deploy the app, as shipped, with a supervisor of its own; the supervisor once the app answers."""
+    import ray
+    from ray import serve
+
+    from serve_app import ApiConfig, Scaling, build_app
+
+    config = ApiConfig(
+        dsn=dsn,
+        mcp_url=mcp_url,
+        token_key=key,
+        api_keys=dict(DEV_API_KEYS),
+        limits=Budgets(),
+        supervisor_name=name,
+        tool_executor=executor,
+    )
+    serve.run(build_app(config, Scaling()), name="raydag", route_prefix="/", blocking=False)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base_url + "/healthz", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    return ray.get_actor(name, namespace="raydag")
+
+
+async def _sequential(base_url: str, runs: int) -> tuple[list[Attempt], float]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=90) as http:
+        started = time.perf_counter()
+        attempts = [await one_run(http) for _ in range(runs)]
+        return attempts, time.perf_counter() - started
+
+
+def _profile_targets(supervisor_pid: int, tool_server_pid: int) -> dict[str, int]:
+    """The supervisor, Serve's replica and proxy, the caller actors and the tool server process."""
+    targets = {"supervisor": supervisor_pid}
+    if tool_server_pid:
+        targets["tool-server"] = tool_server_pid
+    for process in psutil.Process().children(recursive=True):
+        try:
+            title = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        role = _role(0, process, title)
+        if role in ("Serve replica", "Serve proxy") or title.startswith("ray::ToolCaller"):
+            targets[f"{title.split()[0].removeprefix('ray::').split(':')[0]}-{process.pid}"] = process.pid
+    return targets
+
+
+async def _level(
+    dsn: str, base_url: str, supervisor: Any, arm: str, clients: int, cpu: CpuMeter, tool_server_pid: int
+) -> Level:
+    pid = int((await supervisor.ping.remote())["pid"])
+    warm, _ = await _sequential(base_url, SEQUENTIAL_WARMUP_RUNS)
+    if any(attempt.error for attempt in warm):
+        raise RuntimeError(f"warm-up runs failed: {error_reasons(warm)}")
+    await asyncio.sleep(2)
+    idle_rss_mb = statistics.median([rss_kb(pid) for _ in range(5)]) / 1024
+    await run_clients(base_url, clients, WARMUP_S)
+    await drained(supervisor, DRAIN_S)
+    busy_before = machine_busy()
+    sampler = SupervisorSampler(supervisor, pid)
+    stop = asyncio.Event()
+    sampling = asyncio.create_task(sampler.sample(stop))
+    profilers = []
+    if PROFILE_DIR:
+        label = f"{arm.replace(', ', '-').replace(' ', '_')}-{clients}"
+        profilers = profile(_profile_targets(pid, tool_server_pid), SECONDS, Path(PROFILE_DIR) / label)
+    started = time.perf_counter()
+    with cpu.measure() as used:
+        attempts, start, end = await run_clients(base_url, clients, SECONDS)
+    wall_s = time.perf_counter() - started
+    stop.set()
+    await sampling
+    for profiler in profilers:
+        profiler.wait()
+    level = Level(
+        arm=arm,
+        clients=clients,
+        attempts=attempts,
+        window=(start, end),
+        wall_s=wall_s,
+        sampler=sampler,
+        idle_rss_mb=idle_rss_mb,
+        cpu_s=dict(used),
+        busy_before=busy_before,
+        drain_s=await drained(supervisor, DRAIN_S),  # runs whose clients gave up are still going
+    )
+    level.phase_ms = await phases(dsn, level.successes())
+    level.failed_nodes = await failed_nodes(dsn, attempts)
+    level.sequential, level.sequential_s = await _sequential(base_url, max(1, len(level.successes())))
+    return level
+
+
+def _measure() -> list[Level]:
+    import ray
+
+    levels: list[Level] = []
+    with ExitStack() as stack:
+        dsn, base_url = stack.enter_context(_serve_runtime())
+        key = secrets.token_bytes(32)
+        tool_server_url, tool_server_pid = "", 0
+        if any(mcp == "process" for _, mcp in ARMS):
+            tool_server_url, tool_server_pid = stack.enter_context(tool_server_process(dsn, key))
+        cpu = CpuMeter(dsn.rsplit("/", 1)[1].split("?")[0], 0, classify=partial(_role, tool_server_pid))
+        for clients in LEVELS:  # the arms of one level side by side: the neighbours' load drifts
+            for executor, mcp in ARMS:
+                arm = f"{executor}, MCP {MCP_PLACES[mcp]}"
+                mcp_url = tool_server_url if mcp == "process" else base_url + MCP_PATH
+                name = f"raydag-load-{executor}-{mcp}-{clients}"
+                supervisor = _deploy(dsn, base_url, mcp_url, key, name, ExecutorKind(executor))
+                level = asyncio.run(
+                    _level(
+                        dsn,
+                        base_url,
+                        supervisor,
+                        arm,
+                        clients,
+                        cpu,
+                        tool_server_pid if mcp == "process" else 0,
+                    )
+                )
+                ray.kill(supervisor)
+                levels.append(level)
+                errors = dict(error_reasons(level.attempts))
+                print(f"[{arm} × {clients}] {level.runs_per_s():.1f} runs/s, errors {errors}", flush=True)
+    return levels
+
+
+def _ms(values: list[float], share: float) -> str:
+    return f"{percentile(values, share):.0f}" if values else "—"
+
+
+def _report(levels: list[Level]) -> None:
+    print(f"\n### Load through Serve ({SECONDS:g} s per level after {WARMUP_S:g} s of warm-up)\n")
+    print(
+        "| arm | clients | runs | runs/s | p50 ms | p99 ms | errors | sequential runs/s | sequential p50 ms "
+        "| sequential p99 ms | runs/s ÷ sequential | mean in-flight runs | supervisor idle MB "
+        "| loaded MB (mean / peak) | MB per in-flight run |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for level in levels:
+        ok = [attempt.latency_ms for attempt in level.successes()]
+        sequential_ok = [attempt.latency_ms for attempt in level.sequential if attempt.error is None]
+        sequential_rate = level.sequential_runs_per_s()
+        ratio = f"{level.runs_per_s() / sequential_rate:.2f}" if sequential_rate else "—"
+        print(
+            f"| {level.arm} | {level.clients} | {len(ok)} | {level.runs_per_s():.1f} | {_ms(ok, 0.5)} "
+            f"| {_ms(ok, 0.99)} | {len(level.attempts) - len(ok)} | {sequential_rate:.1f} "
+            f"| {_ms(sequential_ok, 0.5)} | {_ms(sequential_ok, 0.99)} | {ratio} "
+            f"| {level.sampler.mean_active():.1f} | {level.idle_rss_mb:.0f} "
+            f"| {level.sampler.mean_rss_mb():.0f} / {level.sampler.peak_rss_mb():.0f} "
+            f"| {level.memory_per_run_mb():.2f} |"
+        )
+    reasons: Counter[str] = Counter()
+    for level in levels:
+        for reason, count in error_reasons(level.attempts).items():
+            reasons[f"{level.arm} × {level.clients}: {reason}"] += count
+        for reason, count in error_reasons(level.sequential).items():
+            reasons[f"{level.arm} × {level.clients}, sequential after it: {reason}"] += count
+        for node, count in level.failed_nodes.items():
+            reasons[f"{level.arm} × {level.clients}: failed attempts in those runs: {node}"] += count
+    if reasons:
+        print("\nErrors by reason:\n")
+        for reason, count in sorted(reasons.items()):
+            print(f"- {reason}: {count}")
+    drains = ", ".join(f"{level.arm} × {level.clients}: {level.drain_s:.0f} s" for level in levels)
+    print(f"\nRuns left going after the measured answers, finished within: {drains}.")
+
+    print("\n### Where a run's time goes under load (median / p99 ms; node phases per call)\n")
+    print("| arm | clients | " + " | ".join(PHASES) + " |")
+    print("|---|---|" + "---|" * len(PHASES))
+    for level in levels:
+        cells = [
+            f"{_ms(level.phase_ms[phase], 0.5)} / {_ms(level.phase_ms[phase], 0.99)}" for phase in PHASES
+        ]
+        print(f"| {level.arm} | {level.clients} | " + " | ".join(cells) + " |")
+
+    print("\n### CPU by process while loaded (ms per completed run; cores busy over the window)\n")
+    print("| arm | clients | " + " | ".join(ROLES) + " | total | cores busy |")
+    print("|---|---|" + "---|" * (len(ROLES) + 2))
+    for level in levels:
+        runs = max(1, len(level.successes()))
+        cells = [f"{level.cpu_s.get(role, 0.0) * 1000 / runs:.1f}" for role in ROLES]
+        total = sum(level.cpu_s.values())
+        print(
+            f"| {level.arm} | {level.clients} | " + " | ".join(cells) + f" | {total * 1000 / runs:.1f} "
+            f"| {total / level.wall_s:.2f} |"
+        )
+    busy = ", ".join(f"{level.arm} × {level.clients}: {level.busy_before:.0%}" for level in levels)
+    print(f"\nMachine busy just before each measured window (anyone's processes): {busy}.")
+    print(
+        f"\nGoals: at 32 clients ≥ {GOAL_RUNS_PER_S:g} runs/s with p99 ≤ {GOAL_P99_MS:g} ms and no errors; "
+        "at 128 clients no errors."
+    )
+
+
+def main() -> None:
+    _report(_measure())
