@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, assert_never
 
@@ -266,6 +267,47 @@ def serve() -> None:
                 time.sleep(3600)
         except KeyboardInterrupt:
             ray_serve.shutdown()  # type: ignore[no-untyped-call]
+
+
+@app.command()
+def mcp(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="The port to listen on.")] = 8001,
+    host: Annotated[
+        str, typer.Option(help="The address to listen on (loopback unless you mean it).")
+    ] = "127.0.0.1",
+) -> None:
+    """Run the MCP tool server alone, in this process, until interrupted; point RAYDAG_MCP_URL at it.
+
+    Tool calls then reach it directly instead of through the Serve proxy (docs/BENCHMARKS.md, "Load through
+    Serve"). It shares the API's database (RAYDAG_DATABASE_URL) and token key (RAYDAG_TOKEN_KEY, or the dev
+    key under RAYDAG_HOME), and accepts tokens for RAYDAG_MCP_URL, else http://HOST:PORT/mcp.
+    """
+    import uvicorn
+
+    from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
+    from mcp_server.tokens import TaskTokens, load_token_key
+
+    settings = _settings()
+    if settings.database_url is None:
+        errors.print(
+            "[red]raydag mcp needs RAYDAG_DATABASE_URL:[/red] the tool server reads the database the API "
+            "writes, and the embedded PostgreSQL belongs to the process that started it."
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    audience = settings.mcp_url or f"http://{host}:{port}{MCP_PATH}"
+    token_key = load_token_key(
+        settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+    )
+    config = ToolServerConfig(
+        dsn=settings.database_url.get_secret_value(),
+        tokens=TaskTokens(key=token_key, audience=audience),
+        latency_ms=settings.tool_latency_ms,
+        pool_size=settings.db_pool_size,
+    )
+    if (hosts := settings.mcp_hosts()) is not None:
+        config = replace(config, allowed_hosts=hosts[0], allowed_origins=hosts[1])
+    console.print(f"raydag MCP tool server on {audience}; Ctrl-C stops")
+    uvicorn.run(ToolServer(config).asgi_app(), host=host, port=port, log_level="warning")
 
 
 def _run_case(

@@ -142,3 +142,58 @@ def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_int
         if server.poll() is None:
             server.kill()
             server.wait(timeout=30)
+
+
+def test_mcp_serves_the_tools_alone_and_a_run_pointed_at_it_calls_it(dsn: str, home: Path) -> None:
+    import signal
+    import socket
+    import time
+    from datetime import datetime
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    # Only the standalone server is slow: a run whose calls take this long made them there.
+    slow = environment(home, RAYDAG_DATABASE_URL=dsn, RAYDAG_TOOL_LATENCY_MS="400")
+    log = home / "mcp.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(
+            [RAYDAG, "mcp", "--port", str(port)], env=slow, cwd=REPO, stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, log.read_text(errors="replace")
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "raydag mcp did not listen within 60 s"
+            time.sleep(0.2)
+
+        done = raydag(
+            "run", "C-102", "--json", env=environment(home, RAYDAG_DATABASE_URL=dsn, RAYDAG_MCP_URL=url)
+        )
+
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = json.loads(done.stdout)
+        assert report["run"]["status"] == "completed"
+        calls = [node for node in report["nodes"] if node["started_at"] is not None]
+        assert [node["node_id"] for node in calls] == ["case", "policy", "docs", "resolve[0]"]
+        for node in calls:
+            took = datetime.fromisoformat(node["finished_at"]) - datetime.fromisoformat(node["started_at"])
+            assert took.total_seconds() >= 0.4, node
+        assert url in log.read_text()
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+
+
+def test_mcp_without_a_database_url_says_why_and_exits_2(home: Path) -> None:
+    done = raydag("mcp", env=environment(home), timeout=60)
+
+    assert done.returncode == 2
+    assert "RAYDAG_DATABASE_URL" in done.stderr
