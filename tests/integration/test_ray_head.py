@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,9 +75,12 @@ def _free_ports(count: int) -> list[int]:
 @pytest.fixture(scope="module")
 def ray_head(dsn: str) -> Iterator[Head]:
     """A single-node Ray head started with ``ray start --head``, token auth on, stopped (only it) afterwards."""
-    root = TEST_HOME / "jobs" / str(os.getpid())  # short: Ray's Unix sockets live under it (108-byte limit)
+    root = TEST_HOME / "jobs" / str(os.getpid())
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    # Ray's Unix sockets live under its temp dir (…/session_<date>_<pid>/sockets/dash_MetricsHead) and a
+    # socket path has at most 107 bytes: a checkout's path can be any length, so the temp dir is in /tmp.
+    temp_dir = Path(tempfile.mkdtemp(prefix="raydag-head-"))
     token = secrets.token_hex(32)
     token_file = root / "auth_token"
     token_file.touch(mode=0o600)
@@ -110,7 +114,7 @@ def ray_head(dsn: str) -> Iterator[Head]:
         f"--dashboard-port={dashboard}",
         "--num-cpus=4",
         "--include-dashboard=true",
-        f"--temp-dir={root / 'ray'}",
+        f"--temp-dir={temp_dir}",
         f"--dashboard-agent-listen-port={agent}",
         f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--runtime-env-agent-port={runtime_env}",
@@ -125,7 +129,7 @@ def ray_head(dsn: str) -> Iterator[Head]:
         process = subprocess.Popen(
             command, env=head_env, cwd=root, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
         )
-    head = Head(f"http://127.0.0.1:{dashboard}", root / "ray", client_env, token, dsn)
+    head = Head(f"http://127.0.0.1:{dashboard}", temp_dir, client_env, token, dsn)
     try:
         _wait_until_ready(head, process, log)
         yield head
@@ -133,6 +137,7 @@ def ray_head(dsn: str) -> Iterator[Head]:
         survivors = _stop(process)
         if not survivors:
             shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(temp_dir, ignore_errors=True)
     assert not survivors, f"processes of the head outlived its stop and were killed: {survivors}"
 
 
