@@ -5,8 +5,8 @@ The same supervisor runs each DAG with four executors, interleaved run by run, s
 - ``control plane alone``: the call is answered inside the supervisor (no Ray, no MCP): validation,
   authorization, the fingerprint gate, token minting and every transition written to PostgreSQL.
 - ``+ Ray task``: each call is a Ray task that answers without calling the tool server.
-- ``+ Ray task + MCP``: the runtime as shipped: a Ray task calling ``bench_wait`` over MCP.
-- ``caller actors + MCP``: the sketched executor (two async actors make the calls; see ``bench._harness``).
+- ``+ Ray task + MCP``: ``RAYDAG_TOOL_EXECUTOR=tasks``: a Ray task calling ``bench_wait`` over MCP.
+- ``caller actors + MCP``: the runtime as shipped: the supervisor's two ``ToolCaller`` actors make the calls.
 
 Chain: milliseconds per node = makespan ÷ nodes, and where a node's time goes (from the supervisor's and
 the worker's timestamps). Wide DAG: nodes per second = nodes ÷ makespan, at the default ``max_parallel``
@@ -35,8 +35,8 @@ WIDE_GOAL_PER_S = 300.0
 EXECUTORS = {
     "inline": "control plane alone (no Ray, no MCP)",
     "ray": "+ Ray task per call (no MCP)",
-    "mcp": "+ Ray task + MCP (as shipped)",
-    "callers": "caller actors + MCP (sketch)",
+    "mcp": "+ Ray task + MCP (RAYDAG_TOOL_EXECUTOR=tasks)",
+    "callers": "caller actors + MCP (as shipped)",
 }
 WIDE_PARALLEL = {"inline": (16, 64), "ray": (16,), "mcp": (16,), "callers": (16, 64)}
 """A Ray task per call in flight needs a worker process each: at 64 the tasks mostly wait for new workers."""

@@ -2,11 +2,12 @@
 
 Every arm calls the same ``bench_wait`` tool on the same MCP server over HTTP, each call with its own task token:
 
-- ``raydag``: the runtime as shipped: the supervisor dispatches each node the moment it is ready, as a Ray
-  task, after validating, authorizing and recording it in PostgreSQL.
-- ``raydag, caller actors``: the same supervisor with a sketched executor (``bench._harness.ToolCaller``):
-  two async actors make the calls, instead of a Ray task (and so a worker process) per call in flight.
-- ``one at a time``: the same runtime with ``max_parallel=1``: one node after another, as a ReAct loop runs.
+- ``raydag (caller actors, as shipped)``: the supervisor dispatches each node the moment it is ready, after
+  validating, authorizing and recording it in PostgreSQL, to its two ``ToolCaller`` actors
+  (``RAYDAG_TOOL_EXECUTOR=callers``, the default).
+- ``raydag, a Ray task per call``: the same supervisor with ``RAYDAG_TOOL_EXECUTOR=tasks``: a Ray task (and so
+  a worker process) per call in flight.
+- ``one at a time``: the shipped runtime with ``max_parallel=1``: one node after another, as a ReAct loop runs.
 - ``asyncio waves``: the benchmark process gathers each layer of the DAG, then the next.
 - ``LangGraph``: one graph node per DAG node, one edge per dependency (its supersteps are barriers).
 
@@ -35,8 +36,8 @@ ONE_AT_A_TIME_MAX_NODES = 48
 GOAL = 1.10
 GOAL_MAX_WIDTH = 16
 
-TASKS = "raydag"
-CALLERS = "raydag, caller actors"
+TASKS = "raydag, a Ray task per call"
+CALLERS = "raydag (caller actors, as shipped)"
 ONE_AT_A_TIME = "one at a time"
 WAVES = "asyncio waves"
 LANGGRAPH = "LangGraph"
@@ -75,7 +76,7 @@ async def _measure(
         runs = {
             TASKS: lambda: raydag("mcp", None),
             CALLERS: lambda: raydag("callers", None),
-            ONE_AT_A_TIME: lambda: raydag("mcp", 1),
+            ONE_AT_A_TIME: lambda: raydag("callers", 1),
             WAVES: lambda: in_process(bench.waves(shape)),
             LANGGRAPH: lambda: in_process(bench.run_langgraph(graphs[shape.name])),
         }
