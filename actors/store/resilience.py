@@ -19,6 +19,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    # A pooled connection whose backend was terminated while it sat idle sometimes fails its next statement
+    # with this instead of ConnectionDoesNotExistError (MagicStack/asyncpg#1069); its reset then fails too,
+    # so the pool discards it and the retry gets another connection.
+    asyncpg.InternalClientError,
     ConnectionError,
     OSError,
 )

@@ -127,3 +127,36 @@ async def test_a_runs_events_are_contiguous_and_the_summary_points_at_the_last(
     tail = await store.events(submitted.run_id, after=len(events) - 2)
     assert [stored.seq for stored in tail] == [len(events) - 1, len(events)]
     assert await store.events(submitted.run_id, after=len(events)) == []
+
+
+async def test_reads_ride_out_pooled_connections_terminated_while_idle(dsn: str) -> None:
+    """A failover or an operator's pg_terminate_backend kills idle pooled connections; asyncpg then fails the
+    next statement on some of them with ConnectionDoesNotExistError and on others with InternalClientError
+    ("cannot switch to state …", MagicStack/asyncpg#1069). Both must be retried, never reach a caller."""
+    import uuid
+
+    name = f"raydag-test-terminated-{uuid.uuid4().hex[:8]}"
+    failures: list[str] = []
+    for _ in range(30):  # each round fails ~15 % of the time without the retry (measured here)
+        pool = await create_pool(dsn, max_size=4, application_name=name)
+        try:
+            await asyncio.gather(*(pool.fetchval("SELECT pg_sleep(0.01)") for _ in range(8)))  # 4 open
+            admin = await asyncpg.connect(dsn)
+            try:
+                terminated = await admin.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                    name,
+                )
+            finally:
+                await admin.close()
+            assert terminated == 4
+            store = RunStore(pool)
+            for _ in range(3):
+                try:
+                    assert await store.run_status(str(uuid.uuid4())) is None
+                except Exception as exc:
+                    failures.append(type(exc).__name__)
+        finally:
+            pool.terminate()
+
+    assert failures == []
