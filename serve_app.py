@@ -29,7 +29,7 @@ from starlette.routing import Route
 from actors.executor import ExecutorKind
 from actors.runtime import database, prepare_database
 from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
-from actors.settings import ApiKeyGrant, Settings
+from actors.settings import ApiKeyGrant, Settings, load_settings
 from actors.store.database import create_pool
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.runs import RunStore
@@ -509,7 +509,7 @@ class RunAPI:
     def __init__(self, config: ApiConfig | None = None) -> None:
         self._resources = ExitStack()
         if config is None:
-            settings = Settings()
+            settings = load_settings()
             dsn = self._resources.enter_context(database(settings))
             config = ApiConfig.from_settings(settings, dsn)
         self._config = config
@@ -524,7 +524,7 @@ class RunAPI:
 def build_app(config: ApiConfig | None = None, scaling: Scaling | None = None) -> Application:
     """The Serve application; without ``config`` each replica reads ``RAYDAG_*``, without ``scaling`` it has
     ``RAYDAG_REPLICAS`` replicas (autoscaling up to ``RAYDAG_MAX_REPLICAS`` when that is set)."""
-    scaling = scaling or Scaling.from_settings(Settings())
+    scaling = scaling or Scaling.from_settings(load_settings())
     return cast(Deployment, RunAPI).options(**scaling.deployment_options()).bind(config)
 
 

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any, assert_never
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from actors.settings import Settings
+from actors.settings import ConfigurationError, Settings, load_settings
 from dag.states import RunStatus
 
 if TYPE_CHECKING:
@@ -38,9 +39,9 @@ EXIT_BAD_INPUT = 2
 
 def _settings() -> Settings:
     try:
-        return Settings()
-    except ValueError as exc:
-        errors.print(f"[red]configuration error:[/red] {exc}")
+        return load_settings()
+    except ConfigurationError as exc:
+        errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
@@ -114,7 +115,6 @@ def batch(
     ] = "conformance",
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
-    from rich.markup import escape
     from rich.text import Text
 
     from actors.batch import BatchFileInvalid, CaseResult, read_cases, run_cases, summary_table, write_report

@@ -5,9 +5,10 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from actors.executor import ExecutorKind
@@ -174,3 +175,42 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class ConfigurationError(ValueError):
+    """The environment holds settings raydag cannot run with; the message names each variable at fault."""
+
+
+def load_settings() -> Settings:
+    """``Settings`` from the environment, or a ``ConfigurationError`` that names the variables, not fields."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigurationError(describe_errors(exc)) from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line per error: the environment variable (``RAYDAG_PORT``), what is wrong, and the value given
+    (never a secret's)."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not error["loc"]:  # a check across settings: its message names the variables itself
+            lines.append(message)
+            continue
+        variable, field = _variable(str(error["loc"][0]))
+        secret = field is not None and SecretStr in (field.annotation, *get_args(field.annotation))
+        given = "" if secret or error["type"] == "missing" else f" (got {error['input']!r})"
+        lines.append(f"{variable}: {message}{given}")
+    return "; ".join(lines)
+
+
+def _variable(location: str) -> tuple[str, FieldInfo | None]:
+    """The environment variable an error's location stands for (a field, or the alias it is read under)."""
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices) and location in alias.choices:
+            return location, field
+        if location == name:
+            return f"RAYDAG_{name.upper()}", field
+    return location, None
