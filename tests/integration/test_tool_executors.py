@@ -187,12 +187,11 @@ def _snapshot_call(server: RunningToolServer, timeout_s: float) -> ToolCall:
 
 @pytest.mark.parametrize("kind", list(ExecutorKind))
 async def test_a_call_past_its_time_limit_is_a_transient_timeout_with_either_executor(
-    ray_cluster: None, hanging: RunningToolServer, kind: ExecutorKind
+    ray_cluster: None, hanging: RunningToolServer, tool_server: RunningToolServer, kind: ExecutorKind
 ) -> None:
     executor, _ = _executor(kind)
-    await executor.run(
-        _snapshot_call(hanging, timeout_s=10)
-    )  # a process to make calls is up: time only the call
+    warm = await executor.run(_snapshot_call(tool_server, timeout_s=30))  # a process to make calls is up
+    assert warm.error is None, warm.error
 
     started = time.monotonic()
     outcome = await executor.run(_snapshot_call(hanging, timeout_s=0.5))
