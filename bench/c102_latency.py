@@ -144,7 +144,7 @@ def main() -> None:
     ratio = statistics.median(api_ms) / statistics.median(sequential_ms)
     print("\n### Warm C-102 latency\n")
     print(HEADER)
-    print(row("raydag: POST /runs?wait through Serve (plan, persist, parallel Ray tasks)", api_ms))
+    print(row("raydag: POST /runs?wait through Serve (plan, persist, parallel tool calls)", api_ms))
     print(
         row("sequential: 4 tool calls, one at a time, new MCP session each (no persistence)", sequential_ms)
     )

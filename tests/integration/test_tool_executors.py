@@ -93,6 +93,22 @@ async def test_c102_reaches_the_same_result_and_ledger_with_tasks_and_with_calle
     assert seen[ExecutorKind.CALLERS] == (status, result, ledger, outputs)
 
 
+async def test_a_supervisor_starts_its_callers_before_its_first_call(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes
+) -> None:
+    import ray
+
+    name = unique("raydag-test-callers-early")
+    supervisor = supervisor_for(dsn, tool_server, token_key, name, tool_executor=ExecutorKind.CALLERS)
+
+    assert (await supervisor.ping.remote())["active_runs"] == 0
+
+    await eventually(lambda: _exists(name, suffix="-tool-caller-1"), "both callers exist", timeout_s=10)
+    pings = [await caller.ping.remote() for caller in callers_of(name)]
+    assert [ping["calls"] for ping in pings] == [0, 0]
+    ray.kill(supervisor)
+
+
 async def test_the_callers_end_with_the_supervisor_that_made_them(
     ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes
 ) -> None:
