@@ -256,16 +256,20 @@ def serve() -> None:
     settings = _settings()
     with database(settings) as dsn:
         init_ray(dashboard=settings.dashboard)
-        ray_serve.start(http_options={"host": settings.host, "port": settings.port})
-        config = ApiConfig.from_settings(settings, dsn)
-        ray_serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
-        console.print(
-            f"raydag API on http://{settings.host}:{settings.port} (MCP at {config.mcp_url}); Ctrl-C stops"
-        )
+        # Ctrl-C stops it cleanly at any point, even before `serve.run` has returned (the app may already be
+        # answering then): Serve is shut down and the database stopped either way.
         try:
+            ray_serve.start(http_options={"host": settings.host, "port": settings.port})
+            config = ApiConfig.from_settings(settings, dsn)
+            ray_serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
+            console.print(
+                f"raydag API on http://{settings.host}:{settings.port} (MCP at {config.mcp_url}); Ctrl-C stops"
+            )
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
+            pass
+        finally:
             ray_serve.shutdown()  # type: ignore[no-untyped-call]
 
 

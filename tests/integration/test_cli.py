@@ -197,3 +197,43 @@ def test_mcp_without_a_database_url_says_why_and_exits_2(home: Path) -> None:
 
     assert done.returncode == 2
     assert "RAYDAG_DATABASE_URL" in done.stderr
+
+
+def test_serve_interrupted_as_soon_as_it_answers_stops_cleanly(dsn: str, home: Path) -> None:
+    """Ctrl-C the moment the app answers, which may be before ``serve.run`` has returned in the CLI."""
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = environment(home, RAYDAG_DATABASE_URL=dsn, RAYDAG_PORT=str(port), RAYDAG_DASHBOARD="false")
+    log = home / "serve.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(
+            [RAYDAG, "serve"], env=env, cwd=REPO, stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, log.read_text(errors="replace")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "raydag serve did not become healthy within 120 s"
+            time.sleep(0.05)
+
+        server.send_signal(signal.SIGINT)
+
+        assert server.wait(timeout=60) == 0, log.read_text(errors="replace")[-2000:]
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
