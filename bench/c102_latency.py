@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 import secrets
-import socket
 import time
 from contextlib import ExitStack
 
@@ -32,15 +31,10 @@ from dag.budget import Budgets
 from mcp_server.contracts import CASEOPS_TOOLS
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
+from tests.loopback import free_port, wait_until_ok
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "20"))
 WARMUP = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def sequential_c102(url: str, tokens: TaskTokens) -> None:
@@ -95,7 +89,7 @@ def main() -> None:
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         ray.init(address="local", include_dashboard=False, namespace="raydag", logging_level=logging.WARNING)
         stack.callback(ray.shutdown)
-        port = _free_port()
+        port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         stack.callback(serve.shutdown)
         config = ApiConfig(
@@ -109,13 +103,7 @@ def main() -> None:
         serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
         client = stack.enter_context(httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=90))
         headers = {"Authorization": "Bearer dev-key-tenant-demo"}
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if client.get("/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.25)
+        wait_until_ok(f"http://127.0.0.1:{port}/healthz", within_s=90)
 
         def via_api() -> float:
             started = time.perf_counter()

@@ -30,7 +30,6 @@ import asyncio
 import logging
 import os
 import secrets
-import socket
 import statistics
 import time
 from collections import Counter
@@ -64,6 +63,7 @@ from bench._load import (
 )
 from dag.budget import Budgets
 from mcp_server.server import MCP_PATH
+from tests.loopback import free_port, wait_until_ok
 
 LEVELS = tuple(int(level) for level in os.environ.get("BENCH_LOAD_CLIENTS", "8,32,128").split(","))
 SECONDS = float(os.environ.get("BENCH_LOAD_SECONDS", "20"))
@@ -145,12 +145,6 @@ class Level:
         return (self.sampler.mean_rss_mb() - self.idle_rss_mb) / active if active else float("nan")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def _serve_runtime() -> Iterator[tuple[str, str]]:
     """A fresh database, a local Ray as ``raydag serve`` starts it, and Serve on a free loopback port."""
@@ -168,7 +162,7 @@ def _serve_runtime() -> Iterator[tuple[str, str]]:
             log_to_driver=False,
         )
         stack.callback(ray.shutdown)
-        port = _free_port()
+        port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         stack.callback(serve.shutdown)
         yield dsn, f"http://127.0.0.1:{port}"
@@ -191,14 +185,7 @@ def _deploy(dsn: str, base_url: str, mcp_url: str, key: bytes, name: str, execut
         tool_executor=executor,
     )
     serve.run(build_app(config, Scaling()), name="raydag", route_prefix="/", blocking=False)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base_url + "/healthz", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
+    wait_until_ok(base_url + "/healthz", within_s=90)
     return ray.get_actor(name, namespace="raydag")
 
 

@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ from bench._stats import summary
 from mcp_server.contracts import CASEOPS_TOOLS
 from mcp_server.server import MCP_PATH
 from mcp_server.tokens import TaskTokens
+from tests.loopback import free_port
 
 SAMPLES = int(os.environ.get("BENCH_SAMPLES", "200"))
 WARMUP = 10
@@ -49,12 +49,6 @@ CONCURRENCY = tuple(int(n) for n in os.environ.get("BENCH_MCP_CONCURRENCY", "1,8
 THROUGHPUT_S = float(os.environ.get("BENCH_MCP_THROUGHPUT_S", "5"))
 TOOL = "caseops_get_case_snapshot"
 MODERN, LEGACY = "2026-07-28", "legacy"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def serve(port: int) -> None:
@@ -200,7 +194,7 @@ def main() -> None:
         asyncio.run(prepare_database(dsn, demo_seed()))
 
         key = secrets.token_bytes(32)
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}{MCP_PATH}"
         env = {**os.environ, "BENCH_DSN": dsn, "BENCH_TOKEN_KEY": key.hex(), "BENCH_MCP_URL": url}
         server = subprocess.Popen([sys.executable, "-m", "bench.mcp_latency", "serve", str(port)], env=env)

@@ -11,8 +11,6 @@ import asyncio
 import logging
 import os
 import secrets
-import socket
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 from tests.conftest import TEST_HOME
+from tests.loopback import free_port, wait_until_ok
 
 DEMO_KEY = "dev-key-tenant-demo"
 OTHER_KEY = "dev-key-tenant-other"
@@ -176,12 +175,6 @@ def supervisor(ray_cluster: None, dsn: str, tool_server: RunningToolServer, toke
     return supervisor_for(dsn, tool_server, token_key, "raydag-test-supervisor")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes) -> Iterator[str]:
     """The Serve app over real HTTP. Its supervisor calls the session's tool server, whose call counts
@@ -190,7 +183,7 @@ def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: 
 
     from serve_app import ApiConfig, build_app
 
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     config = ApiConfig(
         dsn=dsn,
@@ -202,16 +195,7 @@ def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: 
     )
     serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(base + "/readyz", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("the Serve app did not become ready within 90 s")
-        time.sleep(0.25)
+    wait_until_ok(base + "/readyz", within_s=90)
     yield base
     serve.shutdown()
 

@@ -7,11 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, TEST_HOME
+from tests.loopback import free_port, wait_until_ok
 
 RAYDAG = str(Path(sys.executable).parent / "raydag")
 
@@ -93,18 +96,13 @@ def test_seed_of_a_malformed_file_is_a_clear_error(dsn: str, home: Path) -> None
     assert "tenant_id" in done.stderr
 
 
-def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_interrupt(
-    dsn: str, home: Path
-) -> None:
-    import signal
-    import socket
-    import time
-
-    import httpx
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+@contextmanager
+def raydag_serve(
+    dsn: str, home: Path, *, poll_s: float = 0.25
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``raydag serve`` in a process of its own on a free port, once /healthz answers: the process and its base
+    URL. Killed afterwards if the test has not stopped it."""
+    port = free_port()
     env = environment(home, RAYDAG_DATABASE_URL=dsn, RAYDAG_PORT=str(port), RAYDAG_DASHBOARD="false")
     log = home / "serve.log"
     with log.open("wb") as output:  # a file, not a pipe: a full pipe would block the server
@@ -113,17 +111,22 @@ def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_int
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, log.read_text(errors="replace")
-            try:
-                if httpx.get(base + "/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "raydag serve did not become healthy within 120 s"
-            time.sleep(0.5)
+        wait_until_ok(base + "/healthz", within_s=120, process=server, log=log, poll_s=poll_s)
+        yield server, base
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
 
+
+def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_interrupt(
+    dsn: str, home: Path
+) -> None:
+    import signal
+
+    import httpx
+
+    with raydag_serve(dsn, home) as (server, base):
         # No RAYDAG_MCP_URL: the supervisor calls the app's own /mcp, through the Serve proxy.
         response = httpx.post(
             base + "/runs",
@@ -138,10 +141,6 @@ def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_int
         assert response.json()["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=60) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(timeout=30)
 
 
 def test_mcp_serves_the_tools_alone_and_a_run_pointed_at_it_calls_it(dsn: str, home: Path) -> None:
@@ -150,9 +149,7 @@ def test_mcp_serves_the_tools_alone_and_a_run_pointed_at_it_calls_it(dsn: str, h
     import time
     from datetime import datetime
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     # Only the standalone server is slow: a run whose calls take this long made them there.
     slow = environment(home, RAYDAG_DATABASE_URL=dsn, RAYDAG_TOOL_LATENCY_MS="400")
@@ -202,38 +199,12 @@ def test_mcp_without_a_database_url_says_why_and_exits_2(home: Path) -> None:
 def test_serve_interrupted_as_soon_as_it_answers_stops_cleanly(dsn: str, home: Path) -> None:
     """Ctrl-C the moment the app answers, which may be before ``serve.run`` has returned in the CLI."""
     import signal
-    import socket
-    import time
 
     import httpx
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = environment(home, RAYDAG_DATABASE_URL=dsn, RAYDAG_PORT=str(port), RAYDAG_DASHBOARD="false")
-    log = home / "serve.log"
-    with log.open("wb") as output:
-        server = subprocess.Popen(
-            [RAYDAG, "serve"], env=env, cwd=REPO, stdout=output, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, log.read_text(errors="replace")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "raydag serve did not become healthy within 120 s"
-            time.sleep(0.05)
-
+    with raydag_serve(dsn, home, poll_s=0.05) as (server, base):
         server.send_signal(signal.SIGINT)
 
-        assert server.wait(timeout=60) == 0, log.read_text(errors="replace")[-2000:]
+        assert server.wait(timeout=60) == 0, (home / "serve.log").read_text(errors="replace")[-2000:]
         with pytest.raises(httpx.HTTPError):
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(timeout=30)
+            httpx.get(base + "/healthz", timeout=2)

@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import httpx
@@ -32,6 +31,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO, TEST_HOME
+from tests.loopback import free_port, free_ports, wait_until_ok
 
 pytestmark = [pytest.mark.ray_job, pytest.mark.timeout(600)]
 
@@ -59,17 +59,6 @@ class Head:
         )
         response.raise_for_status()
         return response.json()
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for probe in sockets:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in sockets]
-    finally:
-        for probe in sockets:
-            probe.close()
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +91,7 @@ def ray_head(dsn: str) -> Iterator[Head]:
     # Every port ray start would otherwise take at a fixed default (10001, 52365, …), so that this head
     # cannot collide with another Ray on the machine.
     gcs, dashboard, agent, agent_grpc, runtime_env, metrics, client, node_manager, object_manager = (
-        _free_ports(9)
+        free_ports(9)
     )
     command = [
         str(BIN / "ray"),
@@ -258,9 +247,8 @@ def test_ray_job_submit_runs_c102_on_a_token_auth_head_started_with_ray_start(ra
 def _first_json_object(text: str, *, starting: str) -> dict[str, Any]:
     start = text.find(starting)
     assert start >= 0, f"no JSON object starting {starting!r} in the job's logs:\n{text[-4000:]}"
-    value, _ = json.JSONDecoder().raw_decode(text, start)
-    assert isinstance(value, dict)
-    return value
+    value, _ = json.JSONDecoder().raw_decode(text, start)  # ``starting`` opens an object: a dict
+    return cast(dict[str, Any], value)
 
 
 def _stored_status(head: Head, run_id: str) -> str:
@@ -280,7 +268,7 @@ def test_serve_deploy_of_the_shipped_config_serves_runs_under_recognisable_names
     """``serve deploy serve_config.yaml`` onto the head (the shipped file, on a free port instead of 8000)."""
     import yaml
 
-    (port,) = _free_ports(1)
+    port = free_port()
     config = yaml.safe_load((REPO / "serve_config.yaml").read_text())
     config["http_options"]["port"] = port
     # As the config's comment says: another port means telling the replicas where their MCP endpoint is.
@@ -299,15 +287,7 @@ def test_serve_deploy_of_the_shipped_config_serves_runs_under_recognisable_names
             check=False,
         )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(api + "/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the deployed app was not ready within 180 s"
-            time.sleep(0.5)
+        wait_until_ok(api + "/readyz", within_s=180, poll_s=0.5)
 
         run = httpx.post(
             api + "/runs?wait=60",

@@ -17,6 +17,7 @@ from actors.store.database import drop_database
 from actors.supervisor import NAMESPACE
 from dag.budget import Budgets
 from tests.integration.conftest import DEMO_KEY, TEST_API_KEYS, RunningToolServer, auth
+from tests.loopback import wait_until_ok
 
 
 def test_readyz_reports_each_dependency_and_healthz_only_liveness(client: httpx.Client) -> None:
@@ -25,9 +26,11 @@ def test_readyz_reports_each_dependency_and_healthz_only_liveness(client: httpx.
     assert ready.status_code == 200
     body = ready.json()
     assert body["status"] == "ready"
-    assert body["checks"]["database"]["ok"] is True
-    assert body["checks"]["supervisor"]["ok"] is True
-    assert body["checks"]["database"]["ms"] >= 0
+    # Each dependency answered: it reports how fast, and no reason for a failure.
+    assert {name: (check["ok"], sorted(check)) for name, check in body["checks"].items()} == {
+        "database": (True, ["ms", "ok"]),
+        "supervisor": (True, ["ms", "ok"]),
+    }
     assert client.get("/healthz").json() == {"status": "ok"}
 
 
@@ -134,10 +137,7 @@ def test_removing_the_app_lets_a_waiting_request_finish(
         supervisor_name=name,
     )
     serve.run(build_app(config, Scaling()), name="raydag-graceful", route_prefix="/graceful", blocking=False)
-    deadline = time.monotonic() + 90
-    while httpx.get(f"{api}/graceful/readyz", timeout=10).status_code != 200:
-        assert time.monotonic() < deadline, "the second app did not become ready within 90 s"
-        time.sleep(0.25)
+    wait_until_ok(f"{api}/graceful/readyz", within_s=90)
 
     simulated.server.simulate(latency_ms=1000)  # C-102 is three levels deep: a run of ~3 s
     try:

@@ -8,13 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.conftest import REPO
 from tests.integration.conftest import DEMO_KEY, auth
+from tests.loopback import wait_until_ok
 
 SERVE = Path(sys.executable).with_name("serve")
 DEFAULT_PORT = 8000
@@ -55,16 +55,7 @@ def test_serve_run_starts_the_api_from_the_environment(dsn: str, tmp_path: Path)
         )
     base = f"http://127.0.0.1:{DEFAULT_PORT}"
     try:
-        deadline = time.monotonic() + 150
-        while True:
-            assert process.poll() is None, f"serve run exited early:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"not ready within 150 s:\n{log.read_text()[-3000:]}"
-            try:
-                if httpx.get(base + "/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_until_ok(base + "/readyz", within_s=150, process=process, log=log, poll_s=0.5)
 
         run = httpx.post(
             base + "/runs?wait=60", json={"case_id": "C-102"}, headers=auth(DEMO_KEY), timeout=90
