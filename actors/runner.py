@@ -20,11 +20,13 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 from pydantic import ValidationError
 
-from actors.execution import ExecutionContext, Interruption, RoundExecution
+from actors.execution import ExecutionContext, HandedOver, Interruption, RoundExecution
 from actors.executor import ToolExecutor
 from actors.mcp_client import MODERN_PROTOCOL
 from actors.metrics import NO_METRICS, RunMetrics
 from actors.recording import EventSink, LeaseLost, RunRecorder, now
+from actors.toolsets.config import HttpServer, StdioServer
+from actors.toolsets.live import Withdrawal
 from actors.tracing import context_of, tracer
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
@@ -38,6 +40,7 @@ from dag.events import (
     PlanNodeAccepted,
     RunRecovered,
 )
+from dag.evidence import describe_missing, missing_evidence
 from dag.health import ToolHealth
 from dag.plan import Plan, PlanNode
 from dag.policy import effective_tools
@@ -95,11 +98,21 @@ class RunDriver:
         retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
         metrics: RunMetrics = NO_METRICS,
+        servers: Mapping[str, HttpServer | StdioServer] | None = None,
+        withdrawn: Mapping[str, Withdrawal] | None = None,
+        pins: Mapping[str, str] | None = None,
     ) -> None:
+        """``servers``, ``withdrawn`` and ``pins``: the toolset servers calls go to, the declared tools that
+        may not be called now, and the definitions pinned (live views the supervisor keeps current, like
+        ``catalogue``)."""
         self._sink = sink
         self._metrics = metrics
         self._catalogue = catalogue
         self._planners = planners
+        self.handover = asyncio.Event()
+        self._checked: dict[str, Plan] = {}
+        """Client plans the submission validated, by run, until their round starts."""
+        """Set when the supervisor stops: every run stops being driven at its next safe point, unfinished."""
         self.context = ExecutionContext(
             executor=executor,
             catalogue=catalogue,
@@ -109,6 +122,9 @@ class RunDriver:
             health=health if health is not None else ToolHealth(),
             retry=retry if retry is not None else RetryPolicy(),
             rng=rng if rng is not None else random.Random(),
+            servers=servers if servers is not None else {},
+            withdrawn=withdrawn if withdrawn is not None else {},
+            pins=pins if pins is not None else {},
         )
 
     async def drive(
@@ -118,13 +134,18 @@ class RunDriver:
         cancel: asyncio.Event | None = None,
         *,
         recovered: tuple[str, str | None] | None = None,
+        checked_plan: Plan | None = None,
     ) -> RunState:
         """Drive a run from whatever state it was recorded in to a terminal one.
 
         ``recovered`` = (new owner, previous owner) marks a takeover: it is recorded, in-flight calls are
-        dispatched again, and everything else continues from the last recorded transition.
+        dispatched again, and everything else continues from the last recorded transition. Raises
+        ``HandedOver`` when the supervisor stops first (the run stays live for another to resume).
+        ``checked_plan`` is the client's proposal as the submission already validated it: not validated again.
         """
         run = RunRecorder(state, last_seq, self._sink, self._metrics)
+        if checked_plan is not None:
+            self._checked[state.run_id] = checked_plan
         span = tracer().start_span(
             "run",
             context=context_of(state.trace),
@@ -149,7 +170,7 @@ class RunDriver:
                         )
                     )
             await self._drive(run, cancel if cancel is not None else asyncio.Event())
-        except (asyncio.CancelledError, LeaseLost):
+        except (asyncio.CancelledError, LeaseLost, HandedOver):
             raise
         except Exception:
             log.exception("run %s failed inside the runtime", run.state.run_id)
@@ -160,6 +181,7 @@ class RunDriver:
                     "the runtime failed; see the supervisor's log",
                 )
         finally:
+            self._checked.pop(state.run_id, None)
             span.set_attribute("raydag.status", run.state.status.value)
             if run.state.stop_reason is not None:
                 span.set_attribute("raydag.stop_reason", run.state.stop_reason.value)
@@ -178,6 +200,8 @@ class RunDriver:
         rounds = _RoundSpans(run.state.run_id)
         try:
             while not run.state.status.terminal:
+                if self.handover.is_set():
+                    raise HandedOver(f"run {run.state.run_id} handed over by a stopping supervisor")
                 state = run.state
                 rounds.enter(state.round)
                 match state.status:
@@ -189,7 +213,9 @@ class RunDriver:
                         except _Halt as halt:
                             await self._halt(run, halt.interruption)
                     case RunStatus.RUNNING:
-                        execution = RoundExecution(run, self.context, cancel, deadline, plan_changed)
+                        execution = RoundExecution(
+                            run, self.context, cancel, deadline, plan_changed, self.handover
+                        )
                         interruption = await execution.run()
                         if stream is not None:  # the round drained or stopped: the stream has nothing to add
                             stream.cancel()
@@ -226,7 +252,10 @@ class RunDriver:
                 planner.decide(context, observations(state)),
                 cancel,
                 deadline + timedelta(seconds=JOIN_GRACE_S),
+                self.handover,
             )
+        except HandedOver:
+            raise
         except _Halt as halt:
             await self._record_usage(run, context, "join")
             await self._halt(run, _interruption_of(state) or halt.interruption)
@@ -256,7 +285,11 @@ class RunDriver:
         state = run.state
         round_number = state.round
         if round_number == 1 and state.proposal is not None:
-            await self._accept(run, state.proposal)
+            checked = self._checked.pop(state.run_id, None)
+            if checked is not None:
+                await run.record(PlanAccepted(at=now(), round=1, plan=checked.to_json()))
+            else:  # a recovered run: the catalogue may have changed since its submission
+                await self._accept(run, state.proposal)
             return None
         if await self._out_of_model_budget(run):
             return None
@@ -264,7 +297,9 @@ class RunDriver:
         if isinstance(planner, StreamingPlanner) and planner.streaming:
             return await self._plan_streamed(run, planner, context, cancel, deadline, plan_changed)
         try:
-            proposal = await _bounded(planner.propose(context), cancel, deadline)
+            proposal = await _bounded(planner.propose(context), cancel, deadline, self.handover)
+        except HandedOver:
+            raise
         except _Halt:
             await self._record_usage(run, context, "plan")
             raise
@@ -283,8 +318,13 @@ class RunDriver:
         round_number = state.round
         budgets = state.budgets
         try:
+            parsed = Plan.parse(proposal)
+            unavailable = self._unavailable_tool(parsed)
+            if unavailable is not None:
+                await run.finish(RunStatus.STOPPED, unavailable.stop_reason, unavailable.detail)
+                return
             plan = validate_plan(
-                Plan.parse(proposal),
+                parsed,
                 self._catalogue,
                 max_nodes=budgets.max_nodes if round_number == 1 else 10_000,
                 round_number=round_number,
@@ -301,6 +341,14 @@ class RunDriver:
             )
             return
         await run.record(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
+
+    def _unavailable_tool(self, plan: Plan) -> Withdrawal | None:
+        """Why a tool the plan names cannot be offered now (its server was never listed), if one cannot."""
+        for node in plan.nodes:
+            withdrawn = self.context.withdrawn.get(node.tool)
+            if withdrawn is not None and node.tool not in self._catalogue:
+                return withdrawn
+        return None
 
     async def _plan_streamed(
         self,
@@ -360,9 +408,12 @@ class RunDriver:
         done_or_started = asyncio.ensure_future(started.wait())
         try:
             await _bounded(
-                asyncio.wait({task, done_or_started}, return_when=asyncio.FIRST_COMPLETED), cancel, deadline
+                asyncio.wait({task, done_or_started}, return_when=asyncio.FIRST_COMPLETED),
+                cancel,
+                deadline,
+                self.handover,
             )
-        except _Halt:
+        except (_Halt, HandedOver):
             task.cancel()
             raise
         finally:
@@ -424,8 +475,21 @@ class RunDriver:
                 )
 
     async def _conclude(self, run: RunRecorder, decision: JoinDecision) -> None:
-        """Turn the joiner's decision into the run's end, or into its next round."""
+        """Turn the joiner's decision into the run's end, or into its next round.
+
+        Failure is not evidence: while calls of the run have no answer, no verdict may stand — the run
+        stops (with the round's interruption as its reason, if one cut it short), naming what is missing.
+        A replan may still ask again.
+        """
         interruption = _interruption_of(run.state)
+        missing = missing_evidence(run.state, drained=interruption is None)
+        if missing and not isinstance(decision, Replan):
+            if interruption is not None:
+                reason, gap = interruption.reason, f"{interruption.detail}; {describe_missing(missing)}"
+            else:
+                reason, gap = StopReason.EVIDENCE_INCOMPLETE, describe_missing(missing)
+            await run.finish(RunStatus.STOPPED, reason, gap)
+            return
         match decision:
             case Final():
                 unsupported = unsupported_citations(decision.citations, run.state)
@@ -471,7 +535,7 @@ class RunDriver:
         authority = self.context.authority(state)
         tools = [ToolSpec.of(contract) for contract in effective_tools(authority, self._catalogue).values()]
         return PlanningContext(
-            case_id=state.case_id,
+            resource=state.resource,
             goal=state.goal,
             tools=tools,
             round=state.round,
@@ -514,23 +578,30 @@ def _interruption_of(state: RunState) -> Interruption | None:
     return Interruption(state.interrupted_by, state.interruption_detail or state.interrupted_by.value)
 
 
-async def _bounded(work: Awaitable[_T], cancel: asyncio.Event, deadline: datetime) -> _T:
-    """Await ``work`` unless the run is cancelled or ``deadline`` passes first (then raise ``_Halt``)."""
+async def _bounded(
+    work: Awaitable[_T], cancel: asyncio.Event, deadline: datetime, handover: asyncio.Event | None = None
+) -> _T:
+    """Await ``work`` unless the run is cancelled or ``deadline`` passes first (then raise ``_Halt``), or the
+    supervisor hands its runs over (then raise ``HandedOver``: the work is asked for again on resumption)."""
     task = asyncio.ensure_future(work)
     cancelled = asyncio.create_task(cancel.wait())
+    handed_over = asyncio.create_task((handover or asyncio.Event()).wait())
     try:
         remaining = max(0.0, (deadline - now()).total_seconds())
         done, _ = await asyncio.wait(
-            {task, cancelled}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            {task, cancelled, handed_over}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
         )
         if task in done:
             return task.result()
         if cancelled in done:
             raise _Halt(Interruption(StopReason.CANCELLED, "the run was cancelled"))
+        if handed_over in done:
+            raise HandedOver("the supervisor stopped while the planner was answering")
         raise _Halt(Interruption(StopReason.DEADLINE_EXCEEDED, "the run's deadline passed while planning"))
     finally:
         task.cancel()
         cancelled.cancel()
+        handed_over.cancel()
 
 
 def observations(state: RunState) -> list[Observation]:

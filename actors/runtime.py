@@ -8,14 +8,19 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from actors.background_server import BackgroundServer
+from actors.service import Drained
 from actors.settings import Settings
+from actors.shutdown import become_subreaper, catch_stop_signals, stop_descendants
 from actors.store.database import create_pool, embedded_postgres
-from actors.store.migrate import migrate
-from actors.store.seed import SeedData, load_seed
+from actors.store.migrate import Schema, migrate
 from actors.supervisor import NAMESPACE, SupervisorConfig, get_or_create_supervisor
+from actors.toolsets.config import Toolsets, load_toolsets
+from actors.tracing import configure_tracing
+from mcp_server.seed import SeedData, load_seed
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens, load_token_key
 
@@ -32,12 +37,22 @@ class Runtime:
     tool_server: ToolServer | None
 
 
-async def prepare_database(dsn: str, seed: SeedData | None = None) -> list[int]:
-    """Apply pending migrations (and load ``seed``); return the migration versions applied now."""
+CASEOPS_SCHEMA = Schema("mcp_server", table="caseops_schema_migrations")
+"""The shipped caseops server's own tables (mcp_server/migrations), in the database it shares with the runtime."""
+
+
+async def prepare_database(
+    dsn: str, seed: SeedData | None = None, *, caseops: bool | None = None
+) -> list[int]:
+    """Apply the runtime's pending migrations and, where this process serves caseops (``caseops``, implied by
+    a ``seed``, which is caseops data), caseops' own; then load ``seed``. Returns the runtime's versions
+    applied now. A database used only with other toolsets never gets caseops' tables."""
     pool = await create_pool(dsn, max_size=1)
     try:
         async with pool.acquire() as connection:
             applied = await migrate(connection)
+            if (seed is not None) if caseops is None else caseops:
+                await migrate(connection, CASEOPS_SCHEMA)
             if seed is not None:
                 await load_seed(connection, seed)
         return applied
@@ -55,8 +70,10 @@ def database(settings: Settings) -> Iterator[str]:
             yield dsn
 
 
-def init_ray(*, dashboard: bool = False) -> None:
-    """Join the cluster named by ``RAY_ADDRESS`` (as ``ray job submit`` sets it), else start a local Ray."""
+def init_ray(*, dashboard: bool = False, setup_hook: str | None = None) -> None:
+    """Join the cluster named by ``RAY_ADDRESS`` (as ``ray job submit`` sets it), else start a local Ray.
+
+    ``setup_hook`` is a ``worker_process_setup_hook`` for this job's Ray workers."""
     import ray
 
     if ray.is_initialized():
@@ -68,20 +85,54 @@ def init_ray(*, dashboard: bool = False) -> None:
         include_dashboard=dashboard,
         logging_level=logging.WARNING,
         log_to_driver=True,
+        runtime_env={"worker_process_setup_hook": setup_hook} if setup_hook else None,
     )
+    catch_stop_signals()  # ray.init replaced the SIGTERM handler: SIGTERM stops this program as Ctrl-C does
+
+
+@contextmanager
+def local_ray(*, dashboard: bool = False, setup_hook: str | None = None) -> Iterator[None]:
+    """``init_ray`` for the block; afterwards ``ray.shutdown()``, and every process the Ray started is gone.
+
+    ``ray.shutdown()`` stops the raylet and the GCS of a Ray this process started, but the raylet's own
+    children (the dashboard and runtime-env agents, idle workers) only notice later, 40 s or more on a busy
+    machine. As their subreaper this process still has them as descendants, and stops them. A cluster this
+    process joined (``RAY_ADDRESS``) has no processes below it: nothing of it is stopped.
+    """
+    import ray
+
+    if ray.is_initialized():  # the program's own Ray (a script that called ray.init): not ours to stop
+        yield
+        return
+    become_subreaper()
+    init_ray(dashboard=dashboard, setup_hook=setup_hook)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        killed = stop_descendants()
+        if killed:
+            log.warning("processes of the local Ray outlived ray.shutdown() and were killed: %s", killed)
 
 
 @contextmanager
 def local_runtime(
-    settings: Settings, *, seed: SeedData | None = None, dashboard: bool = False
+    settings: Settings,
+    *,
+    seed: SeedData | None = None,
+    dashboard: bool = False,
+    toolsets: Toolsets | str | Path | None = None,
 ) -> Iterator[Runtime]:
-    """Everything a run needs, torn down in reverse on exit.
+    """Everything a run needs, torn down in reverse on exit: nothing it started is left running.
 
-    Without ``RAYDAG_MCP_URL`` the tool server runs in this process on a free loopback port.
+    Without ``RAYDAG_MCP_URL`` the tool server runs in this process on a free loopback port. Interrupted
+    (SIGINT, SIGTERM), the supervisor first hands its runs over, so that they are resumed, not lost.
+    ``toolsets`` (parsed, or a file's path, whose ``${RAYDAG_MCP_URL}`` is that tool server) replaces
+    ``RAYDAG_TOOLSETS``. A Ray already initialized in this process is used, and left running.
     """
     with ExitStack() as stack:
         dsn = stack.enter_context(database(settings))
-        asyncio.run(prepare_database(dsn, seed))
+        asyncio.run(prepare_database(dsn, seed, caseops=seed is not None or not settings.mcp_url))
         token_key = load_token_key(
             settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
         )
@@ -91,6 +142,7 @@ def local_runtime(
         else:
             http = BackgroundServer(host="127.0.0.1")
             mcp_url = http.url + MCP_PATH
+            configure_tracing("raydag-mcp")  # this process hosts the tool server
             tool_server = ToolServer(
                 ToolServerConfig(
                     dsn=dsn,
@@ -101,7 +153,7 @@ def local_runtime(
             )
             http.start(tool_server.asgi_app())
             stack.callback(http.stop)
-        init_ray(dashboard=dashboard)
+        stack.enter_context(local_ray(dashboard=dashboard))
         config = SupervisorConfig(
             dsn=dsn,
             mcp_url=mcp_url,
@@ -115,12 +167,40 @@ def local_runtime(
             outbox_webhook_url=settings.outbox_webhook_url,
             tool_executor=settings.tool_executor,
             tool_callers=settings.tool_callers,
+            toolsets=_declared(settings, toolsets, mcp_url),
         )
         supervisor = get_or_create_supervisor(
             config, name=f"{settings.supervisor_name}-cli-{os.getpid()}", detached=False
         )
         stack.callback(_kill, supervisor)
-        yield Runtime(settings, dsn, mcp_url, token_key, supervisor, tool_server)
+        import ray
+
+        ray.get(supervisor.ping.remote())  # up and warm: the first run's independent calls start together
+        try:
+            yield Runtime(settings, dsn, mcp_url, token_key, supervisor, tool_server)
+        except KeyboardInterrupt:  # SIGINT or SIGTERM (actors.shutdown)
+            hand_over(supervisor, settings.stop_grace_s)  # while the tool server is still up
+            raise
+
+
+def _declared(settings: Settings, toolsets: Toolsets | str | Path | None, mcp_url: str) -> Toolsets | None:
+    if isinstance(toolsets, str | Path):
+        return load_toolsets(toolsets, {**os.environ, "RAYDAG_MCP_URL": mcp_url})
+    return toolsets if toolsets is not None else settings.toolset_declarations(mcp_url)
+
+
+def hand_over(supervisor: Any, grace_s: float) -> Drained | None:
+    """Have ``supervisor`` refuse new runs, let its tool calls in flight land (``grace_s`` at most) and be
+    recorded, then stop driving its runs without ending them: a supervisor of the same name resumes them at
+    once, any other when their leases lapse. ``None`` (and a warning) if it could not."""
+    import ray
+
+    try:
+        drained: Drained = ray.get(supervisor.drain.remote(grace_s), timeout=grace_s + 15)
+    except ray.exceptions.RayError as exc:
+        log.warning("the supervisor did not hand its runs over: %s", exc)
+        return None
+    return drained
 
 
 def _kill(actor: Any) -> None:

@@ -6,13 +6,14 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from actors.execution import HandedOver
 from actors.executor import ToolExecutor
 from actors.metrics import NO_METRICS, RunMetrics, report
 from actors.recording import LeaseLost, now
@@ -21,32 +22,41 @@ from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import Leases
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.runs import Creation, RunStore
+from actors.toolsets.config import HttpServer, StdioServer, Toolsets
+from actors.toolsets.live import Withdrawal
+from actors.toolsets.pinning import run_pin
+from actors.toolsets.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
 from dag.budget import BudgetAboveLimit, BudgetRequest, Budgets
-from dag.contracts import ToolCatalogue
+from dag.contracts import ToolCatalogue, ToolContract
 from dag.errors import PlanInvalid
 from dag.events import RunCreated
 from dag.fingerprint import sha256_hex
 from dag.health import ToolHealth
 from dag.plan import Plan
 from dag.policy import Principal
+from dag.run_resource import missing_resource_keys, resource_mismatch
 from dag.run_state import RunState, apply, fold
 from dag.states import RunStatus
 from dag.validate import validate_plan
 from mcp_server.tokens import TaskTokens
 from planner.base import Planner
 
+if TYPE_CHECKING:
+    from actors.mcp_client import ToolOutcome
+
 log = logging.getLogger(__name__)
 
-DEFAULT_GOAL = "Check that the case has every document its policy requires."
+DEFAULT_GOAL = "Answer from what the run's tools return."
+"""A request's goal when it names none: the plan-driven planners ignore it; a model planner is best given one."""
 _POLL_S = 0.1
 
 
 @dataclass(frozen=True)
 class RunRequest:
-    """A request to investigate a case. ``principal`` comes from authentication, the rest from the caller."""
+    """A request for a run over ``resource``. ``principal`` comes from authentication, the rest from the caller."""
 
     principal: Principal
-    case_id: str
+    resource: Mapping[str, str]
     goal: str = DEFAULT_GOAL
     planner: str = "conformance"
     plan: Mapping[str, Any] | None = None
@@ -61,7 +71,12 @@ class RunRequest:
             {
                 "subject": self.principal.subject,
                 "scopes": sorted(self.principal.scopes),
-                "case_id": self.case_id,
+                # A caseops run hashes as it did before runs named a resource: a retried request still matches.
+                **(
+                    {"case_id": self.resource["case_id"]}
+                    if set(self.resource) == {"case_id"}
+                    else {"resource": dict(self.resource)}
+                ),
                 "goal": self.goal,
                 "planner": self.planner,
                 "plan": self.plan,
@@ -74,7 +89,11 @@ class Submission(StrEnum):
     CREATED = "created"
     REPLAYED = "replayed"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
-    CASE_NOT_FOUND = "case_not_found"
+    RESOURCE_NOT_FOUND = "resource_not_found"
+    """A toolset's resource check refused the resource: unknown, or not the principal's (one answer)."""
+    RESOURCE_CHECK_UNAVAILABLE = "resource_check_unavailable"
+    RESOURCE_MISMATCH = "resource_mismatch"
+    """The resource lacks a key a tool of the plan needs, or names one no tool of the run uses."""
     UNKNOWN_PLANNER = "unknown_planner"
     PLAN_INVALID = "plan_invalid"
     BUDGET_ABOVE_LIMIT = "budget_above_limit"
@@ -82,6 +101,8 @@ class Submission(StrEnum):
     """The planner exists but this deployment cannot offer it (the model planner without a key)."""
     UNAVAILABLE = "unavailable"
     """PostgreSQL cannot be reached: nothing was accepted, the client should retry later."""
+    SHUTTING_DOWN = "shutting_down"
+    """The supervisor is handing its runs over before it stops: nothing was accepted, retry later."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,16 @@ class SubmitResult:
     outcome: Submission
     run_id: str | None = None
     error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What a supervisor handed over when it stopped."""
+
+    handed_over: tuple[str, ...]
+    """Runs left live for another supervisor to resume."""
+    abandoned: tuple[str, ...] = ()
+    """Those of them whose calls were still in flight when the grace period ended."""
 
 
 class Cancellation(StrEnum):
@@ -119,8 +150,19 @@ class RunService:
         outbox_sink: OutboxSink | None = None,
         unavailable_planners: Mapping[str, str] | None = None,
         metrics: RunMetrics = NO_METRICS,
+        servers: Mapping[str, HttpServer | StdioServer] | None = None,
+        withdrawn: Mapping[str, Withdrawal] | None = None,
+        toolsets: Toolsets | None = None,
+        pins: Mapping[str, str] | None = None,
+        listed: asyncio.Event | None = None,
     ) -> None:
+        """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone)."""
         self._pool = pool
+        self._toolsets = toolsets
+        self._pins: Mapping[str, str] = pins if pins is not None else {}
+        self._listed = listed
+        """Set once every toolset server has been tried: runs are adopted only then (``None``: at once)."""
+        self._withdrawn: Mapping[str, Withdrawal] = withdrawn if withdrawn is not None else {}
         self._metrics = metrics
         self.owner = owner
         self.store = RunStore(pool, owner=owner, lease_s=lease_s)
@@ -141,6 +183,14 @@ class RunService:
             mcp_url=mcp_url,
             health=health,
             metrics=metrics,
+            servers=servers,
+            withdrawn=self._withdrawn,
+            pins=self._pins,
+        )
+        self._resource_checks = (
+            resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
+            if toolsets is not None
+            else {}
         )
         self._runs: dict[str, asyncio.Task[Any]] = {}
         self._cancels: dict[str, asyncio.Event] = {}
@@ -155,6 +205,8 @@ class RunService:
             return SubmitResult(Submission.UNAVAILABLE, error={"message": str(exc)})
 
     async def _submit(self, request: RunRequest) -> SubmitResult:
+        if self._driver.handover.is_set():
+            return SubmitResult(Submission.SHUTTING_DOWN)
         if request.planner in self._unavailable_planners:
             return SubmitResult(
                 Submission.PLANNER_UNAVAILABLE,
@@ -170,42 +222,90 @@ class RunService:
         except BudgetAboveLimit as exc:
             above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
             return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})
-        if not await self.store.case_exists(request.principal.tenant_id, request.case_id):
-            return SubmitResult(Submission.CASE_NOT_FOUND)
-        if request.plan is not None:
-            try:
-                validate_plan(Plan.parse(request.plan), self._catalogue, max_nodes=budgets.max_nodes)
-            except PlanInvalid as exc:
-                return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
         tenant_tools = (
             self._tenant_tools.get(request.principal.tenant_id, ())
             if self._tenant_tools is not None
             else None
         )
+        usable = {
+            name: contract
+            for name, contract in self._catalogue.items()
+            if tenant_tools is None or name in tenant_tools
+        }
+        planned = None
+        checked = None
+        if request.plan is not None and self._names_unlisted_tool(request.plan):
+            pass  # its server has not been listed: the run is created and stops TOOL_SERVER_UNREACHABLE
+        elif request.plan is not None:
+            try:
+                checked = validate_plan(
+                    Plan.parse(request.plan), self._catalogue, max_nodes=budgets.max_nodes
+                )
+            except PlanInvalid as exc:
+                return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
+            planned = [node.tool for node in checked.nodes]
+        unlisted = self._unlisted_tools(tenant_tools)
+        mismatch = resource_mismatch(request.resource, usable, planned)
+        if mismatch is not None and not mismatch.missing and planned is None:
+            # A key a tool of an unlisted server is declared to bind is not a requester's mistake: the run
+            # is created and stops with that server's withdrawal, as a plan naming its tool would.
+            declared = frozenset().union(*unlisted.values())
+            if set(mismatch.unused) <= declared:
+                mismatch = None
+        if mismatch is not None:
+            return SubmitResult(
+                Submission.RESOURCE_MISMATCH, error={"message": mismatch.message, **mismatch.as_dict()}
+            )
+        used = (
+            planned
+            if planned is not None
+            else [
+                name
+                for name, contract in usable.items()
+                if not missing_resource_keys(contract, request.resource)
+            ]
+        )
+        # An unlisted server's check still decides who may name the resource: existence must not leak
+        # while that server is down.
+        used += [name for name, keys in unlisted.items() if keys <= request.resource.keys()]
+        for check in checks_for(self._resource_checks, used):
+            try:
+                answer = await check(request.principal, request.resource)
+            except ResourceCheckUnavailable as exc:
+                return SubmitResult(Submission.RESOURCE_CHECK_UNAVAILABLE, error={"message": str(exc)})
+            if not answer.allowed:
+                return SubmitResult(
+                    Submission.RESOURCE_NOT_FOUND, error={"problem": answer.problem, "detail": answer.detail}
+                )
         created = RunCreated(
             at=now(),
             run_id=str(uuid.uuid4()),
             tenant_id=request.principal.tenant_id,
             subject=request.principal.subject,
             scopes=tuple(sorted(request.principal.scopes)),
-            case_id=request.case_id,
+            resource=dict(request.resource),
             goal=request.goal,
             planner=request.planner,
             budgets=budgets,
             proposal=dict(request.plan) if request.plan is not None else None,
             tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
             trace=dict(request.trace) if request.trace else None,
+            tool_pins={name: run_pin(self._pins[name]) for name in sorted(usable) if name in self._pins}
+            or None,
         )
         self._creating.add(created.run_id)  # not an orphan between its insert and its driver's start
         try:
             creation, run_id = await self.store.create_run(
-                created, idempotency_key=request.idempotency_key, request_hash=request.fingerprint()
+                created,
+                idempotency_key=request.idempotency_key,
+                request_hash=request.fingerprint(),
+                tools={*usable, *unlisted},
             )
             match creation:
                 case Creation.CREATED:
                     state = apply(None, created)
                     report(self._metrics, [(None, created, state)])
-                    self._start(state, last_seq=1)
+                    self._start(state, last_seq=1, checked_plan=checked)
                     return SubmitResult(Submission.CREATED, run_id)
                 case Creation.REPLAYED:
                     return SubmitResult(Submission.REPLAYED, run_id)
@@ -214,10 +314,81 @@ class RunService:
         finally:
             self._creating.discard(created.run_id)
 
-    def _start(self, state: RunState, last_seq: int, recovered: tuple[str, str | None] | None = None) -> None:
+    def _served_tools(self) -> set[str]:
+        """Every tool this supervisor is declared to serve, its server listed now or not."""
+        declared = () if self._toolsets is None else self._toolsets.servers
+        return {*self._catalogue, *(name for server in declared for name in server.tools)}
+
+    def _unlisted_tools(self, tenant_tools: Sequence[str] | None) -> dict[str, frozenset[str]]:
+        """The declared tools not offered now because their server has not been listed, with the resource
+        keys their overlays bind (known from the toolsets file alone)."""
+        if self._toolsets is None:
+            return {}
+        return {
+            name: frozenset(binding.resource for binding in overlay.run_bound.values())
+            for server in self._toolsets.servers
+            for name, overlay in server.tools.items()
+            if name in self._withdrawn
+            and name not in self._catalogue
+            and (tenant_tools is None or name in tenant_tools)
+        }
+
+    def _names_unlisted_tool(self, plan: Mapping[str, Any]) -> bool:
+        """Whether ``plan`` names a declared tool whose server has not been listed: such a run is created and
+        then stopped with the withdrawal's stop reason, recorded, rather than refused as invalid."""
+        nodes = plan.get("nodes")
+        return isinstance(nodes, list) and any(
+            isinstance(node, Mapping)
+            and node.get("tool") in self._withdrawn
+            and node.get("tool") not in self._catalogue
+            for node in nodes
+        )
+
+    async def _call_for_check(
+        self, principal: Principal, resource: Mapping[str, str], contract: ToolContract, args: dict[str, Any]
+    ) -> ToolOutcome:
+        """One call of a resource check's tool, with a token minted for the requester as a node's would be."""
+        from actors.mcp_client import ToolCall
+
+        context = self._driver.context
+        check_id = f"resource-check-{uuid.uuid4()}"
+        url, tokens = context.destination(contract)
+        call = ToolCall(
+            run_id=check_id,
+            node_id="check",
+            attempt=1,
+            tool=contract.name,
+            args=args,
+            mcp_url=url,
+            token=tokens.mint(
+                subject=principal.subject,
+                tenant_id=principal.tenant_id,
+                task_id=f"{check_id}/check/1",
+                resource=resource,
+                tool=contract.name,
+                scopes={contract.scope},
+            )
+            if tokens is not None
+            else "",
+            timeout_s=contract.timeout_s,
+            protocol=context.protocol,
+            server=contract.server,
+        )
+        async with asyncio.timeout(contract.timeout_s + context.call_slack_s):
+            return await context.executor.run(call)
+
+    def _start(
+        self,
+        state: RunState,
+        last_seq: int,
+        recovered: tuple[str, str | None] | None = None,
+        checked_plan: Plan | None = None,
+    ) -> None:
         cancel = asyncio.Event()
         task = asyncio.create_task(
-            self._driver.drive(state, last_seq=last_seq, cancel=cancel, recovered=recovered),
+            self._driver.drive(
+                state, last_seq=last_seq, cancel=cancel, recovered=recovered, checked_plan=checked_plan
+            ),
             name=f"run:{state.run_id}",
         )
         self._runs[state.run_id] = task
@@ -249,7 +420,13 @@ class RunService:
 
     async def adopt_orphans(self) -> list[str]:
         """Take over live runs nobody drives (a crashed or restarted supervisor's) and resume them."""
-        claims = await self._leases.claim_orphans(driving={*self._runs, *self._creating})
+        if self._driver.handover.is_set():
+            return []  # stopping: adopting now would only hand the runs over again
+        if self._listed is not None and not self._listed.is_set():
+            return []  # a run resumed before its servers were tried would find their tools withdrawn
+        claims = await self._leases.claim_orphans(
+            driving={*self._runs, *self._creating}, serving=self._served_tools()
+        )
         adopted = []
         for claim in claims:
             stored = await self.store.events(claim.run_id)
@@ -275,7 +452,9 @@ class RunService:
         if task.cancelled():
             return
         error = task.exception()
-        if isinstance(error, LeaseLost):
+        if isinstance(error, HandedOver):
+            log.info("run %s handed over unfinished; it resumes under the next supervisor", run_id)
+        elif isinstance(error, LeaseLost):
             log.warning("run %s was taken over by another supervisor: %s", run_id, error)
         elif error is not None:
             # The driver could not even record its failure (the store stayed down): the run stays live in
@@ -312,6 +491,40 @@ class RunService:
 
     def active_runs(self) -> int:
         return len(self._runs)
+
+    @property
+    def handing_over(self) -> bool:
+        """Whether ``drain`` has begun: new runs are refused from then on."""
+        return self._driver.handover.is_set()
+
+    async def drain(self, grace_s: float) -> Drained:
+        """Hand every run over before the process stops: refuse new runs, dispatch nothing more, let the calls
+        in flight land (for up to ``grace_s``) and record them, then stop driving, leaving the runs live.
+
+        Leases stay as they are: a supervisor of the same name (the one that restarts in this one's place)
+        resumes the runs at once; any other takes them over when their leases lapse. Calls still out after
+        ``grace_s`` are abandoned; the resuming supervisor dispatches them again (they are read-only).
+        """
+        self._driver.handover.set()
+        runs = dict(self._runs)
+        pending: set[asyncio.Task[Any]] = set()
+        if runs:
+            _, pending = await asyncio.wait(set(runs.values()), timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for job in self._background:
+            job.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
+        abandoned = sorted(run_id for run_id, task in runs.items() if task in pending)
+        log.info(
+            "handed over %d runs (%d of them with calls abandoned after %gs)",
+            len(runs),
+            len(abandoned),
+            grace_s,
+        )
+        return Drained(handed_over=tuple(sorted(runs)), abandoned=tuple(abandoned))
 
     def reconfigure(
         self,

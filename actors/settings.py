@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 from pathlib import Path
 from typing import Any, get_args
 
@@ -12,6 +13,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from actors.executor import ExecutorKind
+from actors.toolsets.config import Toolsets, load_toolsets
 from dag.budget import Budgets
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES
@@ -47,6 +49,8 @@ class Settings(BaseSettings):
     token_key: SecretStr | None = None
     api_keys: SecretStr | None = None
     mcp_url: str | None = None
+    toolsets: Path | None = None
+    """The toolsets file (``RAYDAG_TOOLSETS``): the MCP servers runs may use; unset, the caseops toolset."""
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     tool_latency_ms: int = Field(default=0, ge=0, le=60_000)
@@ -67,12 +71,18 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
     """How long a supervisor's ownership of a run lasts without renewal; a dead supervisor's runs are
     taken over after it."""
+    stop_grace_s: float = Field(default=15.0, ge=0.0, le=600.0)
+    """How long a stopping raydag (SIGINT or SIGTERM) waits for its tool calls in flight to land and be
+    recorded before it hands its runs over; the default outlasts a tool's timeout (10 s) and its slack (5 s)."""
     openai_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY"))
     openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     model: str = "gpt-4.1-mini"
     """The model the openai planner asks (``RAYDAG_MODEL``)."""
     model_streaming: bool = False
     """Stream plans: dispatch each node while the model is still writing the rest."""
+    model_answer: str | None = None
+    """``package.module:Model``, the pydantic model the openai planner's final answer must fit (for caseops'
+    document check: ``mcp_server.planner:DocumentCheckResult``); unset, a summary with its findings."""
     model_input_usd_per_mtok: float = Field(default=0.40, ge=0)
     model_output_usd_per_mtok: float = Field(default=1.60, ge=0)
     mcp_allowed_hosts: str | None = None
@@ -134,6 +144,7 @@ class Settings(BaseSettings):
             streaming=self.model_streaming,
             input_usd_per_mtok=self.model_input_usd_per_mtok,
             output_usd_per_mtok=self.model_output_usd_per_mtok,
+            answer_model=self.model_answer,
         )
 
     def mcp_hosts(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -149,6 +160,17 @@ class Settings(BaseSettings):
     def planner_paths(self) -> tuple[str, ...]:
         """``RAYDAG_PLANNERS`` as import paths."""
         return tuple(path.strip() for path in self.planners.split(",") if path.strip())
+
+    def toolset_declarations(self, mcp_url: str | None = None) -> Toolsets | None:
+        """The toolsets file loaded, or ``None`` for the shipped caseops toolset; ``ToolsetsInvalid`` names the
+        file, line and field of a malformed one. ``${RAYDAG_MCP_URL}`` in it is ``mcp_url`` when given (the
+        caseops server a command started itself), else the environment's."""
+        if self.toolsets is None:
+            return None
+        variables = dict(os.environ)
+        if mcp_url is not None:
+            variables["RAYDAG_MCP_URL"] = mcp_url
+        return load_toolsets(self.toolsets.expanduser(), variables)
 
     def tenant_tool_grants(self) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
         """``RAYDAG_TENANT_TOOLS`` as (tenant, tools) pairs, or ``None`` when every tenant gets every tool."""

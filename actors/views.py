@@ -19,7 +19,9 @@ def _iso(moment: datetime | None) -> str | None:
 def run_view(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_id": str(row["run_id"]),
-        "case_id": row["case_id"],
+        "resource": row["resource"],
+        # The caseops shorthand, for clients written before runs named a resource.
+        **({"case_id": row["case_id"]} if row["case_id"] is not None else {}),
         "goal": row["goal"],
         "planner": row["planner"],
         "status": row["status"],

@@ -14,7 +14,7 @@ freshly minted task token, so only the scheduling differs.
 from __future__ import annotations
 
 import asyncio
-import logging
+import importlib.util
 import multiprocessing
 import os
 import secrets
@@ -43,9 +43,9 @@ from actors.store.database import (
     ensure_database,
     with_database,
 )
-from actors.store.seed import demo_seed
 from bench._cpu import CpuMeter
 from bench._executors import EXECUTORS
+from bench._ray import local_ray
 from bench._synthetic import (
     BENCH_WAIT,
     CASE_ID,
@@ -61,6 +61,7 @@ from bench._synthetic import (
 from dag.budget import BudgetRequest, Budgets
 from dag.policy import Principal
 from dag.refs import resolve_pointer
+from mcp_server.seed import demo_seed
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 
@@ -70,6 +71,11 @@ PRINCIPAL = Principal(tenant_id=TENANT, subject="bench", scopes=frozenset({SCOPE
 
 
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def langgraph_installed() -> bool:
+    """Whether LangGraph, of the ``bench`` extra (``make bench`` installs it), can be imported."""
+    return importlib.util.find_spec("langgraph") is not None
 
 
 def _admin_dsn(stack: ExitStack) -> str:
@@ -210,7 +216,7 @@ class BenchSupervisor:
         service = await self._service(executor)
         budgets = BudgetRequest(max_parallel=max_parallel) if max_parallel else None
         request = RunRequest(
-            principal=PRINCIPAL, case_id=CASE_ID, planner="bench", plan=plan, budgets=budgets
+            principal=PRINCIPAL, resource={"case_id": CASE_ID}, planner="bench", plan=plan, budgets=budgets
         )
         _reset_peak_rss()
         rss_before = _proc_status("VmRSS")
@@ -291,7 +297,7 @@ class Bench:
             subject=PRINCIPAL.subject,
             tenant_id=TENANT,
             task_id=f"bench/{node.id}/1",
-            case_id=CASE_ID,
+            resource={"case_id": CASE_ID},
             tool=BENCH_WAIT.name,
             scopes={SCOPE},
         )
@@ -376,19 +382,13 @@ def bench_runtime() -> Iterator[Bench]:
         dsn = stack.enter_context(fresh_database())
         key = secrets.token_bytes(32)
         mcp_url, tool_server_pid = stack.enter_context(tool_server_process(dsn, key))
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        ray.init(
-            address="local",
-            num_cpus=8,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,  # keep the Markdown on stdout clean; workers' logs stay under /tmp/ray
-        )
-        stack.callback(ray.shutdown)
-        supervisor = (
+        # log_to_driver=False keeps the Markdown on stdout clean; workers' logs stay under /tmp/ray.
+        stack.enter_context(local_ray(num_cpus=8, log_to_driver=False))
+        supervisor: Any = (
             ray.remote(BenchSupervisor)
             .options(num_cpus=0, max_concurrency=1000, name="raydag-bench-supervisor")
             .remote(dsn, mcp_url, key)
         )
+        stack.callback(ray.kill, supervisor)
         cpu = CpuMeter(dsn.rsplit("/", 1)[1].split("?")[0], tool_server_pid)
         yield Bench(dsn, mcp_url, key, supervisor, cpu)

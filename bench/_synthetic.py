@@ -51,6 +51,7 @@ BENCH_WAIT = ToolContract(
     scope=SCOPE,
     risk=Risk.READ_ONLY,
     input_model=WaitInput,
+    run_bound=frozenset({"case_id"}),
     output_model=WaitOutput,
     timeout_s=60.0,
     max_attempts=1,

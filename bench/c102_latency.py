@@ -12,7 +12,6 @@ tool server:
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import secrets
 import time
@@ -25,16 +24,20 @@ from actors.mcp_client import ToolCall, call_tool
 from actors.runtime import prepare_database
 from actors.settings import DEV_API_KEYS, Settings
 from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
-from actors.store.seed import demo_seed
+from actors.supervisor import NAMESPACE
+from bench._ray import local_ray
+from bench._smoke import sized
 from bench._stats import HEADER, row
 from dag.budget import Budgets
 from mcp_server.contracts import CASEOPS_TOOLS
+from mcp_server.seed import demo_seed
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 from tests.loopback import free_port, wait_until_ok
 
-SAMPLES = int(os.environ.get("BENCH_SAMPLES", "20"))
-WARMUP = 3
+SUPERVISOR = "raydag-bench-c102"
+SAMPLES = sized(int(os.environ.get("BENCH_SAMPLES", "20")), 1)
+WARMUP = sized(3, 0)
 
 
 async def sequential_c102(url: str, tokens: TaskTokens) -> None:
@@ -43,7 +46,7 @@ async def sequential_c102(url: str, tokens: TaskTokens) -> None:
             subject="bench",
             tenant_id="tenant-demo",
             task_id="bench",
-            case_id="C-102",
+            resource={"case_id": "C-102"},
             tool=tool,
             scopes={CASEOPS_TOOLS[tool].scope},
         )
@@ -63,7 +66,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from serve_app import ApiConfig, build_app
+    from actors.api.app import ApiConfig, build_app
 
     settings = Settings()
     with ExitStack() as stack:
@@ -86,9 +89,7 @@ def main() -> None:
         http.start(ToolServer(ToolServerConfig(dsn=dsn, tokens=tokens)).asgi_app())
         stack.callback(http.stop)
 
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        ray.init(address="local", include_dashboard=False, namespace="raydag", logging_level=logging.WARNING)
-        stack.callback(ray.shutdown)
+        stack.enter_context(local_ray(namespace="raydag"))
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         stack.callback(serve.shutdown)
@@ -98,12 +99,13 @@ def main() -> None:
             token_key=key,
             api_keys=dict(DEV_API_KEYS),
             limits=Budgets(),
-            supervisor_name="raydag-bench-supervisor",
+            supervisor_name=SUPERVISOR,
         )
         serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
         client = stack.enter_context(httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=90))
         headers = {"Authorization": "Bearer dev-key-tenant-demo"}
         wait_until_ok(f"http://127.0.0.1:{port}/healthz", within_s=90)
+        stack.callback(ray.kill, ray.get_actor(SUPERVISOR, namespace=NAMESPACE))  # the app's: detached
 
         def via_api() -> float:
             started = time.perf_counter()

@@ -24,11 +24,12 @@ from typing import Any
 
 from bench._cpu import wait_for_quiet
 from bench._harness import Bench, RunTimes, bench_runtime
+from bench._smoke import sized
 from bench._synthetic import Node, Shape, lattice
 
-SAMPLES = int(os.environ.get("BENCH_SAMPLES", "3"))
-CHAIN_NODES = 50
-WIDE_NODES = 256
+SAMPLES = sized(int(os.environ.get("BENCH_SAMPLES", "3")), 1)
+CHAIN_NODES = sized(50, 4)
+WIDE_NODES = sized(256, 4)
 CHAIN_GOAL_MS = 5.0
 WIDE_GOAL_PER_S = 300.0
 
@@ -71,7 +72,7 @@ async def _measure(
     bare: dict[str, list[float]] = defaultdict(list)
     cases: list[tuple[Shape, str, int | None]] = [(line, executor, None) for executor in EXECUTORS]
     cases += [(wide, executor, parallel) for executor, limits in WIDE_PARALLEL.items() for parallel in limits]
-    for shape, executor, parallel in cases:  # warm-up
+    for shape, executor, parallel in sized(cases, []):  # warm-up
         await bench.raydag(
             shape if shape is line else lattice(16, 1), max_parallel=parallel, executor=executor
         )

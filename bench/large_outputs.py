@@ -19,12 +19,13 @@ from collections import defaultdict
 
 from bench._cpu import wait_for_quiet
 from bench._harness import Bench, RunTimes, bench_runtime
+from bench._smoke import sized
 from bench._synthetic import Node, Shape
 
-SAMPLES = int(os.environ.get("BENCH_SAMPLES", "5"))
-PAYLOAD_KB = 10 * 1024
-DEPENDENTS = (1, 4, 16)
-DEPENDENT_MS = 100
+SAMPLES = sized(int(os.environ.get("BENCH_SAMPLES", "5")), 1)
+PAYLOAD_KB = sized(10 * 1024, 64)
+DEPENDENTS = sized((1, 4, 16), (1,))
+DEPENDENT_MS = sized(100, 10)
 
 
 def fan_out(dependents: int, payload_kb: int) -> Shape:
@@ -51,7 +52,7 @@ async def _measure(bench: Bench) -> tuple[dict[tuple[int, int], list[RunTimes]],
     cases = [(payload, dependents) for dependents in DEPENDENTS for payload in (PAYLOAD_KB, 0)]
     runs: dict[tuple[int, int], list[RunTimes]] = defaultdict(list)
     stored: dict[tuple[int, int], int] = {}
-    for payload, dependents in cases:  # warm-up
+    for payload, dependents in sized(cases, []):  # warm-up
         await bench.raydag(fan_out(dependents, payload))
     for sample in range(SAMPLES):
         shift = sample % len(cases)
@@ -64,12 +65,14 @@ async def _measure(bench: Bench) -> tuple[dict[tuple[int, int], list[RunTimes]],
     return runs, stored
 
 
+def _size(kb: int) -> str:
+    return f"{kb // 1024} MiB" if kb >= 1024 else f"{kb} KiB"
+
+
 def main() -> None:
     with bench_runtime() as bench:
         runs, stored = asyncio.run(_measure(bench))
-    print(
-        f"\n### Large outputs: a {PAYLOAD_KB // 1024} MiB output read by N dependents (median of {SAMPLES})\n"
-    )
+    print(f"\n### Large outputs: a {_size(PAYLOAD_KB)} output read by N dependents (median of {SAMPLES})\n")
     print(
         "| dependents | upstream output | end-to-end ms | upstream call ends → supervisor has it ms "
         "| → first dependent dispatched ms | supervisor peak RSS growth MB | supervisor CPU ms | event log MB |"
@@ -85,7 +88,7 @@ def main() -> None:
                 for times, big in zip(samples, upstream, strict=True)
             ]
             print(
-                f"| {dependents} | {'10 MiB' if payload else 'none'} "
+                f"| {dependents} | {_size(payload) if payload else 'none'} "
                 f"| {statistics.median(times.e2e_ms for times in samples):.0f} "
                 f"| {statistics.median(received):.0f} "
                 f"| {statistics.median(handed_on):.0f} "

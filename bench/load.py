@@ -5,9 +5,11 @@ dashboard) and the Serve app on loopback. Each level runs every arm, one after t
 ``executor/mcp``):
 
 - executor ``tasks`` (a Ray task per call) or ``callers`` (the supervisor's caller actors);
-- mcp ``serve``: the tool server at the app's own ``/mcp``, as ``raydag serve`` deploys it, so tool calls
-  cross the Serve proxy and share the replica with the API; ``process``: a tool server in a process of its own
-  (what ``RAYDAG_MCP_URL`` pointing at a separate server gives).
+- mcp ``serve``: the tool server mounted at the app's own ``/mcp``, as ``raydag serve`` deploys it, so tool
+  calls cross the Serve proxy and share the replica with the API; ``app``: the tool server as a Serve
+  application of its own at ``/mcp`` beside the API's (``actors.api.app.layout``): the same proxy, a replica of its
+  own; ``process``: a tool server in a process of its own (what ``RAYDAG_MCP_URL`` pointing at a separate
+  server gives).
 
 For each arm at each level, the app is redeployed with a fresh supervisor, then:
 
@@ -27,7 +29,6 @@ baseline) ÷ mean active runs. CPU is by process, from the window's start until 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import secrets
 import statistics
@@ -43,6 +44,7 @@ from typing import Any
 import httpx
 import psutil
 
+from actors.api.app import TOOLS_NAME
 from actors.executor import ExecutorKind
 from actors.settings import DEV_API_KEYS
 from bench._cpu import CpuMeter, machine_busy
@@ -61,28 +63,39 @@ from bench._load import (
     rss_kb,
     run_clients,
 )
+from bench._ray import local_ray
+from bench._smoke import sized
 from dag.budget import Budgets
 from mcp_server.server import MCP_PATH
 from tests.loopback import free_port, wait_until_ok
 
-LEVELS = tuple(int(level) for level in os.environ.get("BENCH_LOAD_CLIENTS", "8,32,128").split(","))
-SECONDS = float(os.environ.get("BENCH_LOAD_SECONDS", "20"))
-WARMUP_S = float(os.environ.get("BENCH_LOAD_WARMUP_S", "5"))
+LEVELS = sized(
+    tuple(int(level) for level in os.environ.get("BENCH_LOAD_CLIENTS", "8,32,128").split(",")), (2,)
+)
+SECONDS = sized(float(os.environ.get("BENCH_LOAD_SECONDS", "20")), 1.0)
+WARMUP_S = sized(float(os.environ.get("BENCH_LOAD_WARMUP_S", "5")), 0.0)
 ARMS = tuple(
     tuple(arm.split("/"))
-    for arm in os.environ.get("BENCH_LOAD_ARMS", "tasks/serve,callers/serve,callers/process").split(",")
+    for arm in sized(
+        os.environ.get("BENCH_LOAD_ARMS", "callers/serve,callers/app,callers/process"), "callers/app"
+    ).split(",")
 )
+"""A smoke run takes one arm (the tool server's own Serve app, the one no other test deploys through Serve's
+proxy at ``/mcp``): each arm redeploys the app, the slowest step here."""
 PROFILE_DIR = os.environ.get("BENCH_LOAD_PROFILE")
 """A directory: py-spy records the busy processes of each measured window there (a diagnostic: adds load)."""
-SEQUENTIAL_WARMUP_RUNS = 5
+SEQUENTIAL_WARMUP_RUNS = sized(5, 1)
+IDLE_SETTLE_S = sized(2.0, 0.0)
+"""How long the supervisor idles after the warm-up runs before its idle memory is read."""
 DRAIN_S = 120.0
-GOAL_RUNS_PER_S = 30.0
-GOAL_P99_MS = 2000.0
-MCP_PLACES = {"serve": "in Serve", "process": "own process"}
+GOAL_RUNS_PER_S = 40.0
+GOAL_P99_MS = 1000.0
+MCP_PLACES = {"serve": "in Serve (as shipped)", "app": "own Serve app", "process": "own process"}
 
 ROLES = (
     "supervisor",
     "Serve replica",
+    "Serve tool replica",
     "Serve proxy",
     "tool server process",
     "tool calls",
@@ -101,6 +114,8 @@ def _role(tool_server_pid: int, process: psutil.Process, title: str) -> str:
         return "PostgreSQL"
     if title.startswith("ray::RunSupervisor"):
         return "supervisor"
+    if title.startswith(f"ray::ServeReplica:{TOOLS_NAME}"):
+        return "Serve tool replica"
     if title.startswith("ray::ServeReplica"):
         return "Serve replica"
     if title.startswith("ray::ProxyActor"):
@@ -146,34 +161,37 @@ class Level:
 
 
 @contextmanager
-def _serve_runtime() -> Iterator[tuple[str, str]]:
+def serve_runtime() -> Iterator[tuple[str, str]]:
     """A fresh database, a local Ray as ``raydag serve`` starts it, and Serve on a free loopback port."""
-    import ray
     from ray import serve
 
     with ExitStack() as stack:
         dsn = stack.enter_context(fresh_database())
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        ray.init(
-            address="local",
-            namespace="raydag",
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
-        stack.callback(ray.shutdown)
+        stack.enter_context(local_ray(namespace="raydag", log_to_driver=False))
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         stack.callback(serve.shutdown)
         yield dsn, f"http://127.0.0.1:{port}"
 
 
-def _deploy(dsn: str, base_url: str, mcp_url: str, key: bytes, name: str, executor: ExecutorKind) -> Any:
-    """(Re)deploy the app, as shipped, with a supervisor of its own; the supervisor once the app answers."""
+def deploy(
+    dsn: str,
+    base_url: str,
+    mcp_url: str,
+    key: bytes,
+    name: str,
+    executor: ExecutorKind,
+    *,
+    own_app: bool,
+    tool_latency_ms: int = 0,
+) -> Any:
+    """(Re)deploy the app, as shipped, with a supervisor of its own; the supervisor once the app answers.
+    ``own_app``: the default layout (the tool server an application of its own at ``/mcp``); otherwise one
+    application with the tool server mounted in it, and no other at ``/mcp``."""
     import ray
     from ray import serve
 
-    from serve_app import ApiConfig, Scaling, build_app
+    from actors.api.app import ApiConfig, Scaling, build_app, layout
 
     config = ApiConfig(
         dsn=dsn,
@@ -183,8 +201,15 @@ def _deploy(dsn: str, base_url: str, mcp_url: str, key: bytes, name: str, execut
         limits=Budgets(),
         supervisor_name=name,
         tool_executor=executor,
+        tool_latency_ms=tool_latency_ms,
     )
-    serve.run(build_app(config, Scaling()), name="raydag", route_prefix="/", blocking=False)
+    if own_app:
+        for app_name, (route_prefix, application) in layout(config, Scaling()).items():
+            serve.run(application, name=app_name, route_prefix=route_prefix, blocking=False)
+    else:
+        if TOOLS_NAME in serve.status().applications:
+            serve.delete(TOOLS_NAME)
+        serve.run(build_app(config, Scaling()), name="raydag", route_prefix="/", blocking=False)
     wait_until_ok(base_url + "/healthz", within_s=90)
     return ray.get_actor(name, namespace="raydag")
 
@@ -207,7 +232,9 @@ def _profile_targets(supervisor_pid: int, tool_server_pid: int) -> dict[str, int
         except psutil.Error:
             continue
         role = _role(0, process, title)
-        if role in ("Serve replica", "Serve proxy") or title.startswith("ray::ToolCaller"):
+        if role in ("Serve replica", "Serve tool replica", "Serve proxy") or title.startswith(
+            "ray::ToolCaller"
+        ):
             targets[f"{title.split()[0].removeprefix('ray::').split(':')[0]}-{process.pid}"] = process.pid
     return targets
 
@@ -219,7 +246,7 @@ async def _level(
     warm, _ = await _sequential(base_url, SEQUENTIAL_WARMUP_RUNS)
     if any(attempt.error for attempt in warm):
         raise RuntimeError(f"warm-up runs failed: {error_reasons(warm)}")
-    await asyncio.sleep(2)
+    await asyncio.sleep(IDLE_SETTLE_S)
     idle_rss_mb = statistics.median([rss_kb(pid) for _ in range(5)]) / 1024
     await run_clients(base_url, clients, WARMUP_S)
     await drained(supervisor, DRAIN_S)
@@ -253,7 +280,8 @@ async def _level(
     )
     level.phase_ms = await phases(dsn, level.successes())
     level.failed_nodes = await failed_nodes(dsn, attempts)
-    level.sequential, level.sequential_s = await _sequential(base_url, max(1, len(level.successes())))
+    runs = sized(max(1, len(level.successes())), 1)
+    level.sequential, level.sequential_s = await _sequential(base_url, runs)
     return level
 
 
@@ -262,7 +290,7 @@ def _measure() -> list[Level]:
 
     levels: list[Level] = []
     with ExitStack() as stack:
-        dsn, base_url = stack.enter_context(_serve_runtime())
+        dsn, base_url = stack.enter_context(serve_runtime())
         key = secrets.token_bytes(32)
         tool_server_url, tool_server_pid = "", 0
         if any(mcp == "process" for _, mcp in ARMS):
@@ -273,7 +301,9 @@ def _measure() -> list[Level]:
                 arm = f"{executor}, MCP {MCP_PLACES[mcp]}"
                 mcp_url = tool_server_url if mcp == "process" else base_url + MCP_PATH
                 name = f"raydag-load-{executor}-{mcp}-{clients}"
-                supervisor = _deploy(dsn, base_url, mcp_url, key, name, ExecutorKind(executor))
+                supervisor = deploy(
+                    dsn, base_url, mcp_url, key, name, ExecutorKind(executor), own_app=mcp == "app"
+                )
                 level = asyncio.run(
                     _level(
                         dsn,

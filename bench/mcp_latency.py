@@ -1,13 +1,14 @@
 """MCP tool-call latency through raydag's client in both protocol eras, and the server's throughput, in one run.
 
-``python -m bench mcp`` is not wired (bench/__main__.py is someone else's); run ``python -m bench.mcp_latency``.
-
 The tool server runs in a process of its own (uvicorn, as in production it runs beside the runtime, not in
 it), against the same PostgreSQL; every call carries a freshly minted task token, which the server verifies
 and records in its replay cache. Latency arms, interleaved sample by sample:
 
-- ``2026-07-28 reused``: one ``McpConnections`` for the whole run, as a Ray worker keeps it: keep-alive
-  connection, no handshake, the tools listed once; each call is one HTTP request.
+- ``2026-07-28 one POST per call``: one ``McpConnections`` for the whole run, as a caller actor keeps it:
+  keep-alive connection, no handshake; each call is one hand-built HTTP request (``actors.mcp_client.stateless_post``,
+  as shipped since 2026-12-01).
+- ``2026-07-28 SDK client``: the same connections, each call through the SDK's ``Client`` (the tools listed
+  once): what raydag shipped until 2026-12-01 (``McpConnections(sdk_calls=True)``).
 - ``2026-07-28 fresh``: a new HTTP client and SDK client per call (what raydag did before: discover-free, but
   a new connection and a ``tools/list`` before the output can be checked).
 - ``2025-11-25 session per call, kept-alive``: initialize + initialized + call + list per call, over the
@@ -36,19 +37,21 @@ from actors.mcp_client import McpConnections, ToolCall, call_tool
 from actors.runtime import prepare_database
 from actors.settings import Settings
 from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
-from actors.store.seed import demo_seed
+from bench._smoke import sized
 from bench._stats import summary
 from mcp_server.contracts import CASEOPS_TOOLS
+from mcp_server.seed import demo_seed
 from mcp_server.server import MCP_PATH
 from mcp_server.tokens import TaskTokens
 from tests.loopback import free_port
 
-SAMPLES = int(os.environ.get("BENCH_SAMPLES", "200"))
-WARMUP = 10
-CONCURRENCY = tuple(int(n) for n in os.environ.get("BENCH_MCP_CONCURRENCY", "1,8,32").split(","))
-THROUGHPUT_S = float(os.environ.get("BENCH_MCP_THROUGHPUT_S", "5"))
+SAMPLES = sized(int(os.environ.get("BENCH_SAMPLES", "200")), 2)
+WARMUP = sized(10, 1)
+CONCURRENCY = sized(tuple(int(n) for n in os.environ.get("BENCH_MCP_CONCURRENCY", "1,8,32").split(",")), (2,))
+THROUGHPUT_S = sized(float(os.environ.get("BENCH_MCP_THROUGHPUT_S", "5")), 0.3)
 TOOL = "caseops_get_case_snapshot"
 MODERN, LEGACY = "2026-07-28", "legacy"
+SHIPPED = "2026-07-28, one POST per call, kept-alive connection (as shipped)"
 
 
 def serve(port: int) -> None:
@@ -77,7 +80,7 @@ class _Caller:
             subject="bench",
             tenant_id="tenant-demo",
             task_id="bench/node/1",
-            case_id="C-102",
+            resource={"case_id": "C-102"},
             tool=TOOL,
             scopes={CASEOPS_TOOLS[TOOL].scope},
         )
@@ -95,17 +98,22 @@ async def _timed(action: Callable[[], Awaitable[bool]]) -> float:
     return elapsed
 
 
-async def _latency(caller: _Caller) -> dict[str, list[float]]:
-    async with McpConnections() as shared:
+async def _latency(caller: _Caller) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Milliseconds per call by arm, and the client's CPU ms per call (this process's CPU time)."""
+    async with McpConnections() as shared, McpConnections(sdk_calls=True) as sdk:
 
         async def reused(protocol: str) -> bool:
             return (await shared.call(caller.call(protocol), CASEOPS_TOOLS)).ok
+
+        async def through_sdk() -> bool:
+            return (await sdk.call(caller.call(MODERN), CASEOPS_TOOLS)).ok
 
         async def fresh(protocol: str) -> bool:
             return (await call_tool(caller.call(protocol), CASEOPS_TOOLS)).ok
 
         arms: dict[str, Callable[[], Awaitable[bool]]] = {
-            "2026-07-28, reused connections and client": lambda: reused(MODERN),
+            SHIPPED: lambda: reused(MODERN),
+            "2026-07-28, SDK client, reused connections": through_sdk,
             "2026-07-28, fresh client per call": lambda: fresh(MODERN),
             "2025-11-25, session per call, kept-alive connections": lambda: reused(LEGACY),
             "2025-11-25, session per call, fresh connection": lambda: fresh(LEGACY),
@@ -114,15 +122,20 @@ async def _latency(caller: _Caller) -> dict[str, list[float]]:
             for _ in range(WARMUP):
                 await _timed(action)
         samples: dict[str, list[float]] = {label: [] for label in arms}
+        cpu: dict[str, float] = dict.fromkeys(arms, 0.0)
         for _ in range(SAMPLES):
             for label, action in arms.items():
+                before = time.process_time()
                 samples[label].append(await _timed(action))
-        return samples
+                cpu[label] += time.process_time() - before
+        return samples, {label: used * 1000 / SAMPLES for label, used in cpu.items()}
 
 
-async def _throughput(caller: _Caller, protocol: str, concurrency: int) -> tuple[float, list[float]]:
+async def _throughput(
+    caller: _Caller, protocol: str, concurrency: int, *, sdk: bool = False
+) -> tuple[float, list[float]]:
     latencies: list[float] = []
-    async with McpConnections() as shared:
+    async with McpConnections(sdk_calls=sdk) as shared:
         await shared.call(caller.call(protocol), CASEOPS_TOOLS)  # the 2026 client and its tools/list
         deadline = time.perf_counter() + THROUGHPUT_S
 
@@ -171,10 +184,11 @@ async def _ok(connections: McpConnections, call: ToolCall) -> bool:
     return (await connections.call(call, CASEOPS_TOOLS)).ok
 
 
-def _line(label: str, samples: list[float]) -> str:
+def _line(label: str, samples: list[float], cpu_ms: float) -> str:
     s = summary(samples)
     return (
-        f"| {label} | {s['n']:.0f} | {s['median']:.1f} | {s['p90']:.1f} | {s['min']:.1f} | {s['max']:.1f} |"
+        f"| {label} | {s['n']:.0f} | {s['median']:.1f} | {s['p90']:.1f} | {s['min']:.1f} | {s['max']:.1f} "
+        f"| {cpu_ms:.2f} |"
     )
 
 
@@ -203,24 +217,27 @@ def main() -> None:
         _wait_until_up(url)
         caller = _Caller(url, TaskTokens(key=key, audience=url))
 
-        samples = asyncio.run(_latency(caller))
+        samples, cpu = asyncio.run(_latency(caller))
         print("\n### MCP tool-call latency through raydag's client (one call, C-102 case snapshot)\n")
-        print("| arm | n | median ms | p90 ms | min ms | max ms |\n|---|---|---|---|---|---|")
+        print("| arm | n | median ms | p90 ms | min ms | max ms | client CPU ms per call |")
+        print("|---|---|---|---|---|---|---|")
         for label, values in samples.items():
-            print(_line(label, values))
-        modern = summary(samples["2026-07-28, reused connections and client"])["median"]
+            print(_line(label, values, cpu[label]))
+        modern = summary(samples[SHIPPED])["median"]
         for label in (
+            "2026-07-28, SDK client, reused connections",
             "2025-11-25, session per call, fresh connection",
             "2025-11-25, session per call, kept-alive connections",
         ):
             print(
-                f"\n{label} / 2026-07-28 reused (medians): {summary(samples[label])['median'] / modern:.2f}x"
+                f"\n{label} / 2026-07-28 one POST per call (medians): {summary(samples[label])['median'] / modern:.2f}x"
             )
 
         print("\n### Server throughput (one tool-server process, calls through raydag's client)\n")
         print("| client, era | callers | calls/s | median ms | p90 ms |\n|---|---|---|---|---|")
         arms: tuple[tuple[str, Callable[[int], Awaitable[tuple[float, list[float]]]]], ...] = (
-            ("raydag, 2026-07-28", lambda n: _throughput(caller, MODERN, n)),
+            ("raydag, 2026-07-28, one POST per call (as shipped)", lambda n: _throughput(caller, MODERN, n)),
+            ("raydag, 2026-07-28, SDK client", lambda n: _throughput(caller, MODERN, n, sdk=True)),
             ("raydag, 2025-11-25 session per call", lambda n: _throughput(caller, LEGACY, n)),
             ("raw HTTP, 2026-07-28", lambda n: _raw_throughput(caller, n)),
         )

@@ -25,12 +25,13 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 
 from bench._cpu import ROLES, wait_for_quiet
-from bench._harness import Bench, bench_runtime
+from bench._harness import Bench, bench_runtime, langgraph_installed
+from bench._smoke import SMOKE, sized
 from bench._synthetic import Shape, lattice, long_beside_chain, uneven_chains
 
-SAMPLES = int(os.environ.get("BENCH_SAMPLES", "3"))
-WIDTHS = (1, 4, 8, 16, 32)
-DEPTHS = (1, 6)
+SAMPLES = sized(int(os.environ.get("BENCH_SAMPLES", "3")), 1)
+WIDTHS = sized((1, 4, 8, 16, 32), (2,))
+DEPTHS = sized((1, 6), (1, 2))
 ONE_AT_A_TIME_MAX_NODES = 48
 """Larger DAGs take seconds one node at a time, and their ratio is known without running: about the width."""
 GOAL = 1.10
@@ -41,13 +42,14 @@ CALLERS = "raydag (caller actors, as shipped)"
 ONE_AT_A_TIME = "one at a time"
 WAVES = "asyncio waves"
 LANGGRAPH = "LangGraph"
-ARMS = (TASKS, CALLERS, WAVES, LANGGRAPH)
+ARMS = (TASKS, CALLERS, WAVES, LANGGRAPH) if not SMOKE or langgraph_installed() else (TASKS, CALLERS, WAVES)
+"""A smoke run leaves LangGraph out unless the ``bench`` extra is installed (``make bench`` installs it)."""
 
 
 def shapes() -> list[tuple[Shape, int]]:
     """Each shape with its width (what ``max_parallel`` must cover)."""
     grid = [(lattice(width, depth), width) for depth in DEPTHS for width in WIDTHS]
-    return [*grid, (long_beside_chain(), 2), (uneven_chains(), 8)]
+    return sized([*grid, (long_beside_chain(), 2), (uneven_chains(), 8)], grid)
 
 
 def barrier_bound(shape: Shape) -> float:
@@ -59,7 +61,7 @@ async def _measure(
     bench: Bench,
 ) -> tuple[dict[tuple[str, str], list[float]], dict[str, defaultdict[str, float]], Counter[str], list[bool]]:
     cases = shapes()
-    graphs = {shape.name: bench.langgraph(shape) for shape, _ in cases}
+    graphs = {shape.name: bench.langgraph(shape) for shape, _ in cases} if LANGGRAPH in ARMS else {}
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
     cpu: dict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
     nodes_run: Counter[str] = Counter()
@@ -82,7 +84,8 @@ async def _measure(
         }
         return runs[name]
 
-    for shape, _ in (cases[1], cases[2]):  # warm-up: Ray workers, caller actors, MCP clients
+    warm_up = () if SMOKE else (cases[1], cases[2])
+    for shape, _ in warm_up:  # Ray workers, caller actors, MCP clients
         for name in ARMS:
             await arm(name, shape)()
     for sample in range(SAMPLES):
@@ -128,7 +131,9 @@ def main() -> None:
         f"\nSamples per cell: {SAMPLES} ({ONE_AT_A_TIME}: 1). Rounds begun on a quiet machine "
         f"(under 50 % busy): {sum(quiet)} of {len(quiet)}."
     )
-    for name in (TASKS, CALLERS, WAVES, LANGGRAPH):
+    if LANGGRAPH not in ARMS:
+        print(f"- {LANGGRAPH}: not run (smoke run without the `bench` extra, which `make bench` installs)")
+    for name in (name for name in (TASKS, CALLERS, WAVES, LANGGRAPH) if name in ARMS):
         worst = max(
             (statistics.median(ratios[(shape.name, name)]), shape.name)
             for shape, width in cases
@@ -142,7 +147,7 @@ def main() -> None:
     print("\n### CPU per node, by process (ms, all shapes)\n")
     print("| arm | " + " | ".join(ROLES) + " | total |")
     print("|---|" + "---|" * (len(ROLES) + 1))
-    for name in (TASKS, CALLERS, ONE_AT_A_TIME, WAVES, LANGGRAPH):
+    for name in (name for name in (TASKS, CALLERS, ONE_AT_A_TIME, WAVES, LANGGRAPH) if nodes_run[name]):
         per_node = {role: cpu[name][role] * 1000 / nodes_run[name] for role in ROLES}
         print(
             f"| {name} | "

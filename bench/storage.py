@@ -24,6 +24,7 @@ from actors.runner import RunDriver
 from actors.runtime import prepare_database
 from actors.store.database import create_pool, drop_database, ensure_database, with_database
 from actors.store.runs import RunStore
+from bench._smoke import sized
 from dag.budget import Budgets
 from dag.contracts import Risk, ToolContract, catalogue_of
 from dag.events import RunCreated
@@ -32,7 +33,7 @@ from dag.run_state import apply
 from mcp_server.tokens import TaskTokens
 from planner.base import Final, JoinDecision, PlanningContext
 
-SIZES = (10, 100, 1_000)
+SIZES = sized((10, 100, 1_000), (10,))
 OUTPUT = "x" * 160  # with its keys, each output is ~200 bytes of canonical JSON
 
 
@@ -54,6 +55,7 @@ PROBE = ToolContract(
     scope="bench:read",
     risk=Risk.READ_ONLY,
     input_model=_Input,
+    run_bound=frozenset({"case_id"}),
     output_model=_Output,
 )
 
@@ -75,7 +77,7 @@ class _Planner:
     async def propose(self, context: PlanningContext) -> dict[str, Any]:
         return {
             "nodes": [
-                {"id": f"n{i}", "tool": PROBE.name, "args": {"case_id": context.case_id, "n": i}}
+                {"id": f"n{i}", "tool": PROBE.name, "args": {"case_id": context.resource["case_id"], "n": i}}
                 for i in range(self._nodes)
             ]
         }
@@ -104,7 +106,7 @@ async def _measure(dsn: str, nodes: int) -> tuple[int, int]:
             tenant_id="tenant-demo",
             subject="bench",
             scopes=("bench:read",),
-            case_id="C-101",
+            resource={"case_id": "C-101"},
             goal="storage",
             planner="bench",
             budgets=Budgets(max_nodes=nodes, max_parallel=64, deadline_s=600),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import secrets
 import statistics
@@ -32,6 +31,8 @@ import asyncpg
 from actors.service import RunRequest, Submission
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from bench._harness import fresh_database, tool_server_process
+from bench._ray import local_ray
+from bench._smoke import sized
 from dag.budget import Budgets
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES
@@ -39,11 +40,12 @@ from planner.openai_planner import OpenAISettings
 from tests.c102 import C102_PLAN, FINAL
 from tests.mock_openai import Json, MockModel, Stream, response_body
 
-SAMPLES = int(os.environ.get("BENCH_STREAMING_SAMPLES", "5"))
-TOKENS_PER_S = float(os.environ.get("BENCH_MODEL_TPS", "80"))
+SAMPLES = sized(int(os.environ.get("BENCH_STREAMING_SAMPLES", "5")), 1)
+TOKENS_PER_S = sized(float(os.environ.get("BENCH_MODEL_TPS", "80")), 2000.0)
 """Output rate of the mock model: a small hosted model writes roughly 50-150 tokens per second."""
-FIRST_TOKEN_S = float(os.environ.get("BENCH_MODEL_TTFT_S", "0.5"))
-TOOL_LATENCY_MS = int(os.environ.get("BENCH_TOOL_LATENCY_MS", "200"))
+FIRST_TOKEN_S = sized(float(os.environ.get("BENCH_MODEL_TTFT_S", "0.5")), 0.01)
+TOOL_LATENCY_MS = sized(int(os.environ.get("BENCH_TOOL_LATENCY_MS", "200")), 10)
+WARMUP_ROUNDS = sized(1, 0)
 CHARS_PER_TOKEN = 4
 PRINCIPAL = Principal("tenant-demo", "bench", frozenset(ALL_SCOPES))
 
@@ -92,7 +94,7 @@ async def _phases(dsn: str, run_id: str) -> dict[str, float]:
 
 async def _run(supervisor: Any, dsn: str) -> dict[str, float]:
     submitted = await supervisor.submit.remote(
-        RunRequest(principal=PRINCIPAL, case_id="C-102", planner="openai")
+        RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}, planner="openai")
     )
     if submitted.outcome is not Submission.CREATED:
         raise RuntimeError(f"run not created: {submitted}")
@@ -111,29 +113,33 @@ def main() -> None:
         mcp_url, _ = stack.enter_context(tool_server_process(dsn, key, latency_ms=TOOL_LATENCY_MS))
         model = MockModel().start()
         stack.callback(model.stop)
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        ray.init(address="local", num_cpus=8, include_dashboard=False, logging_level=logging.WARNING)
-        stack.callback(ray.shutdown)
+        stack.enter_context(local_ray(num_cpus=8))
 
         def supervisor(streamed: bool) -> Any:
             openai = OpenAISettings(
-                api_key="sk-bench", base_url=model.url, model="gpt-bench", streaming=streamed
+                api_key="sk-bench",
+                base_url=model.url,
+                model="gpt-bench",
+                streaming=streamed,
+                answer_model="mcp_server.planner:DocumentCheckResult",  # the mock model answers a case
             )
             config = SupervisorConfig(
                 dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets(), openai=openai
             )
             name = f"raydag-bench-{'streamed' if streamed else 'whole'}"
-            return get_or_create_supervisor(config, name=name, detached=False)
+            actor = get_or_create_supervisor(config, name=name, detached=False)
+            stack.callback(ray.kill, actor)
+            return actor
 
         arms = {"whole": supervisor(False), "streamed": supervisor(True)}
         samples: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
-        for index in range(SAMPLES + 1):  # the first round warms up workers and connections
+        for index in range(WARMUP_ROUNDS + SAMPLES):  # the first round warms up workers and connections
             for arm, actor in arms.items():
                 if model.script:
                     raise RuntimeError(f"the mock model has unused answers: {len(model.script)}")
                 _script(model, streamed=arm == "streamed")
                 phases = asyncio.run(_run(actor, dsn))
-                if index:
+                if index >= WARMUP_ROUNDS:
                     samples[arm].append(phases)
 
     plan_s = _writing_time_s(json.dumps(C102_PLAN))

@@ -11,7 +11,7 @@ from dag.states import StopReason
 class Budgets(BaseModel):
     """Hard limits of one run. Per-tool timeouts and attempts come from each tool's contract."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_nodes: int = Field(
         default=64,
@@ -88,7 +88,7 @@ class Budgets(BaseModel):
 class BudgetRequest(BaseModel):
     """Budgets a request asks for: each may only lower the server's limit."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_nodes: int | None = Field(default=None, ge=1)
     max_fanout: int | None = Field(default=None, ge=0)

@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
 from dag.budget import Budgets
 from dag.policy import Decision
@@ -24,12 +24,38 @@ class ErrorKind(StrEnum):
     UNKNOWN_EFFECT = "unknown_effect"
 
 
+class RuntimeFailure(StrEnum):
+    """Codes of failures in raydag's own machinery. They say nothing about the tool: the circuit breaker
+    ignores them, and a retry after one does not use up the tool's attempts."""
+
+    WORKER_FAILED = "WORKER_FAILED"
+    """The process making the call died, or the call could not reach it."""
+    SUPERVISOR_RECOVERED = "SUPERVISOR_RECOVERED"
+    """The supervisor that dispatched the call stopped before recording its outcome."""
+
+
+_RUNTIME_CODES = frozenset(code.value for code in RuntimeFailure)
+
+INFRASTRUCTURE_KINDS = frozenset({ErrorKind.TRANSIENT, ErrorKind.PROTOCOL, ErrorKind.UNKNOWN_EFFECT})
+"""Failures that tell nothing about the data: the call's answer was never learned."""
+
+
 class NodeError(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: ErrorKind
     code: str
     message: str
+
+    @property
+    def runtime_failure(self) -> bool:
+        """raydag's own machinery failed, not the tool."""
+        return self.code in _RUNTIME_CODES
+
+    @property
+    def infrastructure(self) -> bool:
+        """The call failed without an answer: its node is missing evidence, not evidence of anything."""
+        return self.kind in INFRASTRUCTURE_KINDS
 
 
 class _Event(BaseModel):
@@ -44,7 +70,9 @@ class RunCreated(_Event):
     tenant_id: str
     subject: str
     scopes: tuple[str, ...]
-    case_id: str
+    resource: dict[str, str]
+    """What the run is about (``{"case_id": "C-102"}``, ``{"root": "/srv/reports"}``): run-bound arguments
+    are checked against it."""
     goal: str
     planner: str
     budgets: Budgets
@@ -55,6 +83,19 @@ class RunCreated(_Event):
     """W3C trace context of the request that created the run: the run's spans join that trace."""
     tenant_tools: tuple[str, ...] | None = None
     """The tenant's tool catalogue when the run was created (``None``: every tool)."""
+    tool_pins: dict[str, str] | None = None
+    """Each tool the run may use → a short digest of its definition as listed when the run was created. A
+    supervisor that resumes the run denies a tool whose listing it pinned differs (``None``: recorded before
+    runs kept their pins)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upcast_case_id(cls, data: Any) -> Any:
+        """Events stored before runs named a resource carry ``case_id``: that was their resource."""
+        if isinstance(data, dict) and "case_id" in data and "resource" not in data:
+            data = dict(data)
+            data["resource"] = {"case_id": data.pop("case_id")}
+        return data
 
 
 class PlanningStarted(_Event):

@@ -27,7 +27,8 @@ class Wait:
 
 @dataclass(frozen=True)
 class AlreadyFailed:
-    """The identical action ran in this run and failed; running it again would repeat the failure."""
+    """The identical action ran in this run and the tool refused it; running it again would repeat the refusal.
+    (An identical action that failed for an infrastructure reason is dispatched again.)"""
 
     source_node_id: str
 
@@ -61,6 +62,9 @@ def gate(
         return RepeatLimit(proposals, state.budgets.repeat_limit)
     if source_id is None:
         return Dispatch()
-    if state.nodes[source_id].status.has_output:
+    source = state.nodes[source_id]
+    if source.status.has_output:
         return Reuse(source_id)
+    if source.error is not None and source.error.infrastructure:
+        return Dispatch()  # it never got an answer: asking again is not repeating a failure
     return AlreadyFailed(source_id)

@@ -58,13 +58,15 @@ class PlanNode(BaseModel):
         return args
 
 
-MAX_ARGS_DEPTH = 32
-"""How deeply ``args`` may nest. Tool inputs are flat records; this leaves ample room and stops abuse."""
+MAX_JSON_DEPTH = 32
+"""How deeply JSON raydag accepts may nest, counted from its root: an API request body (checked on its raw
+text before anything parses it) or a plan node's ``args``. Tool inputs are flat records; this leaves ample
+room, and keeps every parser, validator and serializer after the check far from its recursion limit."""
 
 
 def _check_json(value: object, depth: int) -> None:
-    if depth > MAX_ARGS_DEPTH:
-        raise ValueError(f"args nest deeper than {MAX_ARGS_DEPTH} levels")
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"args nest deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("NaN and infinite numbers are not JSON")
     if isinstance(value, dict):

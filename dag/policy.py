@@ -7,12 +7,15 @@ so a planner never sees a tool the run could not use.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from dag.contracts import INVESTIGATE, Risk, ToolCatalogue, ToolContract
+from dag.run_resource import Resource, missing_resource_keys
+
+RESOURCE_KEY_MISSING = "resource.key_missing"
 
 
 @dataclass(frozen=True)
@@ -26,15 +29,13 @@ class Principal:
 
 @dataclass(frozen=True)
 class RunAuthority:
-    """Everything the policy weighs that is not in the node: who, which case, which stage, which tools."""
+    """Everything the policy weighs that is not in the node: who, on which resource, which stage, which tools."""
 
     principal: Principal
-    case_id: str
+    resource: Resource
     stage: str = INVESTIGATE
     tenant_tools: frozenset[str] | None = None
     """The tenant's tool catalogue; ``None`` grants the whole catalogue."""
-    unhealthy: frozenset[str] = field(default_factory=frozenset)
-    """Tools the circuit breaker has taken out of service for now."""
 
 
 class Decision(BaseModel):
@@ -72,13 +73,21 @@ def tool_decision(authority: RunAuthority, catalogue: ToolCatalogue, tool: str) 
         return _deny(
             "scope.missing", f"tool {tool!r} needs scope {contract.scope!r}, which the run does not hold"
         )
-    if tool in authority.unhealthy:
-        return _deny("tool.unhealthy", f"tool {tool!r} is failing and out of service for a cool-off period")
+    missing = missing_resource_keys(contract, authority.resource)
+    if missing:  # fail closed: a binding the policy cannot check is not waved through
+        return _deny(
+            RESOURCE_KEY_MISSING,
+            f"tool {tool!r} binds its input to the run's {', '.join(map(repr, missing))}, "
+            "which the run's resource does not name",
+        )
     return ALLOWED
 
 
 def effective_tools(authority: RunAuthority, catalogue: ToolCatalogue) -> dict[str, ToolContract]:
-    """The tools a planner may see: tenant catalogue ∩ scopes ∩ stage ∩ risk policy ∩ health."""
+    """The tools a planner may see: tenant catalogue ∩ scopes ∩ stage ∩ risk policy.
+
+    A tool's health is no part of it: an unwell tool makes calls wait (``dag.health``), it does not change
+    what a run may do or what its planner is told."""
     return {
         name: contract
         for name, contract in catalogue.items()
@@ -101,20 +110,18 @@ def authorize(
     if not decision.allowed:
         return decision
     contract = catalogue[tool]
-    bindings = {"case_id": authority.case_id}
-    for name in sorted(contract.run_bound):
-        if name not in bindings:  # fail closed: a binding the policy cannot check is not waved through
+    for binding in contract.run_bindings:
+        key = binding.resource_key
+        if not binding.admits(args.get(binding.field), authority.resource[key]):
             return _deny(
-                "resource.unknown_binding",
-                f"tool {tool!r} binds {name!r} to the run, which this policy cannot check",
+                f"resource.{key.removesuffix('_id')}_bound",
+                f"the node's {binding.field} is not within the run's {key}",
             )
-        if args.get(name) != bindings[name]:
-            return _deny(f"resource.{name.removesuffix('_id')}_bound", f"the node's {name} is not the run's")
     for name in sorted(contract.observed_bound):
         if args.get(name) not in observed.get(name, frozenset()):
             return _deny(
                 "resource.not_observed",
-                f"the node's {name} is not one this run has seen in a tool output for its case",
+                f"the node's {name} is not one this run has seen in a tool output",
             )
     return ALLOWED
 

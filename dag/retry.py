@@ -20,6 +20,10 @@ class RetryPolicy:
 
     base_s: float = 0.1
     cap_s: float = 2.0
+    runtime_attempts: int = 8
+    """How often a node is tried again after failures of raydag's own machinery (a dead worker, a recovered
+    supervisor). They do not use up the tool's attempts, but a call that kills its worker every time must
+    still end."""
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0, min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
@@ -32,15 +36,23 @@ class RetryPolicy:
         attempt: int,
         remaining_s: float,
         rng: random.Random,
+        runtime_failures: int = 0,
     ) -> float | None:
-        """Seconds to wait before attempt ``attempt + 1``, or ``None`` when the failure is final."""
-        if (
-            error.kind is not ErrorKind.TRANSIENT
-            or not contract.idempotent
-            or attempt >= contract.max_attempts
-        ):
+        """Seconds to wait before trying again, or ``None`` when the failure is final.
+
+        ``attempt`` counts the attempts the tool's own failures used up (this one included);
+        ``runtime_failures`` the failures of raydag's machinery (this one included, if it is one).
+        """
+        if error.kind is not ErrorKind.TRANSIENT or not contract.idempotent:
             return None
-        wait = self.delay(attempt, rng)
+        if error.runtime_failure:
+            if runtime_failures >= self.runtime_attempts:
+                return None
+            wait = self.delay(runtime_failures, rng)
+        elif attempt >= contract.max_attempts:
+            return None
+        else:
+            wait = self.delay(attempt, rng)
         if wait + contract.timeout_s > remaining_s:
             return None  # the retry could not finish before the run's deadline
         return wait

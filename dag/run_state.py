@@ -38,6 +38,7 @@ from dag.events import (
 )
 from dag.plan import Plan, PlanNode, qualified_id
 from dag.policy import Decision, Principal, RunAuthority
+from dag.run_resource import Resource
 from dag.states import NodeStatus, RunStatus, StopReason, check_node_transition, check_run_transition
 
 
@@ -78,7 +79,7 @@ class NodeState:
 class RunState:
     run_id: str
     principal: Principal
-    case_id: str
+    resource: Resource
     goal: str
     planner: str
     budgets: Budgets
@@ -87,6 +88,8 @@ class RunState:
     stage: str = "investigate"
     tenant_tools: frozenset[str] | None = None
     trace: Mapping[str, str] | None = None
+    tool_pins: Mapping[str, str] | None = None
+    """The definition digests the run's tools had when it was created (``RunCreated.tool_pins``)."""
     status: RunStatus = RunStatus.PENDING
     round: int = 0
     plans: tuple[Plan, ...] = ()
@@ -120,7 +123,7 @@ class RunState:
 
     @property
     def authority(self) -> RunAuthority:
-        return RunAuthority(self.principal, self.case_id, self.stage, self.tenant_tools)
+        return RunAuthority(self.principal, self.resource, self.stage, self.tenant_tools)
 
     def spec_of(self, node: NodeState) -> PlanNode:
         return self.specs[qualified_id(node.round, node.plan_node_id)]
@@ -183,7 +186,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         return RunState(
             run_id=event.run_id,
             principal=Principal(event.tenant_id, event.subject, frozenset(event.scopes)),
-            case_id=event.case_id,
+            resource=dict(event.resource),
             goal=event.goal,
             planner=event.planner,
             budgets=event.budgets,
@@ -192,6 +195,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             stage=event.stage,
             trace=event.trace,
             tenant_tools=frozenset(event.tenant_tools) if event.tenant_tools is not None else None,
+            tool_pins=event.tool_pins,
         )
     match event:
         case RunCreated():
@@ -276,7 +280,8 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             if event.attempt > 1:
                 return state  # a retry is the same proposal, not a new one
             state = _proposed(state, event.fingerprint)
-            if event.fingerprint in state.fingerprints:
+            executor = state.fingerprints.get(event.fingerprint)
+            if executor is not None and not _answerless(state.nodes[executor]):
                 return state
             return dataclasses.replace(
                 state, fingerprints={**state.fingerprints, event.fingerprint: event.node_id}
@@ -396,6 +401,11 @@ def _add_plan_nodes(
     return dataclasses.replace(
         state, plans=plans, specs=all_specs, nodes=nodes, order=state.order + tuple(added)
     )
+
+
+def _answerless(node: NodeState) -> bool:
+    """Ended without an output: a later identical dispatch executes the action from then on."""
+    return node.status.terminal and not node.status.has_output
 
 
 def _proposed(state: RunState, fingerprint: str) -> RunState:

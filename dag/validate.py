@@ -8,12 +8,13 @@ from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from pydantic import ValidationError
+from jsonschema.protocols import Validator
 
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.errors import PlanErrorCode, PlanInvalid
 from dag.plan import EARLIER_ROUND_REF, NODE_ID_PATTERN, Plan, PlanNode
 from dag.refs import ItemRef, Path, check_pointer, format_path, iter_references
+from dag.schemas import validator as schema_validator
 
 FORBIDDEN_ARGUMENT_KEYS = frozenset(
     {
@@ -243,19 +244,16 @@ def _check_static_arguments(node: PlanNode, contract: ToolContract, location: st
 
 
 def check_arguments(contract: ToolContract, args: Mapping[str, Any]) -> str | None:
-    """``None`` if resolved ``args`` fit the contract's input model, else the first problem.
+    """``None`` if resolved ``args`` fit the contract's input shape, else the first problem.
 
-    The model, not the published JSON Schema, is the final word: it is what the tool server applies, and
-    Python's ``re`` lets a schema ``$`` match before a trailing newline where the model does not.
+    For a pydantic-declared tool the model, not its published JSON Schema, is the final word; for a tool a
+    server declared, its JSON Schema (``ToolContract.input_problem``).
     """
-    try:
-        contract.input_model.model_validate(dict(args))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        return f"{format_path(tuple(first['loc']))}: {first['msg'][:300]}"
-    return None
+    return contract.input_problem(args)
 
 
 @lru_cache(maxsize=256)
-def _validator(contract: ToolContract) -> Draft202012Validator:
+def _validator(contract: ToolContract) -> Validator:
+    if contract.declared_input is not None:  # a server's schema, in the dialect it names
+        return schema_validator(contract.declared_input)
     return Draft202012Validator(contract.input_schema)

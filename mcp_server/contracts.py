@@ -89,6 +89,9 @@ class AliasResolution(BaseModel):
     source_ref: str
 
 
+RUN_CASE = frozenset({"case_id"})
+"""Every caseops tool is about the run's case: ``case_id`` is bound to the resource's ``case_id``."""
+
 GET_CASE_SNAPSHOT = ToolContract(
     name="caseops_get_case_snapshot",
     version="1.0.0",
@@ -96,6 +99,7 @@ GET_CASE_SNAPSHOT = ToolContract(
     scope=SCOPE_CASES,
     risk=Risk.READ_ONLY,
     input_model=CaseInput,
+    run_bound=RUN_CASE,
     output_model=CaseSnapshot,
 )
 GET_POLICY_REQUIREMENTS = ToolContract(
@@ -105,6 +109,7 @@ GET_POLICY_REQUIREMENTS = ToolContract(
     scope=SCOPE_POLICIES,
     risk=Risk.READ_ONLY,
     input_model=CaseInput,
+    run_bound=RUN_CASE,
     output_model=PolicyRequirements,
 )
 LIST_UNCLASSIFIED_DOCUMENTS = ToolContract(
@@ -114,6 +119,7 @@ LIST_UNCLASSIFIED_DOCUMENTS = ToolContract(
     scope=SCOPE_DOCUMENTS,
     risk=Risk.READ_ONLY,
     input_model=CaseInput,
+    run_bound=RUN_CASE,
     output_model=UnclassifiedDocuments,
 )
 RESOLVE_DOCUMENT_ALIAS = ToolContract(
@@ -124,6 +130,7 @@ RESOLVE_DOCUMENT_ALIAS = ToolContract(
     risk=Risk.READ_ONLY,
     input_model=DocumentInput,
     output_model=AliasResolution,
+    run_bound=RUN_CASE,
     observed_bound=frozenset({"document_id"}),
 )
 

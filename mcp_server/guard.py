@@ -24,11 +24,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 from starlette.requests import Request
 
-from actors.tracing import context_of, tracer
 from mcp_server.auth import (
     ASGIApp,
     Message,
@@ -47,6 +46,8 @@ from mcp_server.rpc import RESOURCES_READ, TOOLS_CALL, BodyRejected, Target, par
 from mcp_server.tokens import RESOURCE_READER, TaskClaims, TaskTokens, TokenInvalid
 
 log = logging.getLogger(__name__)
+_TRACER = trace.get_tracer("raydag.mcp_server")
+"""The OpenTelemetry API only: the process that hosts the server installs the SDK (its exporter)."""
 
 
 class TokenUses(Protocol):
@@ -107,8 +108,8 @@ class McpGuard:
             bytes(name).decode("latin-1"): bytes(value).decode("latin-1") for name, value in scope["headers"]
         }
         # The caller's trace context (a tool task's span) makes this the server side of that call.
-        with tracer().start_as_current_span(
-            "mcp request", context=context_of(headers), kind=SpanKind.SERVER
+        with _TRACER.start_as_current_span(
+            "mcp request", context=propagate.extract(headers), kind=SpanKind.SERVER
         ) as span:
             try:
                 await self._guarded(scope, receive, send)

@@ -74,7 +74,7 @@ def register_evidence(server: MCPServer, backend: Backend) -> None:
     async def read_policy(policy_id: str, version: str) -> str:
         uri = policy_uri(policy_id, version)
         claims = current_claims.get()
-        if claims is None or claims.tool != RESOURCE_READER:
+        if claims is None or claims.tool != RESOURCE_READER or claims.case_id is None:
             raise _not_found(uri)
         policy = await backend.repository().policy_of_case(
             claims.tenant_id, claims.case_id, policy_id, version
@@ -103,8 +103,11 @@ async def case_resources(backend: Backend, claims: TaskClaims) -> list[Resource]
     """The resources the token's case cites, limited to the token's scopes: what ``resources/list`` shows."""
     repository = backend.repository()
     found: list[Resource] = []
+    case_id = claims.case_id
+    if case_id is None:  # a token for a run over another kind of resource cites no case
+        return found
     try:
-        snapshot = await repository.case_snapshot(claims.tenant_id, claims.case_id)
+        snapshot = await repository.case_snapshot(claims.tenant_id, case_id)
     except CaseopsError:  # an unknown case lists nothing; the tools answer CASE_NOT_FOUND for it
         return found
     if SCOPE_CASES in claims.scopes:
@@ -114,7 +117,7 @@ async def case_resources(backend: Backend, claims: TaskClaims) -> list[Resource]
         uri = policy_uri(snapshot.policy_id, snapshot.policy_version)
         found.append(Resource(uri=uri, name=f"policy {snapshot.policy_id}", mime_type=JSON))
     if SCOPE_DOCUMENTS in claims.scopes:
-        for document in await repository.source_documents(claims.tenant_id, claims.case_id):
+        for document in await repository.source_documents(claims.tenant_id, case_id):
             found.append(
                 Resource(uri=document.source_ref, name=f"document {document.document_id}", mime_type=JSON)
             )

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Resource
 from starlette.applications import Starlette
 
-from actors.tracing import configure_tracing
 from mcp_server.auth import ASGIApp, current_claims
 from mcp_server.guard import McpGuard, is_loopback
 from mcp_server.limits import Admission, TenantLimits
@@ -131,8 +131,10 @@ class ToolServer:
     """
 
     def __init__(self, config: ToolServerConfig, extra_tools: Sequence[ToolBinding] = ()) -> None:
-        configure_tracing("raydag-mcp")
-        """``extra_tools`` are served beside caseops, behind the same token checks (benchmarks use this)."""
+        """``extra_tools`` are served beside caseops, behind the same token checks (benchmarks use this).
+
+        Its spans go through the OpenTelemetry API; the hosting process configures where they are exported.
+        """
         self._backend = Backend(config)
         bindings = [*caseops_bindings(self._backend), *extra_tools]
         self.mcp = _CaseopsServer(self._backend, bindings)
@@ -180,6 +182,11 @@ class ToolServer:
     def executions(self) -> dict[tuple[str, str, str], int]:
         """Calls that passed every check and queried data, by (tenant, case, tool): kept on the server's side."""
         return dict(self._backend.executions)
+
+    @property
+    def answered(self) -> Counter[str]:
+        """Calls a tool answered with a result (not a refusal), by task without its attempt (``run/node``)."""
+        return Counter(self._backend.answered)
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:

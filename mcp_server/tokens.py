@@ -2,10 +2,10 @@
 
 HS256 is pinned on both sides; ``iss`` and ``aud`` must match exactly; ``exp``/``nbf``/``iat`` are checked
 with ``LEEWAY_SECONDS`` of clock skew, and a token may not live longer than ``lifetime_seconds``. Tenant,
-subject, run, case and scopes travel only here, never in tool arguments.
+subject, run, resource and scopes travel only here, never in tool arguments.
 
 A token's ``tool`` claim names the one tool it may call, or ``RESOURCE_READER`` for a token that reads the
-evidence resources of its case (with the scopes it carries) and calls no tool.
+evidence resources of its run's resource (with the scopes it carries) and calls no tool.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import secrets
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ LEEWAY_SECONDS = 5
 LIFETIME_SECONDS = 60
 MIN_KEY_BYTES = 32
 RESOURCE_READER = "resources/read"
-"""The ``tool`` claim of a token that reads its case's resources instead of calling a tool."""
+"""The ``tool`` claim of a token that reads its run's MCP resources instead of calling a tool."""
 MAX_JTI_LENGTH = 128
 _REQUIRED_CLAIMS = [
     "iss",
@@ -36,7 +37,7 @@ _REQUIRED_CLAIMS = [
     "sub",
     "tenant_id",
     "task_id",
-    "case_id",
+    "resource",
     "tool",
     "scope",
     "iat",
@@ -58,7 +59,8 @@ class TaskClaims(BaseModel):
     sub: str
     tenant_id: str
     task_id: str
-    case_id: str
+    resource: dict[str, str]
+    """The run's resource (``{"case_id": "C-102"}``): what the call may be about."""
     tool: str
     """The one tool this token may call."""
     scope: str
@@ -70,6 +72,11 @@ class TaskClaims(BaseModel):
     @property
     def scopes(self) -> frozenset[str]:
         return frozenset(self.scope.split())
+
+    @property
+    def case_id(self) -> str | None:
+        """The caseops case the token is bound to, if its run's resource names one."""
+        return self.resource.get("case_id")
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ class TaskTokens:
         subject: str,
         tenant_id: str,
         task_id: str,
-        case_id: str,
+        resource: Mapping[str, str],
         tool: str,
         scopes: frozenset[str] | set[str],
         now: int | None = None,
@@ -103,7 +110,7 @@ class TaskTokens:
             "sub": subject,
             "tenant_id": tenant_id,
             "task_id": task_id,
-            "case_id": case_id,
+            "resource": dict(resource),
             "tool": tool,
             "scope": " ".join(sorted(scopes)),
             "iat": issued,

@@ -7,6 +7,7 @@ A refusal is a tool execution error (``isError``) whose ``structuredContent`` is
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,9 +31,12 @@ from mcp_server.contracts import (
     RESOLVE_DOCUMENT_ALIAS,
 )
 from mcp_server.tokens import TaskClaims
+from mcp_server.upstream import DATABASE, UPSTREAM_ERRORS
 
 if TYPE_CHECKING:
     from mcp_server.server import ToolServerConfig
+
+log = logging.getLogger(__name__)
 
 
 class ToolErrorCode(StrEnum):
@@ -53,6 +57,9 @@ class Backend:
     pool: asyncpg.Pool | None = None
     calls: Counter[str] = field(default_factory=Counter)
     executions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """Calls that reached their handler, by (tenant, case, tool)."""
+    answered: Counter[str] = field(default_factory=Counter)
+    """Calls the handler answered (a result, not a refusal), by task without its attempt: ``run/node``."""
 
     def live_pool(self) -> asyncpg.Pool:
         if self.pool is None:
@@ -63,8 +70,8 @@ class Backend:
         return CaseopsRepository(self.live_pool())
 
 
-def error_result(code: str, message: str) -> CallToolResult:
-    payload = {"error": {"code": code, "message": message}}
+def error_result(code: str, message: str, **detail: str) -> CallToolResult:
+    payload = {"error": {"code": code, "message": message, **detail}}
     return CallToolResult(
         content=[TextContent(type="text", text=canonical_json(payload))],
         structured_content=payload,
@@ -166,9 +173,18 @@ def guarded_tool(contract: ToolContract, handler: ToolHandler, backend: Backend)
                     ToolErrorCode.UPSTREAM_UNAVAILABLE, "the upstream system is unavailable; retry later"
                 )
             backend.executions[(claims.tenant_id, str(case_id), name)] += 1
-            return await handler(claims, args)
+            answer = await handler(claims, args)
         except CaseopsError as error:
             return error_result(error.code, error.message)
+        except UPSTREAM_ERRORS as exc:
+            log.warning("%s could not read the database (%s)", name, type(exc).__name__)
+            return error_result(
+                ToolErrorCode.UPSTREAM_UNAVAILABLE,
+                "the case database could not be reached; retry later",
+                upstream=DATABASE,
+            )
+        backend.answered[claims.task_id.rsplit("/", 1)[0]] += 1
+        return answer
 
     return Tool(
         fn=call,

@@ -1,4 +1,5 @@
-"""Planners: the conformance driver, and (later) model planners. Every plan they propose is untrusted."""
+"""Planners behind one protocol: the ``outputs`` planner, the model planner, and any named by import path (caseops'
+conformance planner is its toolset's, in ``mcp_server.planner``). Every plan they propose is untrusted."""
 
 from planner.base import (
     Final,
@@ -10,19 +11,15 @@ from planner.base import (
     Replan,
     ToolSpec,
 )
-from planner.conformance import ConformancePlanner, DocumentCheckResult, Outcome
 from planner.registry import BUILT_IN, MODEL_PLANNER, load_planners, unavailable_planners
 
 __all__ = [
     "BUILT_IN",
     "MODEL_PLANNER",
-    "ConformancePlanner",
-    "DocumentCheckResult",
     "Final",
     "JoinDecision",
     "NeedsHuman",
     "Observation",
-    "Outcome",
     "Planner",
     "PlanningContext",
     "Replan",

@@ -19,10 +19,13 @@ class ToolSpec:
     name: str
     description: str
     input_schema: Mapping[str, Any]
+    run_bound: Mapping[str, str] = field(default_factory=dict)
+    """Each input bound to the run's resource, with the resource key it must carry."""
 
     @classmethod
     def of(cls, contract: ToolContract) -> ToolSpec:
-        return cls(contract.name, contract.description, contract.input_schema)
+        bound = {binding.field: binding.resource_key for binding in contract.run_bindings}
+        return cls(contract.name, contract.description, contract.input_schema, bound)
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,8 @@ class PlannerContractViolation(RaydagError):
 class PlanningContext:
     """Everything a planner may know about a run. Tenant, subject, credentials and budgets are absent by design."""
 
-    case_id: str
+    resource: Mapping[str, str]
+    """What the run is about (``{"case_id": "C-102"}``): the values its run-bound arguments must carry."""
     goal: str
     tools: Sequence[ToolSpec]
     round: int = 1

@@ -18,6 +18,7 @@ from openai import AsyncOpenAI
 from pydantic import BaseModel, ValidationError
 
 from dag.states import StopReason
+from planner.answer import Answer
 from planner.base import (
     Final,
     JoinDecision,
@@ -29,7 +30,6 @@ from planner.base import (
     Replan,
     Usage,
 )
-from planner.conformance import DocumentCheckResult
 from planner.context import joiner_input, planner_input
 from planner.stream import PlanNodeStream
 from planner.strict_schema import from_model_plan, join_schema, plan_schema
@@ -50,6 +50,8 @@ class OpenAISettings:
     output_usd_per_mtok: float = 1.60
     max_retries: int = 3
     timeout_s: float = 60.0
+    answer_model: str | None = None
+    """``package.module:Model`` (a pydantic model) the final answer must fit; ``None``: ``planner.answer.Answer``."""
 
 
 class OpenAIPlanner:
@@ -60,7 +62,7 @@ class OpenAIPlanner:
         settings: OpenAISettings,
         *,
         client: AsyncOpenAI | None = None,
-        result_model: type[BaseModel] = DocumentCheckResult,
+        result_model: type[BaseModel] = Answer,
     ) -> None:
         self._settings = settings
         self.streaming = settings.streaming
@@ -70,7 +72,7 @@ class OpenAIPlanner:
             max_retries=settings.max_retries,
             timeout=settings.timeout_s,
         )
-        self._result_model = result_model
+        self.result_model = result_model
 
     async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
         schema = plan_schema(context.tools)
@@ -105,7 +107,7 @@ class OpenAIPlanner:
             raise PlannerContractViolation("the plan stream ended before the plan was complete")
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
-        schema = join_schema(self._result_model.model_json_schema())
+        schema = join_schema(self.result_model.model_json_schema())
         answer = await self._structured(context, joiner_input(context, observations), JOIN_FORMAT, schema)
         reason = str(answer["reason"])
         match answer["decision"]:
@@ -113,7 +115,7 @@ class OpenAIPlanner:
                 if answer["result"] is None:
                     raise PlannerContractViolation("a final decision without a result")
                 try:
-                    result = self._result_model.model_validate(answer["result"]).model_dump(mode="json")
+                    result = self.result_model.model_validate(answer["result"]).model_dump(mode="json")
                 except ValidationError as exc:
                     raise PlannerContractViolation(
                         f"the final result breaks its model: {exc.error_count()} errors"

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
+from typing import Any
 
+from pydantic import BaseModel
+
+from planner.answer import Answer
 from planner.base import Planner
-from planner.conformance import ConformancePlanner
 from planner.openai_planner import OpenAIPlanner, OpenAISettings
+from planner.outputs import OutputsPlanner
 
-BUILT_IN: dict[str, type[Planner]] = {"conformance": ConformancePlanner}
+BUILT_IN: dict[str, type[Planner]] = {"outputs": OutputsPlanner}
 MODEL_PLANNER = "openai"
 
 
@@ -25,13 +29,20 @@ def load_planners(extra: Iterable[str] = (), openai: OpenAISettings | None = Non
     configured, and ``extra`` ``"package.module:ClassName"`` paths."""
     planners: dict[str, Planner] = {name: cls() for name, cls in BUILT_IN.items()}
     if openai is not None:
-        planners[MODEL_PLANNER] = OpenAIPlanner(openai)
+        answer = Answer if openai.answer_model is None else _imported(openai.answer_model, "answer model")
+        if not (isinstance(answer, type) and issubclass(answer, BaseModel)):
+            raise ValueError(f"answer model {openai.answer_model!r} is not a pydantic model")
+        planners[MODEL_PLANNER] = OpenAIPlanner(openai, result_model=answer)
     for path in extra:
-        module_name, _, class_name = path.partition(":")
-        if not module_name or not class_name:
-            raise ValueError(f"planner {path!r} is not 'package.module:ClassName'")
-        planner: Planner = getattr(importlib.import_module(module_name), class_name)()
+        planner: Planner = _imported(path, "planner")()
         if planner.name in planners:
             raise ValueError(f"planner name {planner.name!r} of {path!r} is already taken")
         planners[planner.name] = planner
     return planners
+
+
+def _imported(path: str, what: str) -> Any:
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"{what} {path!r} is not 'package.module:Name'")
+    return getattr(importlib.import_module(module_name), attribute)

@@ -182,7 +182,7 @@ def join_schema(result_schema: Mapping[str, Any]) -> dict[str, Any]:
             "result": {"anyOf": [result, {"type": "null"}]},
             "citations": {
                 "type": "array",
-                "description": "Every evidence ref, document code and id the result states, as observed.",
+                "description": "Every identifier, reference and value the result states, as a tool output has it.",
                 "items": {"type": "string"},
             },
         },

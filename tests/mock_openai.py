@@ -1,7 +1,8 @@
 """An OpenAI-compatible Responses endpoint on loopback, scripted by a test, answering with realistic payloads.
 
-Each ``POST /v1/responses`` takes the next scripted step: a JSON response, an SSE stream (paced), or an
-HTTP error. Every request body is kept, so tests can pin the exact wire format raydag sends.
+Each ``POST /v1/responses`` takes the next scripted step: a JSON response, one computed from the request, an
+SSE stream (paced, or held until a condition), or an HTTP error. Every request body is kept, so tests can pin
+the exact wire format raydag sends.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +100,21 @@ class Stream:
     tokens: tuple[int, int] = (812, 164)
     first_token_s: float = 0.0
     """How long the model takes before the first delta (time to first token)."""
+    hold_after: int | None = None
+    """Send this many chunks, then hold the rest until ``release()`` is true (at most ``HOLD_LIMIT_S``)."""
+    release: Callable[[], bool] | None = None
+
+
+HOLD_LIMIT_S = 20.0
+"""How long a held stream waits for its release before it sends the rest anyway (and records that)."""
+
+
+@dataclass
+class Reply:
+    """An answer computed from the request it answers: a model that acts on what it was sent."""
+
+    answer: Callable[[dict[str, Any]], Any]
+    """The request body in, the JSON value the model writes out."""
 
 
 @dataclass
@@ -109,13 +125,15 @@ class Fail:
     )
 
 
-Step = Json | Stream | Fail
+Step = Json | Stream | Reply | Fail
 
 
 class MockModel:
     def __init__(self) -> None:
         self.script: list[Step] = []
         self.requests: list[dict[str, Any]] = []
+        self.releases: list[bool] = []
+        """For each held stream: whether its release came (``False``: it gave up waiting)."""
         self._http = BackgroundServer()
         self.url = self._http.url + "/v1"
 
@@ -133,7 +151,8 @@ class MockModel:
         self.answer(Json(response_body(json.dumps(value), **kwargs)))
 
     async def _respond(self, request: Request) -> Response:
-        self.requests.append(await request.json())
+        body = await request.json()
+        self.requests.append(body)
         if not self.script:
             return JSONResponse({"error": {"message": "the test scripted no more answers"}}, status_code=500)
         step = self.script.pop(0)
@@ -141,6 +160,8 @@ class MockModel:
             case Json():
                 await asyncio.sleep(step.delay_s)
                 return JSONResponse(step.body)
+            case Reply():
+                return JSONResponse(response_body(json.dumps(step.answer(body))))
             case Fail():
                 return JSONResponse(step.body, status_code=step.status, headers={"retry-after-ms": "10"})
             case Stream():
@@ -171,7 +192,9 @@ class MockModel:
             part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
         )
         await asyncio.sleep(step.first_token_s)
-        for chunk in step.chunks:
+        for index, chunk in enumerate(step.chunks):
+            if index == step.hold_after:
+                self.releases.append(await _released(step))
             if step.pace_s:
                 await asyncio.sleep(step.pace_s)
             yield event(
@@ -195,3 +218,13 @@ class MockModel:
         )
         yield event("response.output_item.done", output_index=0, item=final["output"][0])
         yield event("response.completed", response=final)
+
+
+async def _released(step: Stream) -> bool:
+    assert step.release is not None, "a held stream needs a release condition"
+    deadline = asyncio.get_running_loop().time() + HOLD_LIMIT_S
+    while not step.release():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True

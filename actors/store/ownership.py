@@ -48,14 +48,18 @@ class Leases:
 
         return await retrying(update, window_s=RUN_WINDOW_S, what="lease renewal")
 
-    async def claim_orphans(self, *, driving: Collection[str], limit: int = 50) -> list[Claim]:
-        """Take over live runs nobody drives: this owner's own (after a restart), or any whose lease lapsed."""
+    async def claim_orphans(
+        self, *, driving: Collection[str], serving: Collection[str] | None = None, limit: int = 50
+    ) -> list[Claim]:
+        """Take over live runs nobody drives: this owner's own (after a restart), or any whose lease lapsed,
+        among those whose tools are all in ``serving`` (``None``: whatever their tools)."""
         rows = await self._pool.fetch(
             """WITH orphan AS (
                    SELECT run_id, owner FROM runs
                    WHERE finished_at IS NULL
                      AND NOT (run_id = ANY($3::uuid[]))
                      AND (owner = $1 OR owner IS NULL OR lease_expires_at < now())
+                     AND ($5::text[] IS NULL OR tools IS NULL OR tools <@ $5::text[])
                    ORDER BY created_at
                    LIMIT $4
                    FOR UPDATE SKIP LOCKED
@@ -67,5 +71,6 @@ class Leases:
             self.lease_s,
             [uuid.UUID(run_id) for run_id in driving],
             limit,
+            sorted(serving) if serving is not None else None,
         )
         return [Claim(str(row["run_id"]), row["previous_owner"]) for row in rows]

@@ -1,13 +1,23 @@
-"""Retrying idempotent statements across dropped connections and a database restart."""
+"""Retrying idempotent statements across dropped connections and a database restart, within deadlines."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 import asyncpg
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    stop_before_delay,
+    wait_exponential_jitter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,22 +38,54 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 """Failures that say nothing about the statement, only that the server could not be reached."""
 
-REQUEST_WINDOW_S = 2.0
-"""A client is waiting: give up quickly and answer 503 rather than hang."""
+REQUEST_DEADLINE_S = 1.5
+"""All the waiting one API request may do on PostgreSQL and the supervisor, together, before it answers 503:
+the README promises that answer within two seconds."""
+REQUEST_WINDOW_S = 1.0
+"""A client is waiting: give up on one statement quickly (within the request's deadline, where one is set)."""
 RUN_WINDOW_S = 60.0
 """A run is in the middle of a transition: ride out a database restart."""
+
+_deadline: ContextVar[float | None] = ContextVar("raydag_request_deadline", default=None)
 
 
 class DatabaseUnavailable(Exception):
     """PostgreSQL could not be reached within the retry window."""
 
 
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Statements retried with ``REQUEST_WINDOW_S`` inside this block end, all together, within ``seconds``:
+    one budget for a request however many statements it makes. A nested block starts a budget of its own."""
+    token = _deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def remaining_s() -> float:
+    """What is left of the current deadline (``REQUEST_DEADLINE_S`` where none is set), never below zero."""
+    end = _deadline.get()
+    return REQUEST_DEADLINE_S if end is None else max(0.0, end - time.monotonic())
+
+
 async def retrying(operation: Callable[[], Awaitable[_T]], *, window_s: float, what: str) -> _T:
-    """Run ``operation`` (which must be idempotent) until it succeeds or ``window_s`` passes."""
+    """Run ``operation`` (which must be idempotent) until it succeeds or ``window_s`` passes.
+
+    The window bounds each attempt too, so a connection attempt or a statement that hangs on a server that
+    does not answer ends with it. A request's statements (``window_s <= REQUEST_WINDOW_S``) also end by the
+    request's ``deadline``; a run's transitions (``RUN_WINDOW_S``) never do: they outlive requests.
+    """
+    end = time.monotonic() + window_s
+    request_end = _deadline.get()
+    if request_end is not None and window_s <= REQUEST_WINDOW_S:
+        end = min(end, request_end)
     retry = AsyncRetrying(
-        stop=stop_after_delay(window_s),
+        stop=stop_before_delay(max(0.0, end - time.monotonic())),
         wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.1),
-        retry=retry_if_exception_type(CONNECTION_ERRORS),
+        # A timed-out attempt used the window up (TimeoutError is an OSError, one of CONNECTION_ERRORS).
+        retry=retry_if_exception_type(CONNECTION_ERRORS) & retry_if_not_exception_type(TimeoutError),
         reraise=True,
     )
     try:
@@ -55,9 +97,34 @@ async def retrying(operation: Callable[[], Awaitable[_T]], *, window_s: float, w
                         what,
                         attempt.retry_state.attempt_number,
                     )
-                return await operation()
+                return await within(operation, max(0.0, end - time.monotonic()))
     except CONNECTION_ERRORS as exc:
         raise DatabaseUnavailable(
             f"{what}: PostgreSQL unreachable for {window_s:g}s ({type(exc).__name__})"
         ) from exc
     raise AssertionError("unreachable")  # pragma: no cover - tenacity either returns or raises
+
+
+async def within(operation: Callable[[], Awaitable[_T]], seconds: float) -> _T:
+    """``operation``'s result, or ``TimeoutError`` once ``seconds`` pass.
+
+    Not ``asyncio.timeout``: a statement cancelled on a server that does not answer waits, while its
+    connection goes back to the pool, for a cancel request that hangs as well. The attempt is left to
+    finish cancelling in the background instead, and the caller gets its answer on time.
+    """
+    task = asyncio.ensure_future(operation())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    task.add_done_callback(_forget)
+    raise TimeoutError(f"no answer within {seconds:.2f}s")
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("an abandoned database attempt ended with %r", task.exception())

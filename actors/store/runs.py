@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -31,6 +31,11 @@ from dag.fingerprint import sha256_hex
 from dag.policy import Principal
 from dag.run_state import RunState
 from dag.states import NodeStatus
+
+MAX_SEQ = 2**31 - 1
+"""The largest event sequence number: ``run_events.seq`` is a PostgreSQL ``integer``. A run records a few
+events per node and has at most 10,000 nodes, so a cursor past this names nothing: the API refuses it as input
+rather than widening the largest table's key."""
 
 
 class Creation(StrEnum):
@@ -62,20 +67,18 @@ class RunStore:
         """One round trip to the database, without retries: raises if it does not answer."""
         await self._pool.fetchval("SELECT 1")
 
-    async def case_exists(self, tenant_id: str, case_id: str) -> bool:
-        async def query() -> bool:
-            return bool(
-                await self._pool.fetchval(
-                    "SELECT 1 FROM cases WHERE tenant_id = $1 AND case_id = $2 LIMIT 1", tenant_id, case_id
-                )
-            )
-
-        return await retrying(query, window_s=REQUEST_WINDOW_S, what="case lookup")
-
     async def create_run(
-        self, created: RunCreated, *, idempotency_key: str | None, request_hash: str
+        self,
+        created: RunCreated,
+        *,
+        idempotency_key: str | None,
+        request_hash: str,
+        tools: Collection[str] | None = None,
     ) -> tuple[Creation, str]:
         """Insert the run and its first event, or find the run an idempotency key already names.
+
+        ``tools`` are those the run is offered: only a supervisor serving all of them adopts it (``None``:
+        any supervisor).
 
         Concurrent requests with one key serialize on the unique index: exactly one inserts, the others
         wait for its commit and then read it. Safe to retry: a repeated insert finds its own run.
@@ -86,15 +89,15 @@ class RunStore:
                 run_id = await connection.fetchval(
                     """INSERT INTO runs (run_id, tenant_id, subject, scopes, case_id, goal, planner, status,
                                          idempotency_key, request_hash, last_seq, created_at, updated_at,
-                                         owner, lease_expires_at)
+                                         owner, lease_expires_at, resource, tools)
                        VALUES ($1, $2, $3, $10, $4, $5, $6, 'pending', $7, $8, 1, $9, $9,
-                               $11, now() + make_interval(secs => $12))
+                               $11, now() + make_interval(secs => $12), $13, $14)
                        ON CONFLICT DO NOTHING
                        RETURNING run_id""",
                     uuid.UUID(created.run_id),
                     created.tenant_id,
                     created.subject,
-                    created.case_id,
+                    created.resource.get("case_id"),
                     created.goal,
                     created.planner,
                     idempotency_key,
@@ -103,6 +106,8 @@ class RunStore:
                     list(created.scopes),
                     self.owner,
                     self.lease_s,
+                    dict(created.resource),
+                    sorted(tools) if tools is not None else None,
                 )
                 if run_id is not None:
                     await connection.execute(
@@ -202,7 +207,8 @@ class RunStore:
             "type": "run.finished",
             "run_id": str(run_id),
             "tenant_id": state.principal.tenant_id,
-            "case_id": state.case_id,
+            "resource": dict(state.resource),
+            "case_id": state.resource.get("case_id"),
             "status": finished.status.value,
             "stop_reason": finished.stop_reason.value if finished.stop_reason else None,
             "result": finished.result,
@@ -216,7 +222,12 @@ class RunStore:
             state.principal.tenant_id,
             state.principal.subject,
             f"run.{finished.status.value}",
-            {"stop_reason": payload["stop_reason"], "detail": finished.detail, "case_id": state.case_id},
+            {
+                "stop_reason": payload["stop_reason"],
+                "detail": finished.detail,
+                "resource": payload["resource"],
+                "case_id": payload["case_id"],
+            },
             finished.at,
         )
         await connection.execute(
@@ -231,24 +242,28 @@ class RunStore:
     async def _write_ledger(
         self, connection: asyncpg.Connection, run_id: uuid.UUID, state: RunState, events: Sequence[RunEvent]
     ) -> None:
-        """One ledger row per attempt: opened at dispatch (or refusal), closed by the attempt's outcome."""
+        """One ledger row per attempt: opened at dispatch (or refusal), closed by the attempt's outcome.
+
+        One statement per kind for the whole append: a step dispatching 16 nodes is one round trip, not 16."""
+        opened: list[tuple[Any, ...]] = []
+        closed: list[tuple[Any, ...]] = []
+        cancelled: list[tuple[Any, ...]] = []
         for event in events:
             match event:
                 case NodeDispatched() | NodeDenied():
                     dispatched = isinstance(event, NodeDispatched)
-                    await connection.execute(
-                        """INSERT INTO tool_ledger (run_id, node_id, attempt, tool, fingerprint, args_hash,
-                                                    decision, status, dispatched_at)
-                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
-                        run_id,
-                        event.node_id,
-                        event.attempt if isinstance(event, NodeDispatched) else 1,
-                        event.tool,
-                        event.fingerprint,
-                        sha256_hex(event.args),
-                        event.decision.model_dump(mode="json"),
-                        NodeStatus.RUNNING.value if dispatched else NodeStatus.DENIED.value,
-                        event.at,
+                    opened.append(
+                        (
+                            run_id,
+                            event.node_id,
+                            event.attempt if isinstance(event, NodeDispatched) else 1,
+                            event.tool,
+                            event.fingerprint,
+                            sha256_hex(event.args),
+                            event.decision.model_dump(mode="json"),
+                            NodeStatus.RUNNING.value if dispatched else NodeStatus.DENIED.value,
+                            event.at,
+                        )
                     )
                 case NodeSucceeded() | NodeFailed() | NodeRetryScheduled():
                     status = NodeStatus.SUCCEEDED if isinstance(event, NodeSucceeded) else NodeStatus.FAILED
@@ -258,29 +273,31 @@ class RunStore:
                         if isinstance(event, NodeRetryScheduled)
                         else state.nodes[event.node_id].attempts
                     )
-                    await connection.execute(
-                        """UPDATE tool_ledger SET status = $4, error = $5, started_at = $6, finished_at = $7
-                           WHERE run_id = $1 AND node_id = $2 AND attempt = $3 AND status = $8""",
-                        run_id,
-                        event.node_id,
-                        attempt,
-                        status.value,
-                        error,
-                        event.started_at,
-                        event.finished_at,
-                        NodeStatus.RUNNING.value,
-                    )
+                    row = (run_id, event.node_id, attempt, status.value, error, event.started_at)
+                    closed.append((*row, event.finished_at, NodeStatus.RUNNING.value))
                 case RunFinished():
-                    await connection.execute(
-                        """UPDATE tool_ledger SET status = $3, finished_at = $2
-                           WHERE run_id = $1 AND status = $4""",
-                        run_id,
-                        event.at,
-                        NodeStatus.CANCELLED.value,
-                        NodeStatus.RUNNING.value,
-                    )
+                    cancelled.append((run_id, event.at, NodeStatus.CANCELLED.value, NodeStatus.RUNNING.value))
                 case _:
                     pass
+        # In event order: a row is opened before an outcome in the same append closes it.
+        if opened:
+            await connection.executemany(
+                """INSERT INTO tool_ledger (run_id, node_id, attempt, tool, fingerprint, args_hash,
+                                            decision, status, dispatched_at)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
+                opened,
+            )
+        if closed:
+            await connection.executemany(
+                """UPDATE tool_ledger SET status = $4, error = $5, started_at = $6, finished_at = $7
+                   WHERE run_id = $1 AND node_id = $2 AND attempt = $3 AND status = $8""",
+                closed,
+            )
+        if cancelled:
+            await connection.executemany(
+                """UPDATE tool_ledger SET status = $3, finished_at = $2 WHERE run_id = $1 AND status = $4""",
+                cancelled,
+            )
 
     async def run_status(self, run_id: str) -> str | None:
         try:
@@ -305,8 +322,8 @@ class RunStore:
             return None
         row = await retrying(
             lambda: self._pool.fetchrow(
-                """SELECT run_id, tenant_id, case_id, goal, planner, status, stop_reason, detail, result, plan,
-                          created_at, updated_at, finished_at, last_seq, pruned_at
+                """SELECT run_id, tenant_id, resource, case_id, goal, planner, status, stop_reason, detail, result,
+                          plan, created_at, updated_at, finished_at, last_seq, pruned_at
                    FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]""",
                 key,
                 principal.tenant_id,

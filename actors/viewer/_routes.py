@@ -13,7 +13,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from actors.store.runs import RunStore
+from actors.api import problem_responses
+from actors.store.runs import MAX_SEQ, RunStore
 from actors.viewer._graph import Edge, run_edges
 from actors.viewer._stream import StreamLimits, run_event_stream
 from actors.views import load_state
@@ -22,7 +23,28 @@ from dag.policy import Principal
 ReadableRun = Callable[[Principal, str], Awaitable[dict[str, Any]]]
 """Returns the run's summary row if the principal may read its history; raises the API's 404/410 problem."""
 
-LastEventId = Annotated[str | None, Header(alias="Last-Event-ID", pattern=r"^[0-9]{1,18}$")]
+LastEventId = Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)]
+EventCursor = Annotated[int, Query(ge=0, le=MAX_SEQ)]
+EVENT_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The run's events as server-sent events, live.",
+        # Each message: ``id`` (the event's seq), ``event`` (its kind), ``data`` (the event as /events shows it).
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "event": {"type": "string"},
+                        "data": {"type": "string"},
+                    },
+                    "required": ["id", "event", "data"],
+                }
+            }
+        },
+    },
+    **problem_responses(401, 404, 410, 422, 503),
+}
 
 
 @dataclass(frozen=True)
@@ -87,21 +109,21 @@ def viewer_router(
         URL fragment (never sent here) and fetches the run with it."""
         return HTMLResponse(page.html, headers=page.headers)
 
-    @router.get("/runs/{run_id}/edges")
+    @router.get("/runs/{run_id}/edges", responses=problem_responses(401, 404, 410, 503))
     async def get_edges(run_id: str, principal: Principal = caller) -> list[Edge]:
         row = await readable_run(principal, run_id)
         return run_edges(await load_state(store(), str(row["run_id"])))
 
-    @router.get("/runs/{run_id}/stream", response_class=StreamingResponse)
+    @router.get("/runs/{run_id}/stream", response_class=StreamingResponse, responses=EVENT_STREAM_RESPONSES)
     async def stream_events(
         run_id: str,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: EventCursor = 0,
         last_event_id: LastEventId = None,
         principal: Principal = caller,
     ) -> StreamingResponse:
         """The run's events after ``Last-Event-ID`` (or ``after``) as ``text/event-stream``, live."""
         row = await readable_run(principal, run_id)
-        start = int(last_event_id) if last_event_id is not None else after
+        start = last_event_id if last_event_id is not None else after
         events = run_event_stream(store, principal, str(row["run_id"]), start, stream_limits)
         return StreamingResponse(
             events,

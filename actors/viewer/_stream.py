@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actors.store.resilience import DatabaseUnavailable
+from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, deadline
 from actors.store.runs import RunStore
 from actors.views import event_view
 from dag.events import RunFinished
@@ -44,20 +44,23 @@ async def run_event_stream(
     """The run's events after seq ``after``, as they are recorded; ends after ``run_finished``, when the run
     becomes unreadable (retention), when the database is unreachable, or after ``limits.max_duration_s``."""
     yield f"retry: {limits.retry_ms}\n\n"
-    deadline = time.monotonic() + limits.max_duration_s
+    ends_at = time.monotonic() + limits.max_duration_s
     last_write = time.monotonic()
     seen = after
     try:
-        while time.monotonic() < deadline:
-            row = await store().run_row(principal, run_id)
-            if row is None or row["pruned_at"] is not None:
-                return
-            if row["last_seq"] > seen:
-                for stored in await store().events(run_id, after=seen):
-                    yield sse_message(event_view(stored))
-                    seen = stored.seq
-                    if isinstance(stored.event, RunFinished):
-                        return
+        while time.monotonic() < ends_at:
+            # Each poll has a request's budget for the database of its own: the stream itself lasts minutes.
+            with deadline(REQUEST_DEADLINE_S):
+                row = await store().run_row(principal, run_id)
+                if row is None or row["pruned_at"] is not None:
+                    return
+                batch = await store().events(run_id, after=seen) if row["last_seq"] > seen else []
+            for stored in batch:
+                yield sse_message(event_view(stored))
+                seen = stored.seq
+                if isinstance(stored.event, RunFinished):
+                    return
+            if batch:
                 last_write = time.monotonic()
             elif row["finished_at"] is not None:
                 return  # the client already has every event, run_finished included

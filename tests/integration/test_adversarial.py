@@ -16,7 +16,7 @@ import pytest
 
 from actors.store.database import create_pool
 from actors.store.runs import RunStore
-from actors.store.seed import SeedData, load_seed
+from mcp_server.seed import SeedData, load_seed
 from tests.integration.conftest import DEMO_KEY, NO_DOCUMENTS_KEY, RunningToolServer, auth
 
 SNAP = "caseops_get_case_snapshot"
@@ -156,9 +156,8 @@ CORPUS = [
         http=INVALID,
         plan_error="TOO_MANY_NODES",
     ),
-    Case(
-        "deep-nesting", plan(node("a", args={"deep": nested(200)})), http=INVALID, plan_error="MALFORMED_PLAN"
-    ),
+    # Refused on the raw body before anything parses it: one nesting limit (MAX_JSON_DEPTH) for any depth.
+    Case("deep-nesting", plan(node("a", args={"deep": nested(200)})), http=(413, "body-too-deep")),
     Case(
         "args-not-an-object",
         plan({"id": "a", "tool": SNAP, "args": ["C-102"]}),

@@ -176,12 +176,12 @@ def test_requests_without_a_valid_api_key_are_401(client: httpx.Client, headers:
 @pytest.mark.parametrize(
     ("body", "location"),
     [
-        ({}, "/body/case_id"),
+        ({}, "/body"),  # neither resource nor its case_id shorthand: the body as a whole is wrong
         ({"case_id": "C-102", "tenant_id": "tenant-other"}, "/body/tenant_id"),
         ({"case_id": "C 102; DROP"}, "/body/case_id"),
         ({"case_id": "C-102", "plan": "not an object"}, "/body/plan"),
     ],
-    ids=["missing-case", "tenant-in-body", "bad-case-id", "plan-not-object"],
+    ids=["missing-resource", "tenant-in-body", "bad-case-id", "plan-not-object"],
 )
 def test_malformed_bodies_are_422_problems_naming_the_field(
     client: httpx.Client, body: dict[str, Any], location: str
@@ -328,3 +328,64 @@ def test_a_budget_that_is_not_a_budget_is_a_422(client: httpx.Client) -> None:
 
 def test_unknown_routes_are_problem_json(client: httpx.Client) -> None:
     assert_problem(client.get("/nope"), 404, "http-error")
+
+
+# ---------------------------------------------------------------- runs over any resource
+
+
+def test_a_resource_naming_the_case_runs_exactly_as_the_case_id_shorthand(client: httpx.Client) -> None:
+    key = f"resource-{uuid.uuid4()}"
+    run = start_run(client, {"resource": {"case_id": "C-102"}}, **{"Idempotency-Key": key})
+    shorthand = start_run(client, {"case_id": "C-102"}, **{"Idempotency-Key": key})
+    both = start_run(
+        client, {"case_id": "C-102", "resource": {"case_id": "C-102"}}, **{"Idempotency-Key": key}
+    )
+
+    assert run.status_code == 201, run.text
+    assert run.json()["result"] == C102_RESULT
+    assert run.json()["resource"] == {"case_id": "C-102"}
+    assert run.json()["case_id"] == "C-102"  # still there for clients written before resources
+    assert (shorthand.status_code, both.status_code) == (200, 200)  # the same request: replays
+    assert shorthand.json()["run_id"] == both.json()["run_id"] == run.json()["run_id"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"case_id": "C-102", "resource": {"case_id": "C-101"}}, id="case-and-resource-disagree"),
+        pytest.param({"case_id": "C-102", "resource": {"root": "/srv"}}, id="case-beside-another-resource"),
+        pytest.param({"goal": "no resource at all"}, id="neither"),
+        pytest.param({"resource": {}}, id="empty"),
+        pytest.param({"resource": {f"k{index}": "v" for index in range(17)}}, id="too-many-keys"),
+        pytest.param({"resource": {"case_id": 102}}, id="not-a-string"),
+        pytest.param({"resource": {"case id": "C-102"}}, id="key-off-the-pattern"),
+        pytest.param({"resource": {"k" * 65: "C-102"}}, id="key-too-long"),
+        pytest.param({"resource": {"case_id": "C-102\u0000"}}, id="nul-in-a-value"),
+    ],
+)
+def test_a_resource_of_the_wrong_shape_is_a_422_that_starts_nothing(
+    client: httpx.Client, body: dict[str, Any]
+) -> None:
+    assert_problem(start_run(client, body), 422, "invalid-request")
+
+
+def test_a_resource_key_no_tool_uses_is_a_422_naming_the_key(client: httpx.Client) -> None:
+    response = start_run(client, {"resource": {"case_id": "C-102", "repo": "raydag"}})
+
+    problem = assert_problem(response, 422, "resource-mismatch")
+    assert problem["unused"] == ["repo"]
+    assert "'repo'" in problem["detail"]
+
+
+def test_a_plan_whose_tool_needs_a_key_the_resource_lacks_is_a_422_naming_the_key(
+    client: httpx.Client, tool_server: RunningToolServer
+) -> None:
+    plan = {"nodes": [{"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": "C-102"}}]}
+    calls_before = sum(tool_server.server.calls.values())
+
+    response = start_run(client, {"resource": {"root": "/srv/reports"}, "plan": plan})
+
+    problem = assert_problem(response, 422, "resource-mismatch")
+    assert problem["missing"] == {"case_id": ["caseops_get_case_snapshot"]}
+    assert "'case_id'" in problem["detail"]
+    assert sum(tool_server.server.calls.values()) == calls_before

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_HOME
-from tests.integration.test_cli import environment, raydag
+from tests.integration.test_cli import environment, home_fixture, raydag
 
 WIDE = "200"  # COLUMNS for the subprocess: one table row per line
 
 
-@pytest.fixture
-def home(request: pytest.FixtureRequest) -> Path:
-    path = TEST_HOME / "batch" / request.node.name
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    return path
+home = home_fixture("batch")
 
 
 def table_row(output: str, case_id: str) -> list[str]:
@@ -126,3 +119,24 @@ def test_batch_of_a_malformed_file_names_the_line_or_element_and_exits_2(
     assert "invalid batch file" in done.stderr
     assert names in done.stderr
     assert not (home / "batch-report.json").exists()
+
+
+def test_error_lines_are_never_wrapped_or_cut_however_long_the_path(home: Path) -> None:
+    """stderr is not a terminal: every message stays one line, at any width (here COLUMNS=40)."""
+    deep = home / ("a-directory-with-a-long-name-" * 4) / ("and-another-one-" * 5)
+    deep.mkdir(parents=True)
+    cases = deep / "twice.txt"
+    cases.write_text("C-101\nC-102\nC-101\n")
+    missing = deep / "missing.txt"
+    env = environment(home, COLUMNS="40")
+
+    malformed = raydag("batch", str(cases), env=env, timeout=60)
+    absent = raydag("batch", str(missing), env=env, timeout=60)
+
+    assert malformed.returncode == 2
+    expected = f"invalid batch file: {cases}: line 3: C-101 is listed twice (first at line 1)"
+    assert expected in malformed.stderr.splitlines(), malformed.stderr
+    assert absent.returncode == 2
+    assert any(str(missing) in line and "does not exist" in line for line in absent.stderr.splitlines()), (
+        absent.stderr
+    )

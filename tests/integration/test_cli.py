@@ -10,9 +10,11 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors.ports import can_bind_beside
 from tests.conftest import REPO, TEST_HOME
 from tests.loopback import free_port, wait_until_ok
 
@@ -25,18 +27,37 @@ def raydag(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.
     )
 
 
+LEAKED_BY_RAY = ("PYTHONBREAKPOINT",)
+"""Set in this process's environment by the session's ``ray.init`` (with ``RAY_AUTH_MODE``, ``RAY_CLIENT_MODE``)."""
+
+
 def environment(home: Path, **extra: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("RAYDAG_", "RAY_ADDRESS"))}
+    """This process's environment without raydag's and Ray's settings (the session's Ray adds some), plus
+    ``RAYDAG_HOME=home`` and ``extra``: a command under test is configured by what the test says alone."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("RAYDAG_", "RAY_")) and key not in LEAKED_BY_RAY
+    }
     env.update(RAYDAG_HOME=str(home), RAY_USAGE_STATS_ENABLED="0", **extra)
     return env
 
 
-@pytest.fixture
-def home(request: pytest.FixtureRequest) -> Path:
-    path = TEST_HOME / "cli" / request.node.name
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    return path
+def home_fixture(group: str) -> Any:
+    """A ``home`` fixture: an empty ``RAYDAG_HOME`` per test, ``.raydag-test/GROUP/TEST``, kept afterwards
+    (its logs are what a failure is read from)."""
+
+    @pytest.fixture
+    def home(request: pytest.FixtureRequest) -> Path:
+        path = TEST_HOME / group / request.node.name
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    return home
+
+
+home = home_fixture("cli")
 
 
 def test_run_prints_the_run_as_json_and_exits_zero(dsn: str, home: Path) -> None:
@@ -62,6 +83,40 @@ def test_run_of_an_unknown_case_says_how_to_load_data_and_exits_2(dsn: str, home
     assert "raydag seed" in done.stderr
 
 
+def test_run_over_a_resource_given_as_key_value_runs_that_resource(dsn: str, home: Path) -> None:
+    done = raydag(
+        "run", "--resource", "case_id=C-102", "--json", env=environment(home, RAYDAG_DATABASE_URL=dsn)
+    )
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["run"]["resource"] == {"case_id": "C-102"}
+    assert report["run"]["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+
+
+def test_run_over_a_resource_no_tool_uses_names_the_key_and_exits_2(dsn: str, home: Path) -> None:
+    done = raydag("run", "--resource", "root=/srv/reports", env=environment(home, RAYDAG_DATABASE_URL=dsn))
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "'root'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["--resource", "no-equals-sign"], id="not-key-value"),
+        pytest.param(["--resource", "case_id=C-1", "--resource", "case_id=C-2"], id="a-key-twice"),
+        pytest.param(["C-102", "--resource", "case_id=C-101"], id="case-and-resource-disagree"),
+        pytest.param([], id="nothing-named"),
+    ],
+)
+def test_run_with_a_malformed_resource_exits_2_before_starting_anything(args: list[str], home: Path) -> None:
+    done = raydag("run", *args, env=environment(home, RAYDAG_DATABASE_URL="postgresql://unused.invalid/x"))
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "resource" in done.stderr or "case" in done.stderr
+
+
 @pytest.mark.embedded_pg
 def test_demo_boots_the_embedded_database_runs_c102_and_stops_the_database(home: Path) -> None:
     done = raydag("demo", env=environment(home))
@@ -77,7 +132,7 @@ def test_demo_boots_the_embedded_database_runs_c102_and_stops_the_database(home:
 
 
 def test_seed_loads_a_file_and_reports_what_it_held(dsn: str, home: Path) -> None:
-    fixture = REPO / "actors" / "store" / "fixtures" / "demo.json"
+    fixture = REPO / "mcp_server" / "fixtures" / "demo.json"
 
     done = raydag("seed", str(fixture), env=environment(home, RAYDAG_DATABASE_URL=dsn))
 
@@ -139,6 +194,8 @@ def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_int
         assert response.status_code == 201, response.text
         assert response.json()["status"] == "completed"
         assert response.json()["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+        port = int(base.rsplit(":", 1)[1])
+        assert not can_bind_beside("127.0.0.1", port), "another process could bind beside raydag serve"
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=60) == 0
 
@@ -208,3 +265,55 @@ def test_serve_interrupted_as_soon_as_it_answers_stops_cleanly(dsn: str, home: P
         assert server.wait(timeout=60) == 0, (home / "serve.log").read_text(errors="replace")[-2000:]
         with pytest.raises(httpx.HTTPError):
             httpx.get(base + "/healthz", timeout=2)
+
+
+TOY_TOOLSETS = """\
+servers:
+  - name: toy
+    transport: stdio
+    command: {python}
+    args: ["{toy}"]
+    timeouts: {{connect_s: 30, call_s: 10}}
+    tools:
+      echo: {{scope: toy:read, risk: read_only}}
+"""
+
+
+def test_run_takes_a_plan_of_your_own_over_the_toolsets_you_name(dsn: str, home: Path) -> None:
+    toolsets = home / "toolsets.yaml"
+    toy = REPO / "tests" / "integration" / "toy_mcp_server.py"
+    toolsets.write_text(TOY_TOOLSETS.format(python=sys.executable, toy=toy))
+    plan = home / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "hello", "tool": "echo", "args": {"text": "hello"}}]}))
+
+    done = raydag(
+        "run",
+        "--plan",
+        str(plan),
+        "--planner",
+        "outputs",
+        "--toolsets",
+        str(toolsets),
+        "--json",
+        env=environment(home, RAYDAG_DATABASE_URL=dsn),
+    )
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["run"]["status"] == "completed"
+    assert report["run"]["plan"] == {"nodes": [{"id": "hello", "tool": "echo", "args": {"text": "hello"}}]}
+    assert report["run"]["result"]["outputs"]["hello"]["text"] == "hello"
+    assert [node["tool"] for node in report["nodes"]] == ["echo"]
+
+
+def test_a_malformed_toolsets_file_stops_the_command_naming_file_line_and_field(home: Path) -> None:
+    toolsets = home / "toolsets.yaml"
+    toolsets.write_text(
+        TOY_TOOLSETS.format(python=sys.executable, toy="x").replace("read_only", "read_mostly")
+    )
+
+    done = raydag("run", "C-102", "--toolsets", str(toolsets), env=environment(home))
+
+    assert done.returncode == 2
+    assert f"{toolsets}:8: servers[0].tools.echo.risk:" in done.stderr.replace("\n", "")
+    assert "Traceback" not in done.stderr

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
+from actors.settings import Settings
 from tests.conftest import REPO
 
 
@@ -35,7 +36,10 @@ def test_every_node_installs_the_project_and_gets_the_shared_secrets() -> None:
     secrets = "~/.raydag/cluster-secrets.env"
     assert config["file_mounts"][secrets] == secrets  # copied from the operator's machine, never the repo
     assert "RAY_AUTH_MODE=token" in setup
-    assert "RAYDAG_MCP_URL=http://127.0.0.1:8000/mcp" in setup  # each node's own Serve proxy
+    # Each node's own Serve proxy, on the port raydag serves by default.
+    mcp = re.search(r"RAYDAG_MCP_URL=http://127\.0\.0\.1:(\d+)/mcp", setup)
+    assert mcp is not None
+    assert int(mcp.group(1)) == Settings.model_fields["port"].default
     assert "cluster-secrets.env" in setup
 
 

@@ -28,6 +28,7 @@ from tests.integration.conftest import (
 )
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
+OTHER = Principal("tenant-other", "test", frozenset(ALL_SCOPES))
 SNAPSHOT = "caseops_get_case_snapshot"
 
 
@@ -119,7 +120,7 @@ async def test_a_transient_failure_is_retried_and_each_attempt_is_a_ledger_row(
     assert kinds.count("node_retry_scheduled") == 1
 
 
-async def test_a_tool_that_keeps_failing_is_taken_out_of_service(
+async def test_a_tool_that_keeps_failing_rests_for_its_tenant_and_no_run_completes_on_its_failures(
     ray_cluster: None, dsn: str, start_tool_server: Any, token_key: bytes, store: RunStore
 ) -> None:
     import ray
@@ -127,24 +128,48 @@ async def test_a_tool_that_keeps_failing_is_taken_out_of_service(
     failing = start_tool_server()
     failing.server.simulate(faults={SNAPSHOT: 1_000})
     supervisor = supervisor_for(dsn, failing, token_key, f"raydag-test-breaker-{uuid.uuid4().hex[:6]}")
-    request = RunRequest(principal=PRINCIPAL, case_id="C-101", budgets=BudgetRequest(deadline_s=60))
+
+    async def run(request: RunRequest) -> Any:
+        submitted = await supervisor.submit.remote(request)
+        assert submitted.outcome is Submission.CREATED
+        await supervisor.wait.remote(submitted.run_id, 60.0)
+        return await _state(store, submitted.run_id), await store.ledger(submitted.run_id)
+
     try:
-        outcomes = []
-        for _ in range(3):  # 3 attempts per run: the 5th consecutive failure opens the circuit
-            submitted = await supervisor.submit.remote(request)
-            assert submitted.outcome is Submission.CREATED
-            await supervisor.wait.remote(submitted.run_id, 60.0)
-            nodes = {node.node_id: node for node in (await _state(store, submitted.run_id)).nodes.values()}
-            outcomes.append(nodes["case"])
+        # 3 attempts: then the node has no answer, and the run says so instead of judging the case.
+        first, first_ledger = await run(
+            RunRequest(
+                principal=PRINCIPAL, resource={"case_id": "C-101"}, budgets=BudgetRequest(deadline_s=60)
+            )
+        )
+        # 2 more failures open this tenant's circuit (5 in a row): the calls wait for probes, none is denied,
+        # and the failures during the outage do not use up the node's 3 attempts.
+        second, second_ledger = await run(
+            RunRequest(
+                principal=PRINCIPAL, resource={"case_id": "C-101"}, budgets=BudgetRequest(deadline_s=15)
+            )
+        )
+        # Another tenant's call to the same tool is not held back by the first tenant's circuit.
+        third, third_ledger = await run(
+            RunRequest(principal=OTHER, resource={"case_id": "C-201"}, budgets=BudgetRequest(deadline_s=60))
+        )
     finally:
         ray.kill(supervisor)
 
-    assert [node.status.value for node in outcomes[:2]] == ["failed", "failed"]
-    assert outcomes[2].status.value == "denied"
-    assert outcomes[2].decision is not None
-    assert outcomes[2].decision.rule_id == "tool.unhealthy"
+    assert (first.status.value, first.stop_reason.value) == ("stopped", "EVIDENCE_INCOMPLETE")
+    assert f"case ({SNAPSHOT}: UPSTREAM_UNAVAILABLE)" in first.detail
+    assert [row["attempt"] for row in first_ledger if row["node_id"] == "case"] == [1, 2, 3]
+    # It ends when no further probe could finish within its deadline: either way, without an answer.
+    assert second.status.value == "stopped"
+    assert second.stop_reason.value in ("EVIDENCE_INCOMPLETE", "DEADLINE_EXCEEDED")
+    assert len([row for row in second_ledger if row["node_id"] == "case"]) > 3
+    for state in (first, second, third):
+        assert not [node for node in state.nodes.values() if node.status.value == "denied"]
+        assert state.status.value != "completed"
+    other_case = [row for row in third_ledger if row["node_id"] == "case"]
+    assert [row["attempt"] for row in other_case] == [1, 2, 3]  # its own attempts, not a wait on tenant-demo
+    assert (third.status.value, third.stop_reason.value) == ("stopped", "EVIDENCE_INCOMPLETE")
     assert not [key for key in failing.server.executions if key[2] == SNAPSHOT]
-    assert failing.server.calls[SNAPSHOT] == 5  # 3 attempts, then 2 more and the circuit opened
 
 
 async def _state(store: RunStore, run_id: str) -> Any:
@@ -177,7 +202,9 @@ async def test_max_parallel_one_never_overlaps_two_calls(
     supervisor = supervisor_for(dsn, slow, token_key, f"raydag-test-serial-{uuid.uuid4().hex[:6]}")
     try:
         submitted = await supervisor.submit.remote(
-            RunRequest(principal=PRINCIPAL, case_id="C-102", budgets=BudgetRequest(max_parallel=1))
+            RunRequest(
+                principal=PRINCIPAL, resource={"case_id": "C-102"}, budgets=BudgetRequest(max_parallel=1)
+            )
         )
         assert await supervisor.wait.remote(submitted.run_id, 60.0)
     finally:
@@ -222,4 +249,4 @@ def test_an_unknown_planner_is_a_422_listing_the_known_ones(client: httpx.Client
     response = client.post("/runs", json={"case_id": "C-102", "planner": "gpt"}, headers=auth(DEMO_KEY))
 
     assert response.status_code == 422
-    assert response.json()["known"] == ["conformance"]
+    assert response.json()["known"] == ["conformance", "outputs"]

@@ -1,4 +1,4 @@
-"""raydag's MCP client against the real server: connections and the 2026-07-28 client are reused, every call
+"""raydag's MCP client against the real server: connections are reused (a 2026-07-28 call is one POST), every call
 still sends its own token, and every way a call can fail becomes a classified outcome."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,11 +74,23 @@ def call_of(server: RunningToolServer, tool: str, protocol: str = MODERN, **clai
     )
 
 
-async def test_2026_calls_share_one_connection_and_list_the_tools_once(
+async def test_2026_calls_share_one_connection_and_are_one_request_each(
     recorded: tuple[RunningToolServer, Recorder],
 ) -> None:
     server, recorder = recorded
     async with McpConnections() as connections:
+        outcomes = [await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS) for _ in range(5)]
+
+    assert all(outcome.ok for outcome in outcomes)
+    assert recorder.methods == ["tools/call"] * 5
+    assert len(recorder.connections) == 1
+
+
+async def test_2026_calls_through_the_sdk_client_share_one_connection_and_list_the_tools_once(
+    recorded: tuple[RunningToolServer, Recorder],
+) -> None:
+    server, recorder = recorded
+    async with McpConnections(sdk_calls=True) as connections:
         outcomes = [await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS) for _ in range(5)]
 
     assert all(outcome.ok for outcome in outcomes)
@@ -137,7 +150,7 @@ def test_a_worker_loop_keeps_its_connections_from_one_task_to_the_next(
     worker.close()
 
     assert all(outcome.ok for outcome in outcomes)
-    assert recorder.methods.count("tools/list") == 1
+    assert recorder.methods == ["tools/call"] * 3
     assert len(recorder.connections) == 1
 
 
@@ -163,6 +176,7 @@ PROBE = ToolContract(
     scope=SCOPE_CASES,
     risk=Risk.READ_ONLY,
     input_model=CaseInput,
+    run_bound=frozenset({"case_id"}),
     output_model=CaseSnapshot,
 )
 
@@ -217,10 +231,107 @@ async def test_refusals_become_classified_outcomes(tool_server: RunningToolServe
 
 
 async def test_a_rate_limited_call_is_transient(dsn: str, token_key: bytes) -> None:
-    with serving(dsn, token_key, tenant_limits=TenantLimits(rate_per_s=0.01, burst=2)) as server:
+    with serving(dsn, token_key, tenant_limits=TenantLimits(rate_per_s=0.01, burst=1)) as server:
         async with McpConnections() as connections:
-            first = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)  # and the tools/list
+            first = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)  # one request
             limited = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)
 
     assert first.ok
     assert _error(limited) == (ErrorKind.TRANSIENT, "HTTP_429")
+
+
+async def test_a_cancelled_call_leaves_as_a_cancellation_not_a_client_error(
+    dsn: str, token_key: bytes
+) -> None:
+    arrived, released = threading.Event(), threading.Event()  # the server answers on a thread of its own
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def held(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                arrived.set()
+                await asyncio.to_thread(released.wait, 60)  # no answer until the caller has given up
+            await app(scope, receive, send)
+
+        return held
+
+    with serving(dsn, token_key, wrap=wrap) as server:
+        try:
+            async with McpConnections() as connections:
+                call = asyncio.ensure_future(connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS))
+                assert await asyncio.to_thread(arrived.wait, 30)
+                call.cancel()
+                # A cancellation is not an outcome to record: it leaves as itself, not as a client error.
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+        finally:
+            released.set()
+
+
+async def test_a_toolset_server_pinned_to_2026_gets_one_request_per_call_and_the_sdk_path_asks_first(
+    recorded: tuple[RunningToolServer, Recorder],
+) -> None:
+    from actors.toolsets.config import caseops_toolsets
+
+    server, recorder = recorded
+    caseops = caseops_toolsets(server.url).servers  # pinned to 2026-07-28, raydag's task tokens
+
+    def calls() -> list[ToolCall]:  # a task token is good for one call
+        return [dataclasses.replace(call_of(server, SNAPSHOT), server="caseops") for _ in range(3)]
+
+    async with McpConnections(caseops) as connections:
+        direct = [await connections.call(call, CASEOPS_TOOLS) for call in calls()]
+    direct_methods, recorder.methods[:] = list(recorder.methods), []
+    async with McpConnections(caseops, sdk_calls=True) as connections:
+        through_sdk = [await connections.call(call, CASEOPS_TOOLS) for call in calls()]
+
+    assert [outcome.output for outcome in direct] == [outcome.output for outcome in through_sdk]
+    assert all(outcome.ok for outcome in direct)
+    assert direct_methods == ["tools/call"] * 3  # no listing, no session: one POST each
+    assert recorder.methods == ["tools/list", *["tools/call"] * 3]  # the SDK lists first, for Mcp-Param-*
+
+
+async def test_a_raydag_token_server_asking_for_input_fails_the_call_as_a_protocol_error_sent_once(
+    dsn: str, token_key: bytes
+) -> None:
+    """One POST per call has no way to answer a request for input; re-sending would reuse a one-call token."""
+    from actors.toolsets.config import caseops_toolsets
+
+    posts: list[bytes] = []
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def asking(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            request = json.loads((await receive())["body"])
+            posts.append(request["method"].encode())
+            body = {
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "result": {
+                    "resultType": "input_required",
+                    "inputRequests": {},
+                    "requestState": "s",
+                    "content": [],
+                },
+            }
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+        return asking
+
+    with serving(dsn, token_key, wrap=wrap) as server:
+        call = dataclasses.replace(call_of(server, SNAPSHOT), server="caseops")
+        async with McpConnections(caseops_toolsets(server.url).servers) as connections:
+            outcome = await connections.call(call, CASEOPS_TOOLS)
+
+    assert outcome.error is not None
+    assert outcome.error.kind is ErrorKind.PROTOCOL
+    assert "input_required" in outcome.error.message
+    assert posts == [b"tools/call"]

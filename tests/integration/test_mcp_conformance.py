@@ -1,6 +1,9 @@
 """Interoperability, checked with other people's code: the official MCP conformance suite against the server in
 both eras, the TypeScript SDK clients (v2 at 2026-07-28, v1 over 2025-11-25) and the MCP Inspector CLI.
 
+Every server scenario of the suite runs in both spec versions; each check must succeed unless
+``conformance_baseline`` lists it, with the status the suite reports and the reason it cannot succeed here.
+
 The Node tools are pinned in ``tests/node`` and installed by ``make node`` (which ``make test`` runs first).
 The suite cannot send an Authorization header, so it runs against a server whose authentication is switched
 off by the test-only setting, on loopback; the SDK clients and the Inspector send task tokens.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -27,6 +31,7 @@ from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 from tests.c102 import CASE_OUTPUT
 from tests.conftest import REPO
+from tests.integration.conformance_baseline import EXPECTED, SCENARIOS, SPEC_VERSIONS
 from tests.integration.conftest import RunningToolServer
 from tests.integration.test_mcp_client import Recorder
 from tests.integration.test_mcp_server import serving
@@ -36,36 +41,6 @@ pytestmark = pytest.mark.conformance
 NODE_DIR = REPO / "tests" / "node"
 BIN = NODE_DIR / "node_modules" / ".bin"
 SUITE_TIMEOUT_S = 240
-
-MODERN_SCENARIOS = (
-    "server-stateless",
-    "tools-list",
-    "dns-rebinding-protection",
-    "caching",
-    "http-header-validation",
-    "sep-2164-resource-not-found",
-    "resources-list",
-)
-LEGACY_SCENARIOS = (
-    "server-initialize",
-    "ping",
-    "tools-list",
-    "dns-rebinding-protection",
-    "server-session-lifecycle",
-    "resources-list",
-)
-NOT_TESTABLE = {
-    ("server-stateless", "sep-2575-server-rejects-undeclared-capability"): "test_missing_capability",
-    ("server-stateless", "sep-2575-missing-capability-http-400"): "test_missing_capability",
-    (
-        "server-stateless",
-        "sep-2575-http-server-no-independent-requests-on-stream",
-    ): "test_streaming_elicitation",
-    ("server-stateless", "sep-2575-server-no-log-without-loglevel"): "test_logging_tool",
-}
-"""Checks that need a diagnostic tool of the suite's "everything server", which a caseops server does not
-have: the suite reports each as a FAILURE that begins "Not testable". Anything else failing fails the test."""
-PASSING = {"SUCCESS", "INFO", "SKIPPED"}
 
 
 def node_env(home: Path) -> dict[str, str]:
@@ -114,21 +89,20 @@ def open_server_url(dsn: str) -> Iterator[str]:
         yield url
 
 
+_RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
+
+
 @pytest.fixture(scope="module")
 def suite_results(
     open_server_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> dict[tuple[str, str], Any]:
-    """Every scenario of both eras, run four at a time: (spec version, scenario) → the suite's checks."""
-    home = tmp_path_factory.mktemp("node-home")
-    env = node_env(home)
-    runs = [("2026-07-28", scenario) for scenario in MODERN_SCENARIOS] + [
-        ("2025-11-25", scenario) for scenario in LEGACY_SCENARIOS
-    ]
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every scenario of each spec version, one run of the suite per version: (version, scenario) → checks."""
+    env = node_env(tmp_path_factory.mktemp("node-home"))
 
-    def run(version: str, scenario: str) -> Any:
-        output = tmp_path_factory.mktemp(f"conformance-{version}-{scenario}")
-        options = ("--scenario", scenario, "--spec-version", version, "-o", str(output))
-        completed = subprocess.run(
+    def run(version: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        output = tmp_path_factory.mktemp(f"conformance-{version}")
+        options = ("--suite", "all", "--spec-version", version, "-o", str(output))
+        completed = subprocess.run(  # exits non-zero when a check fails: the checks say which
             [str(BIN / "conformance"), "server", "--url", open_server_url, *options],
             env=env,
             cwd=NODE_DIR,
@@ -136,48 +110,78 @@ def suite_results(
             text=True,
             timeout=SUITE_TIMEOUT_S,
         )
-        found = list(output.glob("*/checks.json"))
-        assert found, (
-            f"{scenario} at {version} wrote no results:\n{completed.stdout[-3000:]}{completed.stderr}"
+        results = {}
+        for checks in output.glob("*/checks.json"):
+            named = _RESULT_DIR.match(checks.parent.name)
+            assert named, f"a result folder the test cannot name: {checks.parent.name}"
+            results[(version, named["scenario"])] = json.loads(checks.read_text())
+        assert results, (
+            f"the suite at {version} wrote no results:\n{completed.stdout[-3000:]}{completed.stderr}"
         )
-        return json.loads(found[0].read_text())
+        return results
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {key: pool.submit(run, *key) for key in runs}
-        return {key: future.result() for key, future in futures.items()}
+    with ThreadPoolExecutor(max_workers=len(SPEC_VERSIONS)) as pool:
+        return {key: checks for part in pool.map(run, SPEC_VERSIONS) for key, checks in part.items()}
 
 
-def _verdict(scenario: str, checks: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """(check ids that failed unexpectedly, check ids known not testable that did something else)."""
-    unexpected, changed = [], []
-    for check in checks:
-        known = NOT_TESTABLE.get((scenario, check["id"]))
-        if known is not None:
-            message = check.get("errorMessage") or ""
-            if check["status"] != "FAILURE" or not message.startswith("Not testable") or known not in message:
-                changed.append(f"{check['id']}: {check['status']} {message[:200]}")
-        elif check["status"] not in PASSING:
-            unexpected.append(f"{check['id']}: {check['status']} {(check.get('errorMessage') or '')[:300]}")
-    return unexpected, changed
+def _message(check: dict[str, Any]) -> str:
+    details = check.get("details") or {}
+    return " ".join(
+        str(part)
+        for part in (
+            check.get("errorMessage"),
+            details.get("message"),
+            details.get("note"),
+            check.get("description"),
+        )
+        if part
+    )
+
+
+@pytest.mark.parametrize("version", SPEC_VERSIONS)
+def test_the_suite_lists_exactly_the_scenarios_this_test_runs(tmp_path: Path, version: str) -> None:
+    listed = subprocess.run(
+        [str(BIN / "conformance"), "list", "--server"],
+        env=node_env(tmp_path),
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    scenarios = [
+        name
+        for name, versions in re.findall(r"^\s*-\s+(\S+)\s+\[([^\]]*)\]", listed, re.MULTILINE)
+        if version in versions.split(",")
+    ]
+
+    assert scenarios == list(SCENARIOS[version])
 
 
 @pytest.mark.parametrize(
     ("version", "scenario"),
-    [("2026-07-28", scenario) for scenario in MODERN_SCENARIOS]
-    + [("2025-11-25", scenario) for scenario in LEGACY_SCENARIOS],
+    [(version, scenario) for version in SPEC_VERSIONS for scenario in SCENARIOS[version]],
 )
-def test_the_official_conformance_scenario_passes(
-    suite_results: dict[tuple[str, str], Any], version: str, scenario: str
+def test_every_check_of_the_scenario_succeeds_unless_listed_with_the_reason_it_cannot(
+    suite_results: dict[tuple[str, str], list[dict[str, Any]]], version: str, scenario: str
 ) -> None:
+    assert (version, scenario) in suite_results, "the suite did not run this scenario"
     checks = suite_results[(version, scenario)]
-    unexpected, changed = _verdict(scenario, checks)
+    expected = {key: entry for key, entry in EXPECTED[version].items() if key[0] == scenario}
+
+    unexpected = []
+    for check in checks:
+        entry = expected.get((scenario, check["id"]))
+        message = _message(check)
+        if entry is None and check["status"] != "SUCCESS":
+            unexpected.append(f"{check['id']}: {check['status']} {message[:300]}")
+        elif entry is not None and (check["status"] != entry.status or entry.says not in message):
+            unexpected.append(f"{check['id']}: {check['status']} (listed as {entry.status}) {message[:300]}")
+    reported = {(scenario, check["id"]) for check in checks}
 
     assert unexpected == []
-    assert changed == []
-    if scenario == "server-session-lifecycle":  # a stateless server issues no session to check
-        assert [check["id"] for check in checks] == ["server-session-lifecycle-skipped"]
-    else:
-        assert any(check["status"] == "SUCCESS" for check in checks)
+    assert sorted(set(expected) - reported) == []  # a listed check the suite no longer reports
+    assert checks  # a scenario that reports nothing checked nothing
 
 
 def test_the_open_server_is_open_only_because_the_suite_needs_it(open_server_url: str) -> None:

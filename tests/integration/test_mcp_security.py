@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 import uuid
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
+from pydantic import BaseModel
 
-from mcp_server.contracts import SCOPE_CASES
+from dag.contracts import Risk, ToolContract
+from mcp_server.contracts import SCOPE_CASES, CaseInput
 from mcp_server.limits import TenantLimits
 from mcp_server.replay import ReplayCache
 from mcp_server.server import ToolServerConfig
@@ -58,9 +62,13 @@ def test_listing_does_not_use_up_a_token(tool_server: RunningToolServer) -> None
 async def test_concurrent_replays_of_one_token_run_the_tool_once(tool_server: RunningToolServer) -> None:
     token = tool_server.token("caseops_get_case_snapshot")
 
+    key = ("tenant-demo", "C-102", "caseops_get_case_snapshot")
+    before = tool_server.server.executions.get(key, 0)
+
     statuses = await asyncio.gather(*(asyncio.to_thread(call_snapshot, tool_server, token) for _ in range(6)))
 
     assert sorted(response.status_code for response in statuses) == [200, 401, 401, 401, 401, 401]
+    assert tool_server.server.executions[key] == before + 1  # counted by the server, not by the answers
 
 
 def test_a_token_used_on_one_replica_is_refused_by_another(dsn: str, token_key: bytes) -> None:
@@ -105,7 +113,7 @@ def _claims(*, expires: int) -> TaskClaims:
         sub="s",
         tenant_id="tenant-demo",
         task_id="t",
-        case_id="C-102",
+        resource={"case_id": "C-102"},
         tool="caseops_get_case_snapshot",
         scope=SCOPE_CASES,
         iat=expires - 60,
@@ -202,25 +210,57 @@ def test_a_tenant_over_its_rate_is_429_with_retry_after_and_others_are_not(
     assert other.status_code == 200
 
 
-async def test_a_tenant_over_its_concurrency_is_429(dsn: str, token_key: bytes) -> None:
-    with serving(dsn, token_key, latency_ms=400, tenant_limits=TenantLimits(max_in_flight=1)) as server:
-        tokens = [server.token("caseops_get_case_snapshot") for _ in range(2)]
-        slow, refused = await asyncio.gather(
-            asyncio.to_thread(call_snapshot, server, tokens[0]),
-            _after(0.15, lambda: call_snapshot(server, tokens[1])),
-        )
-        later = call_snapshot(server, tokens[1])  # the refused request did not use its token up
+class _Held(BaseModel):
+    case_id: str
 
-    assert slow.status_code == 200
+
+HELD = ToolContract(
+    name="held_read",
+    version="1.0.0",
+    description="Answers only once the test lets it: a request that holds its tenant's slot for as long as needed.",
+    scope=SCOPE_CASES,
+    risk=Risk.READ_ONLY,
+    input_model=CaseInput,
+    run_bound=frozenset({"case_id"}),
+    output_model=_Held,
+)
+
+
+class Gate:
+    """The handler of ``HELD``: says when a call has reached it, then waits until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    async def handler(self, claims: Any, args: Any) -> _Held:
+        self.entered.set()
+        await asyncio.to_thread(self.opened.wait, 60)
+        return _Held(case_id=args.case_id)
+
+
+async def test_a_tenant_over_its_concurrency_is_429(dsn: str, token_key: bytes) -> None:
+    gate = Gate()
+    limits = TenantLimits(max_in_flight=1)
+    with serving(dsn, token_key, extra_tools=[(HELD, gate.handler)], tenant_limits=limits) as server:
+        held_token = server.token(HELD.name, scopes=frozenset({SCOPE_CASES}))
+        token = server.token("caseops_get_case_snapshot")
+        call = {"name": HELD.name, "arguments": {"case_id": "C-102"}}
+        held = asyncio.ensure_future(asyncio.to_thread(rpc, server.url, held_token, "tools/call", call))
+        try:
+            assert await asyncio.to_thread(gate.entered.wait, 30)  # the held call has the tenant's one slot
+            refused = await asyncio.to_thread(call_snapshot, server, token)
+        finally:
+            gate.opened.set()
+        answered = await held
+        later = call_snapshot(server, token)  # the refused request did not use its token up
+
+    assert answered.status_code == 200
+    assert answered.json()["result"]["structuredContent"] == {"case_id": "C-102"}
     assert refused.status_code == 429
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["limit"] == "concurrency"
     assert later.status_code == 200
-
-
-async def _after(delay_s: float, request: object) -> httpx.Response:
-    await asyncio.sleep(delay_s)
-    return await asyncio.to_thread(request)  # type: ignore[arg-type]
 
 
 def test_logs_hold_no_token_and_no_argument(

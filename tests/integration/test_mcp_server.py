@@ -111,7 +111,7 @@ def reader_token(
         subject="auditor",
         tenant_id=tenant,
         task_id="audit",
-        case_id=case,
+        resource={"case_id": case},
         tool=RESOURCE_READER,
         scopes=scopes,
     )
@@ -308,7 +308,7 @@ def test_a_token_for_another_audience_is_401(tool_server: RunningToolServer) -> 
         subject="s",
         tenant_id="tenant-demo",
         task_id="t",
-        case_id="C-102",
+        resource={"case_id": "C-102"},
         tool="caseops_get_case_snapshot",
         scopes={SCOPE_CASES},
     )
@@ -326,7 +326,7 @@ def test_a_token_living_longer_than_the_lifetime_is_401(tool_server: RunningTool
         subject="s",
         tenant_id="tenant-demo",
         task_id="t",
-        case_id="C-102",
+        resource={"case_id": "C-102"},
         tool="caseops_get_case_snapshot",
         scopes={SCOPE_CASES},
     )
@@ -344,7 +344,7 @@ async def test_the_serve_app_serves_mcp_at_slash_mcp(api: str, tool_server: Runn
         subject="s",
         tenant_id="tenant-demo",
         task_id="t",
-        case_id="C-102",
+        resource={"case_id": "C-102"},
         tool="caseops_get_case_snapshot",
         scopes={SCOPE_CASES},
     )

@@ -17,7 +17,7 @@ LATENCY_MS = 300
 
 
 async def run_to_end(supervisor: Any, case_id: str) -> str:
-    submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, case_id=case_id))
+    submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, resource={"case_id": case_id}))
     assert submitted.outcome is Submission.CREATED
     assert await supervisor.wait.remote(submitted.run_id, 60.0)
     return str(submitted.run_id)

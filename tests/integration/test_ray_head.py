@@ -30,6 +30,7 @@ import httpx
 import psutil
 import pytest
 
+from actors.ports import can_bind_beside
 from tests.conftest import REPO, TEST_HOME
 from tests.loopback import free_port, free_ports, wait_until_ok
 
@@ -288,6 +289,8 @@ def test_serve_deploy_of_the_shipped_config_serves_runs_under_recognisable_names
         )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         wait_until_ok(api + "/readyz", within_s=180, poll_s=0.5)
+        # The config's controller_options give the proxy its port alone: nothing binds beside it.
+        assert not can_bind_beside("127.0.0.1", port), "another process could bind beside the proxy"
 
         run = httpx.post(
             api + "/runs?wait=60",

@@ -19,7 +19,7 @@ from actors.metrics import LATENCY_BOUNDARIES_MS
 from actors.service import RunRequest, Submission
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
-from planner.conformance import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
+from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
 from tests.integration.conftest import RunningToolServer, supervisor_for
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
@@ -46,7 +46,9 @@ async def metered_worker(
     try:
         worker_id = (await supervisor.ping.remote())["worker_id"]
         for principal in (PRINCIPAL, WITHOUT_DOCUMENTS):
-            submitted = await supervisor.submit.remote(RunRequest(principal=principal, case_id="C-102"))
+            submitted = await supervisor.submit.remote(
+                RunRequest(principal=principal, resource={"case_id": "C-102"})
+            )
             assert submitted.outcome is Submission.CREATED
             assert await supervisor.wait.remote(submitted.run_id, 60.0)
         yield worker_id

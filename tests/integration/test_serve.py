@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -16,7 +17,9 @@ from actors.background_server import BackgroundServer
 from actors.store.database import drop_database
 from actors.supervisor import NAMESPACE
 from dag.budget import Budgets
+from tests.c102 import C102_RESULT
 from tests.integration.conftest import DEMO_KEY, TEST_API_KEYS, RunningToolServer, auth
+from tests.integration.test_mcp_server import rpc
 from tests.loopback import wait_until_ok
 
 
@@ -39,7 +42,7 @@ def test_readyz_is_503_naming_the_dependency_that_does_not_answer(
 ) -> None:
     import ray
 
-    from serve_app import ApiConfig, create_app
+    from actors.api.app import ApiConfig, create_app
 
     name = f"raydag-test-readyz-{uuid.uuid4().hex[:6]}"
     config = ApiConfig(
@@ -52,9 +55,10 @@ def test_readyz_is_503_naming_the_dependency_that_does_not_answer(
     )
     server = BackgroundServer().start(create_app(config), timeout_s=60)
     try:
+        # Ready means warm: a new supervisor's tool callers take seconds to start on a busy machine, and
+        # /readyz is 503 until they have (each check waits 2 s at most).
+        wait_until_ok(server.url + "/readyz", within_s=60)
         with httpx.Client(base_url=server.url, timeout=30) as http:
-            assert http.get("/readyz").status_code == 200
-
             ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
             no_supervisor = http.get("/readyz")
             assert no_supervisor.status_code == 503
@@ -125,7 +129,7 @@ def test_removing_the_app_lets_a_waiting_request_finish(
     import ray
     from ray import serve
 
-    from serve_app import ApiConfig, Scaling, build_app
+    from actors.api.app import ApiConfig, Scaling, build_app
 
     name = "raydag-test-graceful-supervisor"
     config = ApiConfig(
@@ -169,3 +173,50 @@ async def _runs_owned_by(dsn: str, owner: str) -> int:
         return int(await connection.fetchval("SELECT count(*) FROM runs WHERE owner = $1", owner))
     finally:
         await connection.close()
+
+
+def test_the_tool_server_as_an_application_of_its_own_serves_the_runs_and_checks_host_and_origin(
+    api: str, dsn: str, token_key: bytes
+) -> None:
+    """``actors.api.app.layout``, at other route prefixes: the API without the MCP server mounted, the tool server
+    an application of its own at the API's prefix + ``/mcp``, behind the same proxy. Runs complete through it,
+    and it refuses a foreign Host (421) and a foreign Origin (403) as the mounted one does."""
+    import ray
+    from ray import serve
+
+    from actors.api.app import ApiConfig, Scaling, build_app, build_tool_app
+    from mcp_server.server import MCP_PATH
+    from mcp_server.tokens import TaskTokens
+
+    name = "raydag-test-layout-supervisor"
+    mcp_url = f"{api}/layout{MCP_PATH}"
+    config = ApiConfig(
+        dsn=dsn,
+        mcp_url=mcp_url,
+        token_key=token_key,
+        api_keys=TEST_API_KEYS,
+        limits=Budgets(),
+        supervisor_name=name,
+    )
+    serve.run(build_tool_app(config, Scaling()), name="raydag-layout-mcp", route_prefix=f"/layout{MCP_PATH}")
+    serve.run(build_app(config, Scaling(), tools_mounted=False), name="raydag-layout", route_prefix="/layout")
+    try:
+        wait_until_ok(f"{api}/layout/readyz", within_s=90)
+        tool_server = RunningToolServer(mcp_url, cast(Any, None), TaskTokens(key=token_key, audience=mcp_url))
+        token = tool_server.token("caseops_get_case_snapshot")
+        listed = rpc(mcp_url, token, "tools/list")
+        rebinding = rpc(mcp_url, token, "tools/list", headers={"Host": "attacker.example"})
+        cross_site = rpc(mcp_url, token, "tools/list", headers={"Origin": "http://attacker.example"})
+        run = httpx.post(
+            f"{api}/layout/runs?wait=60", json={"case_id": "C-102"}, headers=auth(DEMO_KEY), timeout=90
+        ).json()
+    finally:
+        serve.delete("raydag-layout")
+        serve.delete("raydag-layout-mcp")
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+
+    assert listed.status_code == 200, listed.text
+    assert "caseops_get_case_snapshot" in listed.text
+    assert rebinding.status_code == 421
+    assert cross_site.status_code == 403
+    assert (run["status"], run["result"]) == ("completed", C102_RESULT)

@@ -1,59 +1,58 @@
-"""``serve run serve_app:app`` as a user types it: a Ray of its own, configured by ``RAYDAG_*`` alone."""
+"""``serve run serve_app:app`` as a user types it: a Ray of its own, configured by ``RAYDAG_*`` alone, on the
+port ``RAYDAG_PORT`` names (a free one here), owning it, and gone entirely after Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 
+from actors.ports import can_bind_beside, ensure_free
 from tests.conftest import REPO
 from tests.integration.conftest import DEMO_KEY, auth
-from tests.loopback import wait_until_ok
+from tests.loopback import free_port, wait_until_ok
+from tests.processes import Session
 
 SERVE = Path(sys.executable).with_name("serve")
-DEFAULT_PORT = 8000
-"""``serve run`` of an import path always listens on 127.0.0.1:8000 (Serve's default)."""
+STOP_S = 60
 
 
-def _port_is_free(port: int) -> bool:
-    """Whether a server could listen on ``port`` now (closed connections in TIME_WAIT do not count)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+def serve_run_environment(dsn: str, home: Path, port: int) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("RAYDAG_", "RAY_"))}
+    env.update(
+        RAY_ADDRESS="local",  # a Ray of its own, whatever else runs on this machine
+        RAY_USAGE_STATS_ENABLED="0",
+        RAYDAG_DATABASE_URL=dsn,
+        RAYDAG_TOKEN_KEY=secrets.token_urlsafe(32),
+        RAYDAG_SUPERVISOR_NAME="raydag-test-serve-run",
+        RAYDAG_HOME=str(home),
+        RAYDAG_PORT=str(port),
+    )
+    return env
 
 
-def test_serve_run_starts_the_api_from_the_environment(dsn: str, tmp_path: Path) -> None:
-    assert _port_is_free(DEFAULT_PORT), "serve run needs 127.0.0.1:8000; something else is listening there"
-    env = {
-        **os.environ,
-        "RAY_ADDRESS": "local",  # a Ray of its own, whatever else runs on this machine
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAYDAG_DATABASE_URL": dsn,
-        "RAYDAG_TOKEN_KEY": secrets.token_urlsafe(32),
-        "RAYDAG_SUPERVISOR_NAME": "raydag-test-serve-run",
-        "RAYDAG_HOME": str(tmp_path),
-    }
+def test_serve_run_starts_the_api_from_the_environment_owns_its_port_and_leaves_nothing(
+    dsn: str, tmp_path: Path
+) -> None:
+    """Stopped by SIGTERM, which raydag turns into the KeyboardInterrupt on which `serve run` shuts down."""
+    port = free_port()
     log = tmp_path / "serve-run.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
             [str(SERVE), "run", "serve_app:app"],
             cwd=REPO,
-            env=env,
+            env=serve_run_environment(dsn, tmp_path, port),
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    base = f"http://127.0.0.1:{DEFAULT_PORT}"
+    session = Session(process)
+    base = f"http://127.0.0.1:{port}"
     try:
         wait_until_ok(base + "/readyz", within_s=150, process=process, log=log, poll_s=0.5)
 
@@ -62,15 +61,42 @@ def test_serve_run_starts_the_api_from_the_environment(dsn: str, tmp_path: Path)
         )
         assert run.status_code == 201, run.text
         assert run.json()["status"] == "completed"
-        # The run ran on this app's own MCP endpoint, under the supervisor the environment named.
-        owner = httpx.get(base + f"/runs/{run.json()['run_id']}/events", headers=auth(DEMO_KEY), timeout=30)
-        assert [event["kind"] for event in owner.json()].count("node_succeeded") == 4
+        # The run ran on this app's own MCP endpoint, on the port RAYDAG_PORT named.
+        events = httpx.get(base + f"/runs/{run.json()['run_id']}/events", headers=auth(DEMO_KEY), timeout=30)
+        assert [event["kind"] for event in events.json()].count("node_succeeded") == 4
+        assert not can_bind_beside("127.0.0.1", port), "another process could bind beside Serve's proxy"
+        session.look()
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=STOP_S) == 0, log.read_text(errors="replace")[-3000:]
     finally:
-        process.send_signal(signal.SIGINT)  # what Ctrl-C does: Serve and the Ray it started shut down
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+        leftovers = session.alive()
+        session.kill()
 
-    assert _port_is_free(DEFAULT_PORT), "serve run left its proxy listening after Ctrl-C"
+    assert leftovers == [], f"processes of serve run outlived it: {leftovers}"
+    ensure_free("127.0.0.1", port)  # PortTaken if serve run left its proxy listening
+
+
+def test_serve_run_refuses_a_port_another_process_listens_on_and_exits_2(dsn: str, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [str(SERVE), "run", "serve_app:app"],
+            cwd=REPO,
+            env=serve_run_environment(dsn, tmp_path, port),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"127.0.0.1:{port} is already in use by another process" in done.stderr
+    assert "RAYDAG_PORT" in done.stderr

@@ -3,23 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import uuid
+from collections.abc import AsyncIterator
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import pytest
 
-from actors.runtime import prepare_database
-from actors.store.database import create_pool
+from actors.runtime import CASEOPS_SCHEMA, prepare_database
+from actors.store.database import create_pool, drop_database, ensure_database, with_database
 from actors.store.migrate import migrations
-from actors.store.runs import RunStore
-from actors.store.seed import SeedData, demo_seed, load_seed
+from actors.store.runs import RunStore, StoredEvent
+from actors.views import run_view
+from dag.policy import Principal
+from mcp_server.seed import SeedData, demo_seed, load_seed
 
 TABLES = ("tenants", "policies", "policy_required_documents", "cases", "source_documents", "document_aliases")
 
 
 async def counts(connection: asyncpg.Connection) -> dict[str, int]:
     return {table: await connection.fetchval(f"SELECT count(*) FROM {table}") for table in TABLES}
+
+
+@contextlib.asynccontextmanager
+async def empty_database(admin_dsn: str) -> AsyncIterator[str]:
+    """A database of the test's own, with nothing in it; dropped afterwards."""
+    name = f"raydag_empty_{uuid.uuid4().hex[:8]}"
+    await ensure_database(admin_dsn, name)
+    try:
+        yield with_database(admin_dsn, name)
+    finally:
+        await drop_database(admin_dsn, name)
 
 
 async def test_every_migration_is_recorded_once_and_a_second_start_applies_nothing(dsn: str) -> None:
@@ -33,8 +50,67 @@ async def test_every_migration_is_recorded_once_and_a_second_start_applies_nothi
     assert [(row["version"], row["name"]) for row in recorded] == [(m.version, m.name) for m in migrations()]
 
 
-async def test_concurrent_starts_migrate_without_conflict(dsn: str) -> None:
-    assert await asyncio.gather(*(prepare_database(dsn) for _ in range(4))) == [[], [], [], []]
+async def test_four_concurrent_starts_on_an_empty_database_apply_each_migration_exactly_once(
+    admin_dsn: str,
+) -> None:
+    async with empty_database(admin_dsn) as fresh:
+        applied = await asyncio.gather(*(prepare_database(fresh, caseops=True) for _ in range(4)))
+        connection = await asyncpg.connect(fresh)
+        try:
+            recorded = await connection.fetch("SELECT version FROM schema_migrations ORDER BY version")
+            caseops = await connection.fetch(f"SELECT version FROM {CASEOPS_SCHEMA.table}")
+            tables = await connection.fetchval(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = ANY($1)", TABLES
+            )
+        finally:
+            await connection.close()
+
+    versions = [migration.version for migration in migrations()]
+    assert sorted(version for started in applied for version in started) == versions  # each once in all
+    assert [row["version"] for row in recorded] == versions
+    assert [row["version"] for row in caseops] == [m.version for m in migrations(CASEOPS_SCHEMA)]
+    assert tables == len(TABLES)
+
+
+async def test_a_database_for_other_toolsets_gets_no_caseops_tables_and_caseops_records_its_own(
+    admin_dsn: str,
+) -> None:
+    async with empty_database(admin_dsn) as fresh:
+        await prepare_database(fresh)
+        connection = await asyncpg.connect(fresh)
+        try:
+            assert await connection.fetchval("SELECT to_regclass('cases')") is None
+            assert await connection.fetchval("SELECT to_regclass('runs')") is not None
+            await prepare_database(fresh, caseops=True)
+            caseops = await connection.fetch(f"SELECT version FROM {CASEOPS_SCHEMA.table} ORDER BY version")
+            runtime = await connection.fetch("SELECT version FROM schema_migrations ORDER BY version")
+        finally:
+            await connection.close()
+    assert [row["version"] for row in caseops] == [m.version for m in migrations(CASEOPS_SCHEMA)]
+    assert [row["version"] for row in runtime] == [m.version for m in migrations()]
+
+
+async def test_a_database_from_before_caseops_kept_its_own_schema_keeps_its_data(admin_dsn: str) -> None:
+    """Until the split, caseops' tables were the runtime's migration 0001 ("domain")."""
+    async with empty_database(admin_dsn) as old:
+        connection = await asyncpg.connect(old)
+        try:
+            await connection.execute(
+                "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            await connection.execute(migrations(CASEOPS_SCHEMA)[0].sql)
+            await connection.execute("INSERT INTO schema_migrations (version, name) VALUES (1, 'domain')")
+            await load_seed(connection, demo_seed())
+            before = await counts(connection)
+            await prepare_database(old, caseops=True)
+            after = await counts(connection)
+            caseops = await connection.fetchval(f"SELECT array_agg(version) FROM {CASEOPS_SCHEMA.table}")
+        finally:
+            await connection.close()
+    assert before["cases"] > 0
+    assert after == before
+    assert caseops == [1]
 
 
 async def test_loading_the_same_seed_twice_changes_nothing(dsn: str) -> None:
@@ -106,11 +182,12 @@ async def test_a_runs_events_are_contiguous_and_the_summary_points_at_the_last(
     supervisor: object, store: RunStore
 ) -> None:
     from actors.service import RunRequest
-    from dag.policy import Principal
     from mcp_server.contracts import ALL_SCOPES
 
     submitted = await supervisor.submit.remote(  # type: ignore[attr-defined]
-        RunRequest(principal=Principal("tenant-demo", "test", frozenset(ALL_SCOPES)), case_id="C-104")
+        RunRequest(
+            principal=Principal("tenant-demo", "test", frozenset(ALL_SCOPES)), resource={"case_id": "C-104"}
+        )
     )
     assert await supervisor.wait.remote(submitted.run_id, 60.0)  # type: ignore[attr-defined]
 
@@ -160,3 +237,114 @@ async def test_reads_ride_out_pooled_connections_terminated_while_idle(dsn: str)
             pool.terminate()
 
     assert failures == []
+
+
+async def test_runs_stored_under_the_case_only_schema_carry_their_case_over_as_their_resource(
+    admin_dsn: str,
+) -> None:
+    async with empty_database(admin_dsn) as old:
+        row, events = await _migrated_old_run(old)
+
+    assert row is not None
+    assert run_view(row)["resource"] == {"case_id": "C-102"}
+    assert run_view(row)["case_id"] == "C-102"
+    assert events[0].event.resource == {"case_id": "C-102"}
+
+
+async def _migrated_old_run(old: str) -> tuple[dict[str, Any] | None, list[StoredEvent]]:
+    """Store a run the way a deployment before 0006 did, migrate, and read it back."""
+    run_id = uuid.uuid4()
+    connection = await asyncpg.connect(old)
+    try:
+        # A deployment from before 0006: its migrations applied, one finished run stored in their shape.
+        await connection.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in migrations():
+            if migration.version < 6:
+                await connection.execute(migration.sql)
+                await connection.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                    migration.version,
+                    migration.name,
+                )
+        created = {
+            "kind": "run_created",
+            "at": "2026-07-18T09:30:00+00:00",
+            "run_id": str(run_id),
+            "tenant_id": "tenant-demo",
+            "subject": "test",
+            "scopes": ["cases:read"],
+            "case_id": "C-102",
+            "goal": "g",
+            "planner": "conformance",
+            "budgets": {},
+        }
+        await connection.execute(
+            """INSERT INTO runs (run_id, tenant_id, subject, scopes, case_id, goal, planner, status, request_hash,
+                                 last_seq, created_at, updated_at, finished_at)
+               VALUES ($1, 'tenant-demo', 'test', '{cases:read}', 'C-102', 'g', 'conformance', 'failed', 'h',
+                       1, now(), now(), now())""",
+            run_id,
+        )
+        await connection.execute(
+            "INSERT INTO run_events (run_id, seq, kind, data) VALUES ($1, 1, 'run_created', $2::jsonb)",
+            run_id,
+            json.dumps(created),
+        )
+    finally:
+        await connection.close()
+    assert await prepare_database(old) == [
+        migration.version for migration in migrations() if migration.version >= 6
+    ]
+    pool = await create_pool(old, max_size=1)
+    try:
+        reader = Principal("tenant-demo", "test", frozenset({"cases:read"}))
+        row = await RunStore(pool).run_row(reader, str(run_id))
+        events = await RunStore(pool).events(str(run_id))
+        async with pool.acquire() as checking:
+            with pytest.raises(asyncpg.CheckViolationError):  # the two columns cannot disagree
+                await checking.execute("UPDATE runs SET case_id = 'C-999' WHERE run_id = $1", run_id)
+    finally:
+        await pool.close()
+    return row, events
+
+
+async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_offered(
+    admin_dsn: str,
+) -> None:
+    from actors.store.ownership import Leases
+    from dag.budget import Budgets
+    from dag.events import RunCreated
+
+    async with empty_database(admin_dsn) as fresh:
+        await prepare_database(fresh, demo_seed())
+        pool = await create_pool(fresh, max_size=2)
+        try:
+            gone = RunStore(pool, owner="gone", lease_s=0.0)  # its leases have lapsed as soon as written
+            offered: dict[str, list[str] | None] = {"old": None, "narrow": ["a"], "wide": ["a", "b"]}
+            runs = {}
+            for label, tools in offered.items():
+                created = RunCreated(
+                    at=datetime.now().astimezone(),
+                    run_id=str(uuid.uuid4()),
+                    tenant_id="tenant-demo",
+                    subject="test",
+                    scopes=(),
+                    resource={},
+                    goal=label,
+                    planner="outputs",
+                    budgets=Budgets(),
+                )
+                _, runs[label] = await gone.create_run(
+                    created, idempotency_key=None, request_hash=label, tools=tools
+                )
+            claimed = await Leases(pool, "serves-a", 15.0).claim_orphans(driving=[], serving=["a", "c"])
+            rest = await Leases(pool, "serves-all", 15.0).claim_orphans(driving=[], serving=["a", "b"])
+        finally:
+            await pool.close()
+
+    # A run stored before runs kept their tools is anyone's, as it was.
+    assert {claim.run_id for claim in claimed} == {runs["old"], runs["narrow"]}
+    assert [claim.run_id for claim in rest] == [runs["wide"]]

@@ -33,6 +33,7 @@ from dag.budget import Budgets
 from mcp_server.server import MCP_PATH
 from tests.c102 import C102_RESULT
 from tests.integration.conftest import DEMO_KEY, TEST_API_KEYS, auth
+from tests.loopback import wait_until_ok
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
 ) -> None:
     import ray
 
-    from serve_app import ApiConfig, create_app
+    from actors.api.app import ApiConfig, create_app
 
     api = BackgroundServer()
     name = f"raydag-traced-{uuid.uuid4().hex[:8]}"
@@ -154,6 +155,8 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
         .remote(config.supervisor_config())
     )
     api.start(create_app(config))
+    # Ready once the supervisor has listed the app's own /mcp (which was not up when the supervisor started).
+    wait_until_ok(api.url + "/readyz", within_s=60)
     client_span = trace.get_tracer("test").start_span("test client")
     traceparent = (
         f"00-{client_span.get_span_context().trace_id:032x}-{client_span.get_span_context().span_id:016x}-01"

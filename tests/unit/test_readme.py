@@ -8,12 +8,12 @@ import re
 from pydantic import AliasChoices
 
 from actors.settings import Settings
-from actors.store.seed import SeedData
 from dag.plan import Plan
 from dag.states import StopReason
 from dag.validate import validate_plan
 from mcp_server.contracts import CASEOPS_TOOLS
-from planner.conformance import document_check_plan
+from mcp_server.planner import document_check_plan
+from mcp_server.seed import SeedData
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -63,3 +63,13 @@ def test_the_readme_shows_the_two_fresh_machine_commands() -> None:
 
     assert "make demo" in commands
     assert "make test" in commands
+
+
+def test_the_first_screen_toolsets_example_is_a_valid_toolsets_file() -> None:
+    from actors.toolsets import parse_toolsets
+
+    first_screen = README[: README.index("\n## ")]
+    block = re.findall(r"```yaml\n(.*?)```", first_screen, flags=re.DOTALL)[0]
+
+    toolsets = parse_toolsets(block, "README.md", {})
+    assert [server.name for server in toolsets.servers] == ["search", "files"]

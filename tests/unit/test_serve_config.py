@@ -53,7 +53,7 @@ def test_the_config_has_no_key_serve_would_silently_ignore(config: dict[str, Any
 
 
 def test_the_config_names_the_deployment_the_app_defines(config: dict[str, Any]) -> None:
-    import serve_app
+    from actors.api import app as serve_app
 
     (application,) = config["applications"]
     assert application["import_path"] == "serve_app:app"
@@ -61,7 +61,7 @@ def test_the_config_names_the_deployment_the_app_defines(config: dict[str, Any])
 
 
 def test_the_config_binds_loopback_and_outlasts_the_longest_wait(config: dict[str, Any]) -> None:
-    from serve_app import MAX_WAIT_SECONDS
+    from actors.api.app import MAX_WAIT_SECONDS
 
     assert config["http_options"]["host"] == "127.0.0.1"
     assert config["http_options"]["request_timeout_s"] > MAX_WAIT_SECONDS
@@ -79,7 +79,7 @@ def test_the_configured_replicas_fit_postgres_default_connections(config: dict[s
 
 
 def test_scaling_is_a_fixed_count_unless_a_larger_maximum_is_set() -> None:
-    from serve_app import Scaling
+    from actors.api.app import Scaling
 
     assert Scaling().deployment_options() == {"num_replicas": 1}
     assert Scaling(replicas=3, max_replicas=3).deployment_options() == {"num_replicas": 3}
@@ -89,7 +89,7 @@ def test_scaling_is_a_fixed_count_unless_a_larger_maximum_is_set() -> None:
 
 
 def test_scaling_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from serve_app import Scaling
+    from actors.api.app import Scaling
 
     monkeypatch.setenv("RAYDAG_REPLICAS", "2")
     monkeypatch.setenv("RAYDAG_MAX_REPLICAS", "5")

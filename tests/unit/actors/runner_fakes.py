@@ -26,9 +26,9 @@ from dag.retry import RetryPolicy
 from dag.run_state import RunState, apply, fold
 from dag.states import NodeStatus
 from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS
+from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL, ConformancePlanner
 from mcp_server.tokens import TaskTokens
-from planner import ConformancePlanner, JoinDecision, Observation, PlanningContext
-from planner.conformance import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
+from planner import JoinDecision, Observation, PlanningContext
 from tests.c102 import CASE_OUTPUT, DOCS_OUTPUT, POLICY_OUTPUT, RESOLVE_OUTPUT
 
 MCP_URL = "http://mcp.test/mcp"
@@ -290,14 +290,17 @@ def run_created(
     budgets: Budgets | None = None,
     tenant_tools: Sequence[str] | None = None,
     stage: str = "investigate",
+    tenant_id: str = TENANT,
+    run_id: str = RUN_ID,
+    resource: Mapping[str, str] | None = None,
 ) -> RunCreated:
     return RunCreated(
         at=datetime.now(UTC),
-        run_id=RUN_ID,
-        tenant_id=TENANT,
+        run_id=run_id,
+        tenant_id=tenant_id,
         subject=SUBJECT,
         scopes=tuple(sorted(scopes)),
-        case_id=CASE_ID,
+        resource=dict(resource) if resource is not None else {"case_id": CASE_ID},
         goal="Are the documents of C-102 complete?",
         planner=planner,
         budgets=budgets or Budgets(),

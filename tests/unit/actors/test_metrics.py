@@ -35,8 +35,8 @@ from dag.events import ErrorKind, RunEvent
 from dag.run_state import apply, fold
 from dag.states import NodeStatus, RunStatus, StopReason
 from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
 from planner import Final, Replan
-from planner.conformance import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
 from tests.c102 import C102_RESULT, CASE_OUTPUT, document
 
 Fact = tuple[str, ...]

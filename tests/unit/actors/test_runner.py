@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 from runner_fakes import (
     CASE_ARGS,
     CASE_ID,
@@ -39,6 +41,7 @@ from runner_fakes import (
 )
 
 from dag.budget import Budgets
+from dag.contracts import BindingMatch, Risk, RunBinding, ToolContract, catalogue_of
 from dag.events import (
     ErrorKind,
     JoinStarted,
@@ -52,10 +55,10 @@ from dag.events import (
     RunFinished,
 )
 from dag.run_state import fold
+from dag.schemas import JsonSchema
 from dag.states import NodeStatus, RunStatus, StopReason
 from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
-from planner import Final, Replan
-from planner.conformance import (
+from mcp_server.planner import (
     CASE_TOOL,
     DOCUMENTS_TOOL,
     POLICY_TOOL,
@@ -63,6 +66,7 @@ from planner.conformance import (
     decide_document_check,
     document_check_plan,
 )
+from planner import Final, Replan
 from tests.c102 import C102_RESULT, CASE_OUTPUT, RESOLVE_OUTPUT, document
 
 # ---------------------------------------------------------------- the C-102 document check
@@ -121,7 +125,7 @@ async def test_the_planner_sees_the_case_goal_and_catalogue_but_nothing_of_the_p
 
     planner.assert_done()
     context = planner.contexts[0]
-    assert context.case_id == CASE_ID
+    assert context.resource == {"case_id": CASE_ID}
     assert context.goal == created.goal
     assert sorted(tool.name for tool in context.tools) == sorted(CASEOPS_TOOLS)
     assert not any(hasattr(context, name) for name in ("tenant_id", "subject", "scopes", "principal"))
@@ -580,8 +584,26 @@ async def test_a_failed_tool_fails_its_node_skips_its_dependents_and_the_run_sti
     assert final.nodes["resolve"].status is NodeStatus.SKIPPED
     assert final.nodes["resolve"].skipped_because == "docs"
     assert len(sink.of(JoinStarted)) == 1
-    assert final.status is RunStatus.NEEDS_HUMAN
-    assert final.stop_reason is StopReason.INSUFFICIENT_EVIDENCE
+    # A call without an answer is not evidence: no verdict rests on it, and the stop names it.
+    assert (final.status, final.stop_reason) == (RunStatus.STOPPED, StopReason.EVIDENCE_INCOMPLETE)
+    assert final.detail is not None
+    assert f"docs ({DOCUMENTS_TOOL}: INVALID_OUTPUT)" in final.detail
+    assert final.result is None
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_tool_that_answers_no_gives_the_planner_its_verdict() -> None:
+    refused = failure(ErrorKind.BUSINESS, "CASE_ARCHIVED", "the case is archived")
+    script = only("case", "policy")
+    script[call_key(DOCUMENTS_TOOL, CASE_ARGS)] = Scripted(refused)
+    sink, executor = RecordingSink(), ScriptedExecutor(script)
+    created = run_created()
+
+    final = await drive(driver(sink, executor), created)
+
+    assert final.nodes["docs"].status is NodeStatus.FAILED
+    assert (final.status, final.stop_reason) == (RunStatus.NEEDS_HUMAN, StopReason.INSUFFICIENT_EVIDENCE)
     executor.assert_done()
     assert_log_rebuilds(sink, created, final)
 
@@ -648,3 +670,78 @@ async def test_the_recorded_log_has_contiguous_seqs_and_folds_into_the_final_sta
     assert kinds[:2] == ["planning_started", "plan_accepted"]
     assert kinds[-2:] == ["join_started", "run_finished"]
     executor.assert_done()
+
+
+async def test_a_planner_is_not_shown_a_tool_whose_resource_key_the_run_lacks() -> None:
+    class PathInput(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+
+        path: str
+
+    read_file = dataclasses.replace(
+        CASEOPS_TOOLS["caseops_get_case_snapshot"],
+        name="read_file",
+        input_model=PathInput,
+        run_bound=frozenset({"path"}),
+        resource_keys=(RunBinding("path", "root", BindingMatch.PATH_WITHIN),),
+    )
+    planner = ScriptedPlanner(
+        Propose({"nodes": [snapshot_node("case")]}), Decide(Final({"ok": True}, citations=[]))
+    )
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
+    catalogue = catalogue_of(*CASEOPS_TOOLS.values(), read_file)
+
+    await drive(driver(sink, executor, planner, catalogue=catalogue), run_created(planner="scripted"))
+
+    planner.assert_done()
+    assert sorted(tool.name for tool in planner.contexts[0].tools) == sorted(CASEOPS_TOOLS)
+
+
+READ_REPORT = ToolContract(
+    name="read_text_file",
+    version="1",
+    description="Read a text file.",
+    scope="files:read",
+    risk=Risk.READ_ONLY,
+    declared_input=JsonSchema.of(
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    ),
+    run_bound=frozenset({"path"}),
+    resource_keys=(RunBinding("path", "root", BindingMatch.PATH_WITHIN),),
+    stages=frozenset({"investigate"}),
+    server="files",
+)
+"""A tool of a file-system toolset: nothing of caseops, its output a file's text."""
+
+
+@pytest.mark.parametrize(
+    ("citations", "status"),
+    [
+        pytest.param(["Q1 revenue: 42"], RunStatus.COMPLETED, id="cited-from-the-output"),
+        pytest.param(["/srv/reports/q1.txt"], RunStatus.NEEDS_HUMAN, id="cited-from-the-arguments-only"),
+        pytest.param(["Q2 revenue: 41"], RunStatus.NEEDS_HUMAN, id="made-up"),
+    ],
+)
+async def test_a_final_answer_over_any_toolset_may_cite_only_what_its_tool_outputs_contain(
+    citations: list[str], status: RunStatus
+) -> None:
+    args = {"path": "/srv/reports/q1.txt"}
+    planner = ScriptedPlanner(
+        Propose({"nodes": [{"id": "read", "tool": READ_REPORT.name, "args": args}]}),
+        Decide(Final({"revenue": 42}, citations=citations)),
+    )
+    executor = ScriptedExecutor(
+        {call_key(READ_REPORT.name, args): Scripted(ok({"content": "Q1 revenue: 42"}))}
+    )
+    created = run_created(planner="scripted", scopes=["files:read"], resource={"root": "/srv/reports"})
+
+    state = await drive(
+        driver(RecordingSink(), executor, planner, catalogue=catalogue_of(READ_REPORT)), created
+    )
+
+    planner.assert_done()
+    executor.assert_done()
+    assert state.status is status
+    if status is RunStatus.NEEDS_HUMAN:
+        assert state.stop_reason is StopReason.FINAL_ANSWER_UNSUPPORTED
+        assert citations[0] in (state.detail or "")

@@ -9,6 +9,7 @@ from runner_fakes import (
     CASE_ARGS,
     CASE_ID,
     RESOLVE_ARGS,
+    TENANT,
     Decide,
     Propose,
     RecordingSink,
@@ -24,12 +25,20 @@ from runner_fakes import (
 )
 
 from dag.budget import Budgets
-from dag.events import ErrorKind, NodeDenied, NodeDispatched, NodeReused, PlanAccepted, PlanningStarted
+from dag.events import (
+    ErrorKind,
+    NodeDenied,
+    NodeDispatched,
+    NodeError,
+    NodeReused,
+    PlanAccepted,
+    PlanningStarted,
+)
 from dag.health import ToolHealth
 from dag.states import NodeStatus, RunStatus, StopReason
 from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_DOCUMENTS
+from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
 from planner import Final, NeedsHuman, Replan
-from planner.conformance import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
 from tests.c102 import CASE_OUTPUT, DOCS_OUTPUT, POLICY_OUTPUT, RESOLVE_OUTPUT
 
 CASE_REF = CASE_OUTPUT["evidence_ref"]
@@ -291,9 +300,14 @@ async def test_a_document_id_the_run_never_observed_is_denied_and_never_resolved
 
 
 async def test_the_planner_is_shown_only_the_tools_the_run_may_use() -> None:
-    # tenant catalogue drops the resolver, the scopes drop the policy, the breaker drops the listing.
-    health = ToolHealth(threshold=1, cooloff_s=600.0)
-    health.record(DOCUMENTS_TOOL, ErrorKind.TRANSIENT, time.monotonic())
+    # tenant catalogue drops the resolver, the scopes drop the policy; a resting tool stays on the list
+    # (its calls wait for it: its health changes nothing about what the run may do).
+    health = ToolHealth(threshold=1, first_cooloff_s=600.0)
+    health.record(
+        (TENANT, DOCUMENTS_TOOL),
+        NodeError(kind=ErrorKind.TRANSIENT, code="HTTP_503", message="x"),
+        time.monotonic(),
+    )
     planner = ScriptedPlanner(Propose(plan(snapshot_node("case"))), Decide(verified(CASE_REF)))
     sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
     created = run_created(
@@ -305,8 +319,8 @@ async def test_the_planner_is_shown_only_the_tools_the_run_may_use() -> None:
     final = await drive(driver(sink, executor, planner, health=health), created)
 
     assert [[tool.name for tool in context.tools] for context in planner.contexts] == [
-        [CASE_TOOL],
-        [CASE_TOOL],
+        [CASE_TOOL, DOCUMENTS_TOOL],
+        [CASE_TOOL, DOCUMENTS_TOOL],
     ]
     assert final.status is RunStatus.COMPLETED
     planner.assert_done()

@@ -58,7 +58,7 @@ def two_rounds() -> list[RunEvent]:
         tenant_id="tenant-a",
         subject="adjuster-7",
         scopes=ALL_SCOPES,
-        case_id="C-102",
+        resource={"case_id": "C-102"},
         goal="check the documents",
         planner="conformance",
         budgets=Budgets(),

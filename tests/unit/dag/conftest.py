@@ -9,7 +9,7 @@ from dag_run_builders import CASE_ID
 
 from dag.contracts import ToolCatalogue
 from mcp_server.contracts import CASEOPS_TOOLS
-from planner.conformance import document_check_plan
+from mcp_server.planner import document_check_plan
 
 
 @pytest.fixture

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import settings
+from pydantic import BaseModel, ConfigDict
 
 from dag.budget import Budgets
+from dag.contracts import BindingMatch, RunBinding
 from dag.events import (
     ErrorKind,
     NodeDispatched,
@@ -24,7 +27,7 @@ from dag.events import (
 from dag.fingerprint import action_fingerprint
 from dag.policy import Decision
 from dag.run_state import RunState, fold
-from mcp_server.contracts import ALL_SCOPES
+from mcp_server.contracts import ALL_SCOPES, GET_CASE_SNAPSHOT
 
 AT = datetime(2025, 4, 1, 9, 0, tzinfo=UTC)
 CASE_ID = "C-102"
@@ -33,6 +36,22 @@ POLICY_TOOL = "caseops_get_policy_requirements"
 DOCUMENTS_TOOL = "caseops_list_unclassified_documents"
 RESOLVE_TOOL = "caseops_resolve_document_alias"
 ALLOW = Decision(allowed=True, rule_id="allow.read_only_in_scope", reason="test")
+
+
+class PathInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+
+
+READ_FILE = dataclasses.replace(
+    GET_CASE_SNAPSHOT,
+    name="read_file",
+    input_model=PathInput,
+    run_bound=frozenset({"path"}),
+    resource_keys=(RunBinding("path", "root", BindingMatch.PATH_WITHIN),),
+)
+"""A tool of another toolset: its ``path`` must lie under the run's ``root``."""
 
 PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, database=None)
 """Hypothesis settings for this folder: bounded, no deadline flakiness, nothing written to disk."""
@@ -45,7 +64,7 @@ def run_created(*, case_id: str = CASE_ID, budgets: Budgets | None = None) -> Ru
         tenant_id="tenant-a",
         subject="adjuster-7",
         scopes=ALL_SCOPES,
-        case_id=case_id,
+        resource={"case_id": case_id},
         goal="check the documents of the case",
         planner="conformance",
         budgets=budgets or Budgets(),

@@ -39,14 +39,14 @@ def contract(**changes: object) -> ToolContract:
 def test_a_contract_has_the_documented_defaults() -> None:
     made = contract()
 
-    assert made.run_bound == frozenset({"case_id"})
+    assert made.run_bound == frozenset()  # the core binds nothing to a run unless a toolset says so
     assert made.observed_bound == frozenset()
     assert made.stages == frozenset({INVESTIGATE})
     assert (made.timeout_s, made.max_attempts, made.recording) == (10.0, 3, Recording.FULL)
 
 
 def test_the_proposable_fields_are_the_inputs_neither_run_bound_nor_observed_bound() -> None:
-    made = contract(observed_bound=frozenset({"document_id"}))
+    made = contract(run_bound=frozenset({"case_id"}), observed_bound=frozenset({"document_id"}))
 
     assert made.proposable == frozenset({"note"})
 

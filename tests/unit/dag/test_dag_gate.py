@@ -7,7 +7,7 @@ from typing import Any
 from dag_run_builders import AT, CASE_ID, CASE_OUTPUT, CASE_TOOL, dispatched, failed, run_created, succeeded
 
 from dag.budget import Budgets
-from dag.events import NodeReused, PlanAccepted, PlanningStarted, RunEvent
+from dag.events import ErrorKind, NodeError, NodeFailed, NodeReused, PlanAccepted, PlanningStarted, RunEvent
 from dag.fingerprint import action_fingerprint
 from dag.gate import AlreadyFailed, Dispatch, RepeatLimit, Reuse, Wait, gate
 from dag.run_state import RunState, fold
@@ -18,19 +18,20 @@ NOTHING: frozenset[str] = frozenset()
 NONE_DECIDED: dict[str, int] = {}
 
 
-def identical_nodes(*more: RunEvent, count: int = 3, repeat_limit: int = 3) -> RunState:
-    """A run whose plan has ``count`` nodes n0, n1, … making the same call."""
+def identical_events(count: int = 3, repeat_limit: int = 3) -> list[RunEvent]:
+    """The start of a run whose plan has ``count`` nodes n0, n1, … making the same call."""
     plan: dict[str, Any] = {
         "nodes": [{"id": f"n{index}", "tool": CASE_TOOL, "args": CASE_ARGS} for index in range(count)]
     }
-    return fold(
-        [
-            run_created(budgets=Budgets(repeat_limit=repeat_limit)),
-            PlanningStarted(at=AT, round=1),
-            PlanAccepted(at=AT, round=1, plan=plan),
-            *more,
-        ]
-    )
+    return [
+        run_created(budgets=Budgets(repeat_limit=repeat_limit)),
+        PlanningStarted(at=AT, round=1),
+        PlanAccepted(at=AT, round=1, plan=plan),
+    ]
+
+
+def identical_nodes(*more: RunEvent, count: int = 3, repeat_limit: int = 3) -> RunState:
+    return fold([*identical_events(count, repeat_limit), *more])
 
 
 def reused(node_id: str, source: str = "n0") -> NodeReused:
@@ -59,10 +60,33 @@ def test_an_action_whose_source_succeeded_reuses_its_output() -> None:
     assert gate(state, FINGERPRINT, dispatching=NOTHING, decided=NONE_DECIDED) == Reuse("n0")
 
 
-def test_an_action_whose_source_failed_is_not_tried_again() -> None:
-    state = identical_nodes(dispatched("n0", CASE_TOOL, CASE_ARGS), failed("n0"))
+def test_an_action_the_tool_refused_is_not_tried_again() -> None:
+    state = identical_nodes(dispatched("n0", CASE_TOOL, CASE_ARGS), refused("n0"))
 
     assert gate(state, FINGERPRINT, dispatching=NOTHING, decided=NONE_DECIDED) == AlreadyFailed("n0")
+
+
+def test_an_action_that_failed_without_an_answer_is_dispatched_again_and_then_executed_by_the_new_node() -> (
+    None
+):
+    state = identical_nodes(dispatched("n0", CASE_TOOL, CASE_ARGS), failed("n0"))
+
+    assert gate(state, FINGERPRINT, dispatching=NOTHING, decided=NONE_DECIDED) == Dispatch()
+    again = fold(
+        [
+            *identical_events(),
+            dispatched("n0", CASE_TOOL, CASE_ARGS),
+            failed("n0"),
+            dispatched("n1", CASE_TOOL, CASE_ARGS),
+        ]
+    )
+    assert again.fingerprints[FINGERPRINT] == "n1"
+    assert gate(again, FINGERPRINT, dispatching=NOTHING, decided=NONE_DECIDED) == Wait()
+
+
+def refused(node_id: str) -> NodeFailed:
+    error = NodeError(kind=ErrorKind.BUSINESS, code="CASE_ARCHIVED", message="the case is archived")
+    return NodeFailed(at=AT, node_id=node_id, error=error, started_at=AT, finished_at=AT)
 
 
 def test_another_action_is_dispatched_even_when_one_was_reused() -> None:

@@ -37,6 +37,7 @@ from dag.events import (
     NodeReused,
     PlanAccepted,
     PlanningStarted,
+    RunCreated,
     RunEvent,
     RunFinished,
     event_from_json,
@@ -78,7 +79,7 @@ def test_a_run_starts_pending_with_the_principal_of_its_creation() -> None:
     assert state.status is RunStatus.PENDING
     assert (state.principal.tenant_id, state.principal.subject) == ("tenant-a", "adjuster-7")
     assert state.principal.scopes == frozenset({"cases:read", "policies:read", "documents:read"})
-    assert (state.case_id, state.plan, state.nodes) == (CASE_ID, None, {})
+    assert (state.resource, state.plan, state.nodes) == ({"case_id": CASE_ID}, None, {})
 
 
 def test_an_accepted_plan_makes_every_node_pending_in_plan_order(example_plan: dict[str, Any]) -> None:
@@ -350,3 +351,27 @@ def test_a_run_created_without_a_tenant_catalogue_grants_every_tool() -> None:
     state = fold([run_created()])
 
     assert (state.stage, state.tenant_tools) == ("investigate", None)
+
+
+def test_a_run_created_event_stored_before_runs_named_a_resource_reads_as_a_case_resource(
+    example_plan: dict[str, Any],
+) -> None:
+    # The shape events had before `resource`: a bare `case_id` field, which was the run's only binding.
+    old = event_to_json(run_created())
+    old["case_id"] = old.pop("resource")["case_id"]
+
+    created = event_from_json(old)
+    state = fold([created, *accepted_events(example_plan)[1:]])
+
+    assert isinstance(created, RunCreated)
+    assert created.resource == {"case_id": CASE_ID}
+    assert "case_id" not in event_to_json(created)
+    assert state.authority.resource == {"case_id": CASE_ID}
+    assert state == fold(accepted_events(example_plan))
+
+
+def test_a_run_created_event_naming_both_a_case_and_a_resource_is_refused() -> None:
+    both = {**event_to_json(run_created()), "case_id": "C-999"}
+
+    with pytest.raises(ValueError, match="case_id"):
+        event_from_json(both)

@@ -14,8 +14,10 @@ from mcp_server.auth import current_claims
 from mcp_server.guard import McpGuard
 from mcp_server.limits import Admission, TenantLimits
 from mcp_server.tokens import TaskClaims, TaskTokens
+from tests.loopback import free_port
 
-AUDIENCE = "http://127.0.0.1:8000/mcp"
+PORT = free_port()  # the guard is driven by ASGI scopes alone; the port is only what the scope says
+AUDIENCE = f"http://127.0.0.1:{PORT}/mcp"
 TOKENS = TaskTokens(key=b"k" * 32, audience=AUDIENCE)
 SECURITY = TransportSecuritySettings(
     enable_dns_rebinding_protection=True,
@@ -26,7 +28,9 @@ CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "s
 
 
 def token(scopes: frozenset[str] = frozenset({"cases:read"}), tool: str = "snapshot") -> str:
-    return TOKENS.mint(subject="s", tenant_id="t1", task_id="r/n/1", case_id="C-1", tool=tool, scopes=scopes)
+    return TOKENS.mint(
+        subject="s", tenant_id="t1", task_id="r/n/1", resource={"case_id": "C-1"}, tool=tool, scopes=scopes
+    )
 
 
 class Uses:
@@ -85,11 +89,11 @@ def request(
     *,
     bearer: str | None = None,
     headers: Mapping[str, str] | None = None,
-    server: tuple[str, int] = ("127.0.0.1", 8000),
+    server: tuple[str, int] = ("127.0.0.1", PORT),
     chunks: int = 1,
 ) -> tuple[int, dict[str, str], bytes]:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    sent = {"host": "127.0.0.1:8000", "content-type": "application/json", **(headers or {})}
+    sent = {"host": f"127.0.0.1:{PORT}", "content-type": "application/json", **(headers or {})}
     if bearer is not None:
         sent["authorization"] = f"Bearer {bearer}"
     scope = {
@@ -211,7 +215,7 @@ def test_a_refused_call_does_not_use_up_its_token() -> None:
     assert uses.seen == set()
 
 
-@pytest.mark.parametrize(("server", "status"), [(("127.0.0.1", 8000), 200), (("10.1.2.3", 8000), 403)])
+@pytest.mark.parametrize(("server", "status"), [(("127.0.0.1", PORT), 200), (("10.1.2.3", PORT), 403)])
 def test_without_auth_only_a_loopback_socket_is_served(server: tuple[str, int], status: int) -> None:
     app = App()
     answer = request(guard(app, auth=False), server=server)

@@ -30,7 +30,7 @@ CLAIM_NAMES = [
     "sub",
     "tenant_id",
     "task_id",
-    "case_id",
+    "resource",
     "tool",
     "scope",
     "iat",
@@ -45,7 +45,7 @@ def mint(tokens: TaskTokens = TOKENS, *, now: int | None = None) -> str:
         subject="alice",
         tenant_id="tenant-demo",
         task_id="run-1/docs/1",
-        case_id="C-102",
+        resource={"case_id": "C-102"},
         tool="caseops_list_unclassified_documents",
         scopes={"documents:read", "cases:read"},
         now=now,
@@ -60,7 +60,7 @@ def valid_claims() -> dict[str, Any]:
         "sub": "alice",
         "tenant_id": "tenant-demo",
         "task_id": "run-1/docs/1",
-        "case_id": "C-102",
+        "resource": {"case_id": "C-102"},
         "tool": "caseops_get_case_snapshot",
         "scope": "cases:read",
         "iat": issued,
@@ -83,6 +83,7 @@ def test_a_minted_token_verifies_with_every_claim() -> None:
     assert claims.sub == "alice"
     assert claims.tenant_id == "tenant-demo"
     assert claims.task_id == "run-1/docs/1"
+    assert claims.resource == {"case_id": "C-102"}
     assert claims.case_id == "C-102"
     assert claims.tool == "caseops_list_unclassified_documents"
     assert claims.scope == "cases:read documents:read"  # sorted, space-separated
@@ -155,7 +156,7 @@ def test_an_unsigned_alg_none_token_is_refused() -> None:
 @pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")  # chosen: the key is HS256-sized
 def test_an_hs512_token_signed_with_the_same_key_is_refused() -> None:
     token = jwt.encode(valid_claims(), KEY, algorithm="HS512")
-    assert jwt.decode(token, KEY, algorithms=["HS512"], audience=AUDIENCE)["case_id"] == "C-102"
+    assert jwt.decode(token, KEY, algorithms=["HS512"], audience=AUDIENCE)["resource"] == {"case_id": "C-102"}
     with pytest.raises(TokenInvalid, match="alg value is not allowed"):
         TOKENS.verify(token)
 
@@ -175,7 +176,15 @@ def test_a_token_missing_a_required_claim_is_refused(claim: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("claim", "value"), [("tenant_id", 7), ("scope", ["cases:read"]), ("case_id", None), ("tool", ["a", "b"])]
+    ("claim", "value"),
+    [
+        ("tenant_id", 7),
+        ("scope", ["cases:read"]),
+        ("resource", None),
+        ("resource", "C-102"),
+        ("resource", {"case_id": 7}),
+        ("tool", ["a", "b"]),
+    ],
 )
 def test_a_signed_token_whose_claims_have_the_wrong_type_is_refused_as_invalid(
     claim: str, value: Any
@@ -251,7 +260,7 @@ def test_a_reader_token_names_resources_read_as_its_tool() -> None:
         subject="auditor",
         tenant_id="tenant-demo",
         task_id="audit",
-        case_id="C-102",
+        resource={"case_id": "C-102"},
         tool=RESOURCE_READER,
         scopes={"cases:read", "policies:read"},
     )

@@ -14,15 +14,17 @@ from dag.plan import Plan
 from dag.states import NodeStatus, StopReason
 from dag.validate import validate_plan
 from mcp_server.contracts import CASEOPS_TOOLS, IDENTIFIER_PATTERN
-from planner import ConformancePlanner, Final, NeedsHuman, Observation, Outcome, PlanningContext
-from planner.conformance import (
+from mcp_server.planner import (
     CASE_TOOL,
     DOCUMENTS_TOOL,
     POLICY_TOOL,
     RESOLVE_TOOL,
+    ConformancePlanner,
+    Outcome,
     decide_document_check,
     document_check_plan,
 )
+from planner import Final, NeedsHuman, Observation, PlanningContext
 
 CASE_REF = "case://C-102@7"
 POLICY_REF = "policy://motor-claim-standard@2026.1"
@@ -73,7 +75,14 @@ def unresolved(document_id: str, node_id: str = "resolve[1]") -> Observation:
 
 
 def failed(tool: str, node_id: str, args: dict[str, Any]) -> Observation:
+    """A call that failed without an answer (here, a timeout)."""
     error = NodeError(kind=ErrorKind.TRANSIENT, code="TIMEOUT", message="no answer within 10s")
+    return Observation(node_id, tool, args, NodeStatus.FAILED, None, error)
+
+
+def refused(tool: str, node_id: str, args: dict[str, Any], code: str = "DOCUMENT_NOT_FOUND") -> Observation:
+    """A call the tool answered with "no"."""
+    error = NodeError(kind=ErrorKind.BUSINESS, code=code, message="not found")
     return Observation(node_id, tool, args, NodeStatus.FAILED, None, error)
 
 
@@ -159,14 +168,14 @@ def test_missing_documents_with_an_unresolved_source_document_need_a_human_and_k
     }
 
 
-def test_a_resolution_that_failed_counts_as_unresolved() -> None:
+def test_a_resolution_the_tool_refused_counts_as_unresolved() -> None:
     args = {"case_id": "C-102", "document_id": "DOC-C102-003"}
     decision = decide_document_check(
         [
             case(["IDENTITY_DOCUMENT", "LOSS_STATEMENT"]),
             policy(),
             docs(["DOC-C102-003"]),
-            failed(RESOLVE_TOOL, "resolve[0]", args),
+            refused(RESOLVE_TOOL, "resolve[0]", args),
         ]
     )
     assert isinstance(decision, NeedsHuman)
@@ -174,6 +183,58 @@ def test_a_resolution_that_failed_counts_as_unresolved() -> None:
     assert decision.result is not None
     assert decision.result["unresolved_document_ids"] == ["DOC-C102-003"]
     assert decision.result["missing_document_codes"] == ["ACCIDENT_CERTIFICATE"]
+
+
+@pytest.mark.parametrize(
+    "unanswered",
+    [
+        failed(RESOLVE_TOOL, "resolve[0]", {"case_id": "C-102", "document_id": "DOC-C102-003"}),
+        Observation(
+            "resolve[0]",
+            RESOLVE_TOOL,
+            {"case_id": "C-102", "document_id": "DOC-C102-003"},
+            NodeStatus.RETRYING,
+        ),
+    ],
+    ids=["failed-without-an-answer", "still-retrying"],
+)
+def test_a_resolution_without_an_answer_is_no_verdict_not_an_unresolved_document(
+    unanswered: Observation,
+) -> None:
+    decision = decide_document_check(
+        [case(["IDENTITY_DOCUMENT", "LOSS_STATEMENT"]), policy(), docs(["DOC-C102-003"]), unanswered]
+    )
+    assert isinstance(decision, NeedsHuman)
+    assert decision.stop_reason is StopReason.EVIDENCE_INCOMPLETE
+    assert "resolve[0]" in decision.detail
+    assert decision.result is None  # no "ACCIDENT_CERTIFICATE is missing": nobody knows that
+
+
+def test_a_failed_call_answered_by_an_identical_one_is_not_missing() -> None:
+    args = {"case_id": "C-102", "document_id": "DOC-C102-003"}
+    decision = decide_document_check(
+        [
+            case(["IDENTITY_DOCUMENT", "LOSS_STATEMENT"]),
+            policy(),
+            docs(["DOC-C102-003"]),
+            failed(RESOLVE_TOOL, "resolve[0]", args),
+            resolved("DOC-C102-003", "ACCIDENT_CERTIFICATE"),
+        ]
+    )
+    assert result_of(decision)["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+
+
+@pytest.mark.parametrize("tool", [CASE_TOOL, POLICY_TOOL, DOCUMENTS_TOOL])
+def test_a_first_layer_call_without_an_answer_is_no_verdict(tool: str) -> None:
+    observations = [case(["LOSS_STATEMENT"]), policy(), docs(["DOC-C102-003"])]
+    observations = [
+        failed(tool, "x", {"case_id": "C-102"}) if observation.tool == tool else observation
+        for observation in observations
+    ]
+    decision = decide_document_check(observations)
+    assert isinstance(decision, NeedsHuman)
+    assert (decision.stop_reason, decision.result) == (StopReason.EVIDENCE_INCOMPLETE, None)
+    assert "x (TIMEOUT)" in decision.detail
 
 
 def test_an_unresolved_document_does_not_matter_when_nothing_is_missing() -> None:
@@ -197,8 +258,11 @@ def test_an_unresolved_document_does_not_matter_when_nothing_is_missing() -> Non
         ([policy(), docs([])], CASE_TOOL),
         ([case(REQUIRED), docs([])], POLICY_TOOL),
         ([docs([])], f"{CASE_TOOL}, {POLICY_TOOL}"),
-        ([failed(CASE_TOOL, "case", {"case_id": "C-102"}), policy()], CASE_TOOL),
-        ([case(REQUIRED), failed(POLICY_TOOL, "policy", {"case_id": "C-102"})], POLICY_TOOL),
+        ([refused(CASE_TOOL, "case", {"case_id": "C-102"}, "CASE_NOT_FOUND"), policy()], CASE_TOOL),
+        (
+            [case(REQUIRED), refused(POLICY_TOOL, "policy", {"case_id": "C-102"}, "POLICY_NOT_FOUND")],
+            POLICY_TOOL,
+        ),
     ],
     ids=["no-case", "no-policy", "neither", "case-failed", "policy-failed"],
 )
@@ -213,7 +277,7 @@ def test_without_a_case_or_policy_output_the_evidence_is_insufficient(
 
 
 def test_missing_documents_without_the_document_listing_are_insufficient_evidence() -> None:
-    listing_failed = failed(DOCUMENTS_TOOL, "docs", {"case_id": "C-102"})
+    listing_failed = refused(DOCUMENTS_TOOL, "docs", {"case_id": "C-102"}, "CASE_NOT_FOUND")
     for observations in (
         [case(["LOSS_STATEMENT"]), policy()],
         [case(["LOSS_STATEMENT"]), policy(), listing_failed],
@@ -291,7 +355,7 @@ def test_the_verdict_needs_only_the_children_of_a_for_each_not_its_group() -> No
 
 
 async def test_the_conformance_planner_proposes_the_document_check_and_decides_with_it() -> None:
-    context = PlanningContext(case_id="C-104", goal="check documents", tools=[])
+    context = PlanningContext(resource={"case_id": "C-104"}, goal="check documents", tools=[])
     planner = ConformancePlanner()
     assert await planner.propose(context) == document_check_plan("C-104")
     observations = [case(["LOSS_STATEMENT"]), policy()]

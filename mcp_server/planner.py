@@ -1,4 +1,4 @@
-"""The conformance planner: a deterministic protocol driver for document checks, not an agent.
+"""caseops' conformance planner: a deterministic protocol driver for its document checks, not an agent.
 
 It proposes the same four-step DAG for any case and computes the result from observations alone, so the
 control plane can be exercised end to end without a model.
@@ -12,13 +12,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dag.states import StopReason
-from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlanningContext
+from dag.fingerprint import action_fingerprint
+from dag.states import NodeStatus, StopReason
+from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlannerRefused, PlanningContext
 
 CASE_TOOL = "caseops_get_case_snapshot"
 POLICY_TOOL = "caseops_get_policy_requirements"
 DOCUMENTS_TOOL = "caseops_list_unclassified_documents"
 RESOLVE_TOOL = "caseops_resolve_document_alias"
+CHECK_TOOLS = frozenset({CASE_TOOL, POLICY_TOOL, DOCUMENTS_TOOL, RESOLVE_TOOL})
 
 
 class Outcome(StrEnum):
@@ -69,7 +71,12 @@ class ConformancePlanner:
     name = "conformance"
 
     async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
-        return document_check_plan(context.case_id)
+        case_id = context.resource.get("case_id")
+        if case_id is None:
+            raise PlannerRefused(
+                "the conformance planner checks a case's documents: the run names no case_id"
+            )
+        return document_check_plan(case_id)
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
         return decide_document_check(observations)
@@ -79,8 +86,29 @@ def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
     """The document-check verdict, from whatever tool outputs the run observed (node ids do not matter).
 
     Every document the listing returned counts as unresolved unless an alias resolution of it succeeded,
-    so a plan that skips resolutions cannot turn into a "missing documents" answer.
+    so a plan that skips resolutions cannot turn into a "missing documents" answer. A call that failed
+    without an answer (a dead worker, a database outage) is no answer at all: "no alias rule resolves this
+    label" is a resolution's ``resolved: false``, never a resolution that did not come back.
     """
+    answered = {
+        action_fingerprint(observation.tool, observation.args)
+        for observation in observations
+        if observation.status.has_output
+    }
+    unanswered = [
+        observation
+        for observation in observations
+        if _unanswered(observation) and action_fingerprint(observation.tool, observation.args) not in answered
+    ]
+    if unanswered:
+        named = ", ".join(
+            f"{observation.node_id} ({observation.error.code if observation.error else observation.status})"
+            for observation in unanswered[:20]
+        )
+        return NeedsHuman(
+            StopReason.EVIDENCE_INCOMPLETE,
+            f"{len(unanswered)} call(s) of the check have no answer, so no verdict can be given: {named}",
+        )
     case = _single_output(observations, CASE_TOOL)
     policy = _single_output(observations, POLICY_TOOL)
     if case is None or policy is None:
@@ -138,6 +166,16 @@ def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:
             result=result,
         )
     return Final(result, citations=answer.citations())
+
+
+def _unanswered(observation: Observation) -> bool:
+    """A call of the check whose answer was never learned: still out, or failed for an infrastructure reason."""
+    if observation.tool not in CHECK_TOOLS:
+        return False
+    if observation.status in (NodeStatus.RUNNING, NodeStatus.RETRYING):
+        return True
+    error = observation.error
+    return observation.status is NodeStatus.FAILED and error is not None and error.infrastructure
 
 
 def _single_output(observations: Sequence[Observation], tool: str) -> Any:

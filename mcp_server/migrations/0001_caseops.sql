@@ -1,11 +1,15 @@
 -- The caseops system of record that the MCP tools read. Every row belongs to a tenant.
+--
+-- caseops' own schema, recorded in caseops_schema_migrations apart from the runtime's. Until this split it was
+-- the runtime's migration 0001 ("domain"): IF NOT EXISTS lets a database created then take this migration as
+-- already applied, unchanged.
 
-CREATE TABLE tenants (
+CREATE TABLE IF NOT EXISTS tenants (
     tenant_id   text PRIMARY KEY,
     name        text NOT NULL
 );
 
-CREATE TABLE policies (
+CREATE TABLE IF NOT EXISTS policies (
     tenant_id       text NOT NULL REFERENCES tenants,
     policy_id       text NOT NULL,
     version         text NOT NULL,
@@ -13,7 +17,7 @@ CREATE TABLE policies (
     PRIMARY KEY (tenant_id, policy_id, version)
 );
 
-CREATE TABLE policy_required_documents (
+CREATE TABLE IF NOT EXISTS policy_required_documents (
     tenant_id   text NOT NULL,
     policy_id   text NOT NULL,
     version     text NOT NULL,
@@ -26,7 +30,7 @@ CREATE TABLE policy_required_documents (
 
 -- A timestamptz keeps the instant; *_offset_minutes keeps the offset the source wrote it with, so
 -- 2026-07-18T09:30:00+08:00 reads back exactly as it was given.
-CREATE TABLE cases (
+CREATE TABLE IF NOT EXISTS cases (
     tenant_id                   text NOT NULL REFERENCES tenants,
     case_id                     text NOT NULL,
     version                     integer NOT NULL CHECK (version > 0),
@@ -40,7 +44,7 @@ CREATE TABLE cases (
     FOREIGN KEY (tenant_id, policy_id, policy_version) REFERENCES policies
 );
 
-CREATE TABLE source_documents (
+CREATE TABLE IF NOT EXISTS source_documents (
     tenant_id                   text NOT NULL REFERENCES tenants,
     document_id                 text NOT NULL,
     case_id                     text NOT NULL,
@@ -51,10 +55,10 @@ CREATE TABLE source_documents (
     captured_at_offset_minutes  smallint NOT NULL,
     PRIMARY KEY (tenant_id, document_id)
 );
-CREATE INDEX source_documents_by_case ON source_documents (tenant_id, case_id);
+CREATE INDEX IF NOT EXISTS source_documents_by_case ON source_documents (tenant_id, case_id);
 
 -- normalized_label is the NFKC-normalized, trimmed label; rule versions compare numerically by segment.
-CREATE TABLE document_aliases (
+CREATE TABLE IF NOT EXISTS document_aliases (
     tenant_id           text NOT NULL REFERENCES tenants,
     normalized_label    text NOT NULL,
     canonical_code      text NOT NULL,

@@ -82,7 +82,7 @@ class SeedData(_Row):
 
 def demo_seed() -> SeedData:
     """The fixture shipped with raydag: case C-102 and friends."""
-    text = resources.files("actors.store").joinpath("fixtures/demo.json").read_text(encoding="utf-8")
+    text = resources.files("mcp_server").joinpath("fixtures/demo.json").read_text(encoding="utf-8")
     return SeedData.model_validate(json.loads(text))
 
 

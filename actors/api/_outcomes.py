@@ -1,0 +1,156 @@
+"""What errors, the supervisor's answers (and its silence) mean over HTTP."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, assert_never
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from ray.exceptions import RayActorError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from actors.api._problem import Problem, with_problem_schema
+from actors.service import Submission, SubmitResult
+from actors.store.resilience import DatabaseUnavailable, remaining_s, within
+
+log = logging.getLogger(__name__)
+
+DATABASE_RETRY_AFTER_S = 5
+SUPERVISOR_RETRY_AFTER_S = 1
+"""Ray restarts a supervisor whose process died within a second or two."""
+
+
+def database_unavailable(
+    detail: str = "the run store cannot be reached; nothing was accepted, retry later",
+    *,
+    run_id: str | None = None,
+) -> Problem:
+    """503 ``database-unavailable``; with ``run_id`` for a run that was accepted but cannot be shown now."""
+    headers = {"Retry-After": str(DATABASE_RETRY_AFTER_S)}
+    if run_id is None:
+        return Problem(503, "database-unavailable", detail, headers=headers)
+    headers["Location"] = f"/runs/{run_id}"
+    return Problem(503, "database-unavailable", detail, headers=headers, run_id=run_id)
+
+
+def supervisor_unavailable() -> Problem:
+    return Problem(
+        503,
+        "supervisor-unavailable",
+        "the run supervisor did not answer in time (it may be restarting); retry: with the same "
+        "Idempotency-Key a retried POST /runs returns the run if this request created one",
+        headers={"Retry-After": str(SUPERVISOR_RETRY_AFTER_S)},
+    )
+
+
+async def ask(call: Callable[[], Awaitable[Any]], *, within_s: float | None = None) -> Any:
+    """The supervisor's answer to ``call`` (a ``handle.method.remote(...)``), by ``within_s`` or what is left
+    of the request's deadline; 503 ``supervisor-unavailable`` if its actor is dead, restarting or silent."""
+    try:
+        return await within(call, remaining_s() if within_s is None else within_s)
+    except (RayActorError, TimeoutError) as exc:
+        raise supervisor_unavailable() from exc
+
+
+def raise_for_submission(submitted: SubmitResult, *, conflicting_run_visible: bool) -> None:
+    """Nothing for a created or replayed run; the problem that explains any other outcome.
+
+    ``conflicting_run_visible``: whether the requester may read the run an idempotency conflict names (only
+    then does the 409 name it).
+    """
+    match submitted.outcome:
+        case Submission.CREATED | Submission.REPLAYED:
+            return
+        case Submission.RESOURCE_NOT_FOUND:
+            # The toolset's check makes one answer for an unknown resource and another tenant's (caseops:
+            # 404 case-not-found, byte for byte the same).
+            error = submitted.error or {}
+            raise Problem(404, str(error.get("problem")), str(error.get("detail")))
+        case Submission.RESOURCE_CHECK_UNAVAILABLE:
+            detail = "the resource check could not answer; nothing was accepted, retry later"
+            raise Problem(503, "resource-check-unavailable", detail, headers=_retry_soon())
+        case Submission.IDEMPOTENCY_CONFLICT:
+            named: dict[str, Any] = {"run_id": submitted.run_id} if conflicting_run_visible else {}
+            raise Problem(
+                409,
+                "idempotency-key-reused",
+                "this Idempotency-Key was already used with a different request",
+                **named,
+            )
+        case Submission.RESOURCE_MISMATCH:
+            error = dict(submitted.error or {})
+            raise Problem(
+                422,
+                "resource-mismatch",
+                str(error.pop("message", "the resource does not fit the run's tools")),
+                **error,
+            )
+        case Submission.PLAN_INVALID:
+            assert submitted.error is not None
+            raise Problem(422, "plan-invalid", submitted.error["message"], plan_error=submitted.error)
+        case Submission.UNKNOWN_PLANNER:
+            raise Problem(422, "unknown-planner", "the planner is not available", **(submitted.error or {}))
+        case Submission.UNAVAILABLE:
+            raise database_unavailable()
+        case Submission.SHUTTING_DOWN:
+            detail = "the server is stopping and hands its runs over; nothing was accepted, retry later"
+            raise Problem(503, "shutting-down", detail, headers=_retry_soon())
+        case Submission.PLANNER_UNAVAILABLE:
+            error = submitted.error or {}
+            raise Problem(422, "planner-unavailable", str(error.get("reason")), planner=error.get("planner"))
+        case Submission.BUDGET_ABOVE_LIMIT:
+            error = submitted.error or {}
+            raise Problem(422, "budget-above-limit", str(error.get("message")), above=error.get("above"))
+        case _:
+            assert_never(submitted.outcome)
+
+
+def _retry_soon() -> dict[str, str]:
+    """The headers of a 503 after which a retry in a moment may be accepted."""
+    return {"Retry-After": str(SUPERVISOR_RETRY_AFTER_S)}
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Make every error ``app`` answers a problem, and declare the ``Problem`` schema in its OpenAPI document."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            app.openapi_schema = with_problem_schema(document)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.exception_handler(Problem)
+    async def on_problem(request: Request, problem: Problem) -> Response:
+        return problem.response(request.url.path)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
+        # Locations and messages only: the rejected values (NaN, NUL, anything) are never echoed.
+        errors = [
+            {"location": "/" + "/".join(str(part) for part in error["loc"]), "message": error["msg"]}
+            for error in exc.errors()[:20]
+        ]
+        problem = Problem(
+            422, "invalid-request", "the request does not have the expected shape", errors=errors
+        )
+        return problem.response(request.url.path)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        problem = Problem(exc.status_code, "http-error", str(exc.detail), headers=dict(exc.headers or {}))
+        return problem.response(request.url.path)
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def on_database_down(request: Request, exc: DatabaseUnavailable) -> Response:
+        return database_unavailable().response(request.url.path)
+
+    @app.exception_handler(Exception)
+    async def on_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        problem = Problem(500, "internal-error", "the server failed; nothing about your request was lost")
+        return problem.response(request.url.path)

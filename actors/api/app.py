@@ -1,0 +1,603 @@
+"""The run API: FastAPI behind Ray Serve, with the caseops MCP server mounted at ``/mcp``.
+
+``create_app(config)`` builds the ASGI app (uvicorn can serve it directly); ``RunAPI`` is the Serve
+deployment around it; ``app`` builds what ``serve run serve_app:app`` starts, configured from ``RAYDAG_*``.
+
+``ToolAPI`` is the MCP server as a Serve deployment of its own, and ``layout`` the two applications it makes
+with the API (``tools_mounted=False``) behind one proxy: the API at ``/``, the tool server at ``/mcp``. It is
+not the default: measured side by side it costs more CPU per run than the mounted server on two cores
+(docs/BENCHMARKS.md, "Load through Serve", arm "own Serve app").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any, cast
+
+from fastapi import Depends, FastAPI, Header, Query
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from opentelemetry import trace
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from ray import serve
+from ray.serve import Application, Deployment
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from actors.api import (
+    DATABASE_RETRY_AFTER_S,
+    Problem,
+    RequestDeadline,
+    RequestGuard,
+    ask,
+    database_unavailable,
+    install_problem_handlers,
+    problem_responses,
+    raise_for_submission,
+    unfit_values,
+)
+from actors.executor import ExecutorKind
+from actors.ports import refuse_shared_listener
+from actors.runtime import database, prepare_database
+from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
+from actors.settings import ApiKeyGrant, Settings, load_settings
+from actors.store.database import create_pool
+from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, deadline, within
+from actors.store.runs import MAX_SEQ, RunStore
+from actors.supervisor import SupervisorConfig, get_or_create_supervisor
+from actors.toolsets.config import Toolsets
+from actors.tracing import carrier, configure_tracing
+from actors.viewer import viewer_router
+from actors.views import event_view, load_state, nodes_view, run_view
+from dag.budget import BudgetRequest, Budgets
+from dag.policy import Principal
+from dag.run_resource import (
+    MAX_RESOURCE_KEY_LENGTH,
+    MAX_RESOURCE_KEYS,
+    MAX_RESOURCE_VALUE_LENGTH,
+    RESOURCE_KEY_PATTERN,
+)
+from mcp_server.contracts import CaseId
+from mcp_server.server import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, ToolServer, ToolServerConfig
+from mcp_server.tokens import TaskTokens, load_token_key
+from planner.openai_planner import OpenAISettings
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT_SECONDS = 60
+READY_TIMEOUT_S = 2.0
+"""How long ``/readyz`` waits for each dependency before calling it unready."""
+APPLICATION_NAME = "raydag-api"
+"""The Serve deployment's name, and how its database connections appear in ``pg_stat_activity``."""
+TOOLS_NAME = "raydag-mcp"
+"""The tool server's Serve application and deployment in ``layout``."""
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    dsn: str
+    mcp_url: str
+    token_key: bytes
+    api_keys: dict[str, ApiKeyGrant]
+    limits: Budgets
+    supervisor_name: str
+    pool_size: int = 4
+    tool_latency_ms: int = 0
+    max_body_bytes: int = 2 * 1024 * 1024
+    mcp_allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    mcp_allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS
+    planners: tuple[str, ...] = ()
+    openai: OpenAISettings | None = None
+    outbox_webhook_url: str | None = None
+    lease_s: float = 15.0
+    tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    tool_executor: ExecutorKind = ExecutorKind.CALLERS
+    tool_callers: int = 2
+    toolsets: Toolsets | None = None
+    """The MCP servers runs may use (``RAYDAG_TOOLSETS``); ``None``: the caseops tools at ``mcp_url``."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings, dsn: str) -> ApiConfig:
+        hosts, origins = settings.mcp_hosts() or (LOOPBACK_HOSTS, LOOPBACK_ORIGINS)
+        mcp_url = settings.mcp_url or f"http://{settings.host}:{settings.port}{MCP_PATH}"
+        return cls(
+            mcp_allowed_hosts=hosts,
+            mcp_allowed_origins=origins,
+            dsn=dsn,
+            mcp_url=mcp_url,
+            token_key=load_token_key(
+                settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+            ),
+            api_keys=settings.api_key_grants(),
+            limits=settings.budgets,
+            supervisor_name=settings.supervisor_name,
+            pool_size=settings.db_pool_size,
+            tool_latency_ms=settings.tool_latency_ms,
+            tenant_tools=settings.tenant_tool_grants(),
+            planners=settings.planner_paths(),
+            openai=settings.openai_settings(),
+            outbox_webhook_url=settings.outbox_webhook_url,
+            lease_s=settings.lease_s,
+            tool_executor=settings.tool_executor,
+            tool_callers=settings.tool_callers,
+            toolsets=settings.toolset_declarations(mcp_url),
+        )
+
+    def supervisor_config(self) -> SupervisorConfig:
+        return SupervisorConfig(
+            dsn=self.dsn,
+            mcp_url=self.mcp_url,
+            token_key=self.token_key,
+            limits=self.limits,
+            pool_size=self.pool_size,
+            tenant_tools=self.tenant_tools,
+            planners=self.planners,
+            openai=self.openai,
+            outbox_webhook_url=self.outbox_webhook_url,
+            lease_s=self.lease_s,
+            tool_executor=self.tool_executor,
+            tool_callers=self.tool_callers,
+            toolsets=self.toolsets,
+        )
+
+
+ResourceKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_RESOURCE_KEY_LENGTH, pattern=RESOURCE_KEY_PATTERN)
+]
+RunResource = Annotated[
+    dict[ResourceKey, Annotated[str, StringConstraints(min_length=1, max_length=MAX_RESOURCE_VALUE_LENGTH)]],
+    Field(
+        min_length=1,
+        max_length=MAX_RESOURCE_KEYS,
+        description='What the run is about, e.g. `{"case_id": "C-102"}` or `{"root": "/srv/reports"}`: '
+        "the keys the tools' run-bound inputs are bound to, each with a string value.",
+        json_schema_extra={"additionalProperties": False},  # a key off the pattern is refused, not ignored
+    ),
+]
+
+
+class RunCreate(BaseModel):
+    """``POST /runs``. Tenant, subject and scopes are deliberately absent: they come from the API key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resource: RunResource | None = None
+    case_id: CaseId | None = Field(
+        default=None, description='The caseops shorthand: `{"case_id": X}` is `{"resource": {"case_id": X}}`.'
+    )
+    goal: str = Field(default=DEFAULT_GOAL, min_length=1, max_length=2000)
+    planner: str = Field(default="conformance", min_length=1, max_length=64)
+    plan: dict[str, Any] | None = None
+    budgets: BudgetRequest | None = None
+
+    @model_validator(mode="after")
+    def _one_resource(self) -> RunCreate:
+        if self.resource is None and self.case_id is None:
+            raise ValueError("name what the run is about: resource (or case_id, its caseops shorthand)")
+        if (
+            self.resource is not None
+            and self.case_id is not None
+            and self.resource.get("case_id") != self.case_id
+        ):
+            raise ValueError("case_id and resource.case_id disagree: give one, or the same value in both")
+        return self
+
+    @property
+    def run_resource(self) -> dict[str, str]:
+        """The run's resource, the shorthand expanded."""
+        return dict(self.resource) if self.resource is not None else {"case_id": str(self.case_id)}
+
+    def unfit(self) -> list[dict[str, str]]:
+        """Where the body holds what PostgreSQL cannot store or JSON cannot carry (NUL, lone surrogates,
+        non-finite numbers); the typed fields refuse those themselves."""
+        free = {"goal": self.goal, "planner": self.planner, "plan": self.plan, "resource": self.resource}
+        return [{"location": f"/body{pointer}", "message": reason} for pointer, reason in unfit_values(free)]
+
+
+bearer = Depends(HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`."))
+"""Declares the API key in the OpenAPI document (a bearer scheme) and reads it; ``authenticated`` checks it."""
+IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+EventCursor = Annotated[int, Query(ge=0, le=MAX_SEQ)]
+
+WAIT_GRACE_S = 2.0
+"""How much longer than ``?wait=`` the API waits for the supervisor's answer before it stops waiting."""
+
+
+@dataclass
+class _AppState:
+    """What the lifespan opens for the routes: set on startup, closed on shutdown."""
+
+    store: RunStore = field(init=False)
+    supervisor: Any = field(init=False)
+
+
+def tool_server_for(config: ApiConfig) -> ToolServer:
+    """The caseops MCP server the API's task tokens are minted for (audience ``config.mcp_url``)."""
+    return ToolServer(
+        ToolServerConfig(
+            dsn=config.dsn,
+            tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
+            latency_ms=config.tool_latency_ms,
+            pool_size=config.pool_size,
+            allowed_hosts=config.mcp_allowed_hosts,
+            allowed_origins=config.mcp_allowed_origins,
+        )
+    )
+
+
+def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
+    configure_tracing("raydag-api")
+    tool_server = tool_server_for(config) if tools_mounted else None
+    state = _AppState()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await prepare_database(config.dsn, caseops=tool_server is not None)
+        pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=APPLICATION_NAME)
+        state.store = RunStore(pool)
+        state.supervisor = get_or_create_supervisor(
+            config.supervisor_config(), name=config.supervisor_name, detached=True
+        )
+        # A supervisor that outlived an earlier deployment adopts this one's configuration for new runs.
+        await state.supervisor.reconfigure.remote(config.supervisor_config())
+        try:
+            async with tool_server.lifespan() if tool_server else contextlib.nullcontext():
+                yield
+        finally:
+            await pool.close()
+
+    # No /docs or /redoc: Swagger UI and ReDoc run script from a CDN inside the API's origin (where the run
+    # viewer holds API keys), which no useful CSP can allow safely. /openapi.json serves any such tool elsewhere.
+    app = FastAPI(title="raydag", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(RequestDeadline)
+    app.add_middleware(RequestGuard, max_bytes=config.max_body_bytes, opaque_paths=(MCP_PATH,))
+    if tool_server is not None:
+        # A route, not a mount: the MCP app sees the path /mcp unchanged, and other paths stay FastAPI's 404s.
+        app.router.routes.append(
+            Route(MCP_PATH, endpoint=tool_server.asgi, methods=["GET", "POST", "DELETE"])
+        )
+        app.state.tool_server = tool_server
+
+    install_problem_handlers(app)
+
+    def authenticated(credentials: HTTPAuthorizationCredentials | None = bearer) -> Principal:
+        """Who is asking. A dependency, so it runs before the body is validated: no key, no 422 hints."""
+        if credentials is not None:
+            for known, grant in config.api_keys.items():
+                if hmac.compare_digest(known.encode(), credentials.credentials.strip().encode()):
+                    return grant.principal()
+        raise Problem(
+            401,
+            "unauthorized",
+            "a valid API key is required: Authorization: Bearer <key>",
+            headers={"WWW-Authenticate": 'Bearer realm="raydag"'},
+        )
+
+    # A default, not an Annotated alias: annotations are strings here, resolved in module scope.
+    caller = Depends(authenticated)
+
+    async def run_or_404(principal: Principal, run_id: str) -> dict[str, Any]:
+        row = await state.store.run_row(principal, run_id)
+        if row is None:
+            raise Problem(404, "run-not-found", "no run with this id was found")
+        return row
+
+    async def history_or_410(principal: Principal, run_id: str) -> dict[str, Any]:
+        row = await run_or_404(principal, run_id)
+        if row["pruned_at"] is not None:
+            raise Problem(
+                410,
+                "history-pruned",
+                f"the run's events were removed by retention on {row['pruned_at'].isoformat()}; "
+                "its summary and result remain at /runs/{run_id}",
+            )
+        return row
+
+    @app.get("/healthz", responses=HEALTH_RESPONSES)
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers. Says nothing about its dependencies (that is ``/readyz``)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={**HEALTH_RESPONSES, **problem_responses(503)})
+    async def readyz() -> dict[str, Any]:
+        """Readiness: PostgreSQL and the supervisor both answer within ``READY_TIMEOUT_S``; 503 otherwise."""
+        answers: dict[str, Any] = {}
+
+        async def ping() -> None:
+            answers["supervisor"] = await state.supervisor.ping.remote()
+
+        database, supervisor = await asyncio.gather(_check(state.store.ping), _check(ping))
+        checks = {"database": database, "supervisor": supervisor}
+        toolsets: dict[str, Any] = answers.get("supervisor", {}).get("toolsets", {})
+        servers: dict[str, Any] = toolsets.get("servers", {})
+        failing = [name for name, check in checks.items() if not check["ok"]]
+        unreachable = [name for name, server in servers.items() if not server["ok"]]
+        if failing or unreachable:
+            problems = [f"{', '.join(failing)} did not answer"] if failing else []
+            problems += [f"toolset server {name!r} is {servers[name]['error']}" for name in unreachable]
+            raise Problem(
+                503,
+                "not-ready",
+                f"not ready: {'; '.join(problems)}",
+                checks=checks,
+                toolsets=servers,
+                headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+            )
+        return {"status": "ready", "checks": checks, "toolsets": servers}
+
+    @app.post(
+        "/runs",
+        status_code=201,
+        responses={
+            201: {"description": "A new run; Location names it."},
+            200: {"description": "A replay: the run this Idempotency-Key already created."},
+            **problem_responses(400, 401, 404, 409, 413, 422, 503),
+        },
+    )
+    async def create_run(
+        body: RunCreate,
+        idempotency_key: IdempotencyKey = None,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+        principal: Principal = caller,
+    ) -> JSONResponse:
+        unfit = body.unfit()
+        if unfit:
+            raise Problem(
+                422, "invalid-request", "the request holds values that cannot be stored", errors=unfit
+            )
+        # FastAPI's server span of this request is current here: the run continues its trace.
+        request = RunRequest(
+            principal=principal,
+            resource=body.run_resource,
+            goal=body.goal,
+            planner=body.planner,
+            plan=body.plan,
+            budgets=body.budgets,
+            idempotency_key=idempotency_key,
+            trace=carrier(),
+        )
+        submitted: SubmitResult = await ask(lambda: state.supervisor.submit.remote(request))
+        span = trace.get_current_span()
+        if submitted.run_id is not None:
+            span.set_attribute("raydag.run_id", submitted.run_id)
+        span.set_attribute("raydag.submission", submitted.outcome.value)
+        conflicting_run_visible = (
+            submitted.outcome is Submission.IDEMPOTENCY_CONFLICT
+            and submitted.run_id is not None
+            and await state.store.run_row(principal, submitted.run_id) is not None
+        )
+        raise_for_submission(submitted, conflicting_run_visible=conflicting_run_visible)
+        run_id = submitted.run_id
+        assert run_id is not None
+        if wait > 0:
+            try:
+                await ask(lambda: state.supervisor.wait.remote(run_id, wait), within_s=wait + WAIT_GRACE_S)
+            except Problem:
+                log.warning("the supervisor stopped answering while run %s was awaited", run_id)
+            with deadline(REQUEST_DEADLINE_S):  # the wait was legitimate: the read gets a budget of its own
+                row = await accepted_row(principal, run_id)
+        else:
+            row = await accepted_row(principal, run_id)
+        return JSONResponse(
+            run_view(row),
+            status_code=201 if submitted.outcome is Submission.CREATED else 200,
+            headers={"Location": f"/runs/{run_id}"},
+        )
+
+    async def accepted_row(principal: Principal, run_id: str) -> dict[str, Any]:
+        """The row of a run this request created or replayed: a 503 now says so, and where to read it later."""
+        try:
+            return await run_or_404(principal, run_id)
+        except DatabaseUnavailable:
+            raise database_unavailable(
+                "the run was accepted, but the run store cannot be reached to show it; GET its Location later",
+                run_id=run_id,
+            ) from None
+
+    @app.get("/runs/{run_id}", responses=problem_responses(401, 404, 503))
+    async def get_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
+        return run_view(await run_or_404(principal, run_id))
+
+    @app.get("/runs/{run_id}/nodes", responses=problem_responses(401, 404, 410, 503))
+    async def get_nodes(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
+        row = await history_or_410(principal, run_id)
+        run = str(row["run_id"])
+        contracts = await ask(lambda: state.supervisor.contracts.remote())
+        return nodes_view(await load_state(state.store, run), contracts, await state.store.ledger(run))
+
+    @app.get("/runs/{run_id}/events", responses=problem_responses(401, 404, 410, 422, 503))
+    async def get_events(
+        run_id: str, principal: Principal = caller, after: EventCursor = 0
+    ) -> list[dict[str, Any]]:
+        """The run's events in order; ``after`` resumes from a sequence number the client already has."""
+        row = await history_or_410(principal, run_id)
+        return [event_view(stored) for stored in await state.store.events(str(row["run_id"]), after=after)]
+
+    @app.post("/runs/{run_id}/cancel", responses=problem_responses(401, 404, 409, 503))
+    async def cancel_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
+        """Cancel a live run; cancelling a finished run changes nothing and says so."""
+        row = await run_or_404(principal, run_id)
+        outcome: Cancellation = await ask(lambda: state.supervisor.cancel.remote(str(row["run_id"])))
+        if outcome is Cancellation.NOT_OWNED:
+            raise Problem(
+                409, "run-not-owned", "the run is live but no supervisor drives it now; retry shortly"
+            )
+        return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
+
+    # The run viewer (/view, /edges, /stream): authenticated and tenant-checked like the routes above.
+    app.include_router(
+        viewer_router(store=lambda: state.store, authenticated=authenticated, readable_run=history_or_410)
+    )
+
+    return app
+
+
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"description": "No API key needed."}}
+
+
+async def _check(answer: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+    """Whether a dependency answered in time, how fast, and why not (the exception's type: no details)."""
+    started = time.perf_counter()
+    try:
+        await within(answer, READY_TIMEOUT_S)
+    except TimeoutError:
+        return {"ok": False, "reason": f"no answer within {READY_TIMEOUT_S:g} s"}
+    except Exception as exc:
+        return {"ok": False, "reason": type(exc).__name__}
+    return {"ok": True, "ms": round((time.perf_counter() - started) * 1000, 1)}
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How many replicas of the API (and of the tool server's application, in ``layout``): a fixed count, or
+    autoscaling from ``replicas`` up to ``max_replicas``.
+
+    Each API replica holds up to ``2 × RAYDAG_DB_POOL_SIZE`` database connections (the API's pool and the
+    mounted MCP server's; one pool with ``tools_mounted=False``, and one per ``ToolAPI`` replica): see
+    docs/DEPLOY.md for the sum against PostgreSQL's ``max_connections``.
+    """
+
+    replicas: int = 1
+    max_replicas: int | None = None
+    target_ongoing_requests: int = 32
+    """Autoscaling adds a replica when each has more requests than this in flight (waiting runs included)."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Scaling:
+        return cls(replicas=settings.replicas, max_replicas=settings.max_replicas)
+
+    def deployment_options(self) -> dict[str, Any]:
+        if self.max_replicas is None or self.max_replicas == self.replicas:
+            return {"num_replicas": self.replicas}
+        return {
+            "autoscaling_config": {
+                "min_replicas": self.replicas,
+                "max_replicas": self.max_replicas,
+                "target_ongoing_requests": self.target_ongoing_requests,
+            }
+        }
+
+
+# Requests mostly wait on the supervisor (``?wait=`` up to MAX_WAIT_SECONDS), so a replica takes many at
+# once; past ``max_queued_requests`` the proxy answers 503 instead of queueing without bound. On shutdown or
+# downscaling a replica stops taking requests and finishes the ones it has (a waiting run included) before
+# it exits; runs themselves belong to the supervisor and never depend on a replica.
+REPLICA_OPTIONS: dict[str, Any] = {
+    "ray_actor_options": {"num_cpus": 0},
+    "max_ongoing_requests": 256,
+    "max_queued_requests": 1024,
+    "graceful_shutdown_wait_loop_s": 1,
+}
+"""What the API's and the tool server's deployments share."""
+
+
+def _config_from_environment(resources: ExitStack) -> ApiConfig:
+    """``RAYDAG_*``, the embedded database started if that is where they point."""
+    settings = load_settings()
+    # `serve deploy` onto a Serve whose proxy shares its port with any process: refuse to serve there.
+    refuse_shared_listener(settings.host, settings.port)
+    dsn = resources.enter_context(database(settings))
+    return ApiConfig.from_settings(settings, dsn)
+
+
+@serve.deployment(name=APPLICATION_NAME, graceful_shutdown_timeout_s=MAX_WAIT_SECONDS + 10, **REPLICA_OPTIONS)
+@serve.ingress()
+class RunAPI:
+    """The Serve deployment. Without a config it reads ``RAYDAG_*`` (and may start the embedded database)."""
+
+    def __init__(self, config: ApiConfig | None = None, tools_mounted: bool = True) -> None:
+        self._resources = ExitStack()
+        self._config = config or _config_from_environment(self._resources)
+        self._tools_mounted = tools_mounted
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self._config, tools_mounted=self._tools_mounted)
+
+    def __del__(self) -> None:
+        self._resources.close()
+
+
+def _at_route_prefix(app: ASGIApp) -> ASGIApp:
+    """The MCP app, which answers at ``/mcp`` from the root, answering at its Serve application's route prefix
+    instead: Serve hands it the full path with the prefix as root path (``/mcp`` and ``/mcp`` in
+    ``layout``), which Starlette would route as ``/``."""
+
+    async def at_prefix(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            root_path: str = scope.get("root_path", "")
+            path: str = scope["path"]
+            rest = path[len(root_path) :] if path.startswith(root_path) else path
+            full = MCP_PATH + rest
+            scope = {**scope, "path": full, "raw_path": full.encode(), "root_path": ""}
+        await app(scope, receive, send)
+
+    return at_prefix
+
+
+# Tool calls are short (the tool's latency, a database read): a replica takes many at once. Calls in flight
+# finish before a replica exits; the supervisor retries a call a replica refused.
+@serve.deployment(name=TOOLS_NAME, graceful_shutdown_timeout_s=30, **REPLICA_OPTIONS)
+@serve.ingress()
+class ToolAPI:
+    """The caseops MCP server as a Serve deployment of its own, answering at its application's route prefix
+    (``/mcp`` in ``layout``)."""
+
+    def __init__(self, config: ApiConfig | None = None) -> None:
+        self._resources = ExitStack()
+        self._config = config or _config_from_environment(self._resources)
+
+    def __serve_build_asgi_app__(self) -> ASGIApp:
+        return _at_route_prefix(tool_server_for(self._config).asgi_app())
+
+    def __del__(self) -> None:
+        self._resources.close()
+
+
+def build_app(
+    config: ApiConfig | None = None, scaling: Scaling | None = None, *, tools_mounted: bool = True
+) -> Application:
+    """The Serve application; without ``config`` each replica reads ``RAYDAG_*``, without ``scaling`` it has
+    ``RAYDAG_REPLICAS`` replicas (autoscaling up to ``RAYDAG_MAX_REPLICAS`` when that is set). With
+    ``tools_mounted`` the MCP server answers at ``/mcp`` inside it (``serve run serve_app:app``)."""
+    scaling = scaling or Scaling.from_settings(load_settings())
+    return cast(Deployment, RunAPI).options(**scaling.deployment_options()).bind(config, tools_mounted)
+
+
+def build_tool_app(config: ApiConfig | None = None, scaling: Scaling | None = None) -> Application:
+    """The MCP server's own Serve application, scaled like the API."""
+    scaling = scaling or Scaling.from_settings(load_settings())
+    return cast(Deployment, ToolAPI).options(**scaling.deployment_options()).bind(config)
+
+
+def layout(
+    config: ApiConfig | None = None, scaling: Scaling | None = None
+) -> dict[str, tuple[str, Application]]:
+    """The tool server as an application of its own beside the API, by Serve application name: its route
+    prefix and the application, in the order to deploy them (the tool server first, so the API's first runs
+    find it). One proxy, one port: ``mcp_url`` stays ``http://HOST:PORT/mcp``."""
+    return {
+        TOOLS_NAME: (MCP_PATH, build_tool_app(config, scaling)),
+        "raydag": ("/", build_app(config, scaling, tools_mounted=False)),
+    }
+
+
+def app(args: dict[str, str]) -> Application:
+    """``serve run serve_app:app``, and the import path of ``serve_config.yaml``: the app read from ``RAYDAG_*``.
+
+    ``serve run`` calls it before it connects to Ray: it then first starts Serve on ``RAYDAG_HOST:RAYDAG_PORT``
+    with its proxy owning the port, or exits 2 saying why it cannot (``actors.servers.prepare_serve_run``).
+    """
+    import ray
+
+    from actors.servers import prepare_serve_run
+
+    if not ray.is_initialized():
+        prepare_serve_run(load_settings())
+    return build_app()

@@ -1,0 +1,29 @@
+"""The Python API, imported as ``raydag``: run plans or goals over declared toolsets from a script that
+called ``ray.init()`` (or joined a cluster) and get each run back with its nodes and result.
+
+    import ray
+    import raydag
+
+    ray.init()
+    with raydag.start(toolsets="toolsets.yaml") as rd:
+        run = rd.run({"nodes": [...]}, resource={"root": "/srv/reports"})
+
+Everything public is re-exported here; the modules behind it may move.
+"""
+
+from actors.python_api.session import Raydag, Run, RunRefused, start
+from actors.toolsets import Toolsets, ToolsetsInvalid, load_toolsets
+from dag.budget import BudgetRequest
+from dag.errors import RaydagError
+
+__all__ = [
+    "BudgetRequest",
+    "Raydag",
+    "RaydagError",
+    "Run",
+    "RunRefused",
+    "Toolsets",
+    "ToolsetsInvalid",
+    "load_toolsets",
+    "start",
+]

@@ -1,0 +1,417 @@
+"""The toolsets file: which MCP servers raydag calls, how to reach them, and the operator's policy per tool.
+
+YAML, read with PyYAML (installed with Ray), because Ray's own operator files are YAML and ``yaml.compose``
+keeps every node's line, which a precise error needs (``_yaml_lines``). Loading validates everything it can
+without contacting a server; ``actors.toolsets.catalogue`` checks the rest against what each server lists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import string
+from collections.abc import Mapping
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from actors.toolsets._yaml_lines import LocatedYaml, ToolsetsInvalid, located_error, parse_located
+from dag.contracts import INVESTIGATE, BindingMatch, Recording, Risk
+
+TOOLSETS_ENV = "RAYDAG_TOOLSETS"
+"""The environment variable that names the toolsets file."""
+ProtocolEra = Literal["auto", "2026-07-28", "2025-11-25"]
+"""``auto`` asks ``server/discover`` at 2026-07-28 and falls back to the 2025-11-25 handshake."""
+SERVER_NAME = r"^[a-z][a-z0-9_-]{0,39}$"
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _interpolated(value: str, info: ValidationInfo) -> str:
+    """``${NAME}`` from the loader's variables (the environment by default); ``$$`` is a dollar sign."""
+    variables: Mapping[str, str] = (info.context or {}).get("variables", os.environ)
+    missing = sorted({name for name in _VARIABLE.findall(value) if name not in variables})
+    if missing:
+        raise ValueError(f"names variables that are not set: {', '.join(missing)}")
+    try:
+        return string.Template(value).substitute(variables)
+    except ValueError:
+        raise ValueError("has a '$' that is neither ${NAME} nor $$") from None
+
+
+class NoAuth(_Strict):
+    """No Authorization header: a local server, or one that trusts its network."""
+
+    mode: Literal["none"] = "none"
+
+
+class RaydagTokenAuth(_Strict):
+    """raydag's own short-lived task token, minted per call with the server's URL as its audience."""
+
+    mode: Literal["raydag-token"] = "raydag-token"
+
+
+class _SecretSource(_Strict):
+    """Where a secret is read, in the process that makes the call: a variable or a file, never this file."""
+
+    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    file: Path | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_secret(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"token", "secret", "client_secret", "value", "password"} & set(data):
+            raise ValueError("a secret is never written in the toolsets file: name an env variable or a file")
+        return data
+
+    @model_validator(mode="after")
+    def _one_source(self) -> _SecretSource:
+        if (self.env is None) == (self.file is None):
+            mode = getattr(self, "mode", "this")
+            raise ValueError(f"{mode} auth reads its secret from exactly one of env and file")
+        return self
+
+
+class BearerAuth(_SecretSource):
+    """A static secret sent as ``Authorization: Bearer``."""
+
+    mode: Literal["bearer"] = "bearer"
+
+
+class OAuthClientCredentials(_SecretSource):
+    """OAuth 2.0 client credentials (RFC 6749 section 4.4) with a client secret, through the MCP SDK's flow:
+    the server's protected-resource metadata leads to its authorization server, which must be ``issuer``;
+    the access token it grants is sent on each request and renewed when refused."""
+
+    mode: Literal["oauth-client-credentials"] = "oauth-client-credentials"
+    client_id: str = Field(min_length=1, max_length=200)
+    issuer: str = Field(min_length=1)
+    """The authorization server the credentials belong to; the flow stops if the server points elsewhere."""
+    token_endpoint_auth: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    scope: str | None = None
+
+
+Auth = Annotated[NoAuth | RaydagTokenAuth | BearerAuth | OAuthClientCredentials, Field(discriminator="mode")]
+
+
+class Timeouts(_Strict):
+    connect_s: float = Field(default=10.0, gt=0, le=300)
+    """Starting a server, the handshake and listing its tools."""
+    call_s: float = Field(default=10.0, gt=0, le=3600)
+    """A tool call, unless the tool's overlay says otherwise."""
+
+
+class Binding(_Strict):
+    resource: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    match: BindingMatch = BindingMatch.EQUALS
+
+
+class ToolOverlay(_Strict):
+    """The operator's policy for one tool. A server's annotations never stand in for any of it."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-/]+$")
+    """The tool's name on its server, when raydag offers it under another (the overlay's key): tool names are
+    one namespace across toolsets, so two servers that both list ``read_text_file`` are told apart this way."""
+    scope: str = Field(min_length=1, max_length=100, pattern=r"^[\x21-\x7e]+$")
+    risk: Risk
+    stages: frozenset[str] = frozenset({INVESTIGATE})
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    recording: Recording = Recording.FULL
+    run_bound: dict[str, Binding] = Field(default_factory=dict)
+    """Input field → the run resource key it is bound to (``path: root``, or ``{resource, match}``)."""
+    observed_bound: frozenset[str] = frozenset()
+    split_lines: frozenset[str] = frozenset()
+    """String output fields holding one item per line (a listing as text, as server-filesystem's
+    ``search_files`` answers): the output also carries ``<field>_lines``, a list a ``for_each`` can iterate."""
+
+    @field_validator("run_bound", mode="before")
+    @classmethod
+    def _binding_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {name: {"resource": key} if isinstance(key, str) else key for name, key in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _bound_once(self) -> ToolOverlay:
+        both = sorted(set(self.run_bound) & self.observed_bound)
+        if both:
+            raise ValueError(f"fields {both} are both run-bound and observed-bound")
+        return self
+
+
+class ResourceCheckSpec(_Strict):
+    """Who may run over which resource, for one server: exactly one of
+
+    - ``callable``: a Python callable, ``module:function``, awaited as
+      ``check(principal=, resource=, database=)`` and answering a ``dag.run_resource.ResourceAnswer``;
+    - ``tool``: one of the server's declared tools, called with the run-bound arguments the resource gives
+      it; the resource is the principal's if the call succeeds.
+    """
+
+    callable: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+    tool: str | None = Field(default=None, min_length=1)
+
+    @field_validator("callable")
+    @classmethod
+    def _importable(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                imported_callable(value)
+            except (ImportError, AttributeError) as exc:
+                raise ValueError(f"cannot be imported ({type(exc).__name__}: {exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ResourceCheckSpec:
+        if (self.callable is None) == (self.tool is None):
+            raise ValueError("give exactly one of callable and tool")
+        return self
+
+
+def imported_callable(path: str) -> Any:
+    """The object ``module:name`` names; ``ImportError``/``AttributeError`` if there is none."""
+    module, _, name = path.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    if not callable(found):
+        raise AttributeError(f"{path} is not callable")
+    return found
+
+
+class FromEnv(_Strict):
+    from_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Server(_Strict):
+    name: str = Field(pattern=SERVER_NAME)
+    protocol: ProtocolEra = "auto"
+    max_concurrency: int = Field(default=16, ge=1, le=1024)
+    """Calls in flight to this server from one calling process."""
+    timeouts: Timeouts = Timeouts()
+    tools: dict[str, ToolOverlay] = Field(min_length=1)
+    """Every tool raydag may offer from this server, by the name raydag offers it under; any other tool it
+    lists is never offered."""
+    resource_check: ResourceCheckSpec | None = None
+    """Who may run over which resource, asked before a run that would use this server's tools is created;
+    ``None``: the policy alone decides (each call is still checked against the run's resource)."""
+
+    @field_validator("resource_check")
+    @classmethod
+    def _check_tool_declared(
+        cls, value: ResourceCheckSpec | None, info: ValidationInfo
+    ) -> ResourceCheckSpec | None:
+        if value is not None and value.tool is not None:
+            overlay = info.data.get("tools", {}).get(value.tool)
+            if overlay is None:
+                raise ValueError(f"tool {value.tool!r} is not one of this server's declared tools")
+            if not overlay.run_bound:
+                raise ValueError(f"tool {value.tool!r} has no run_bound field to give the resource to")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _each_server_tool_once(cls, value: dict[str, ToolOverlay]) -> dict[str, ToolOverlay]:
+        offered: dict[str, str] = {}
+        for key, overlay in value.items():
+            name = overlay.name or key
+            if name in offered:
+                raise ValueError(
+                    f"the server's tool {name!r} is offered twice, as {offered[name]!r} and {key!r}"
+                )
+            offered[name] = key
+        return value
+
+    def server_name(self, tool: str) -> str:
+        """The name on the server of the tool raydag offers as ``tool``."""
+        overlay = self.tools.get(tool)
+        return overlay.name if overlay is not None and overlay.name else tool
+
+    @property
+    def renames(self) -> dict[str, str]:
+        """The server's name → the offered name, for each tool offered under another name."""
+        return {
+            overlay.name: key for key, overlay in self.tools.items() if overlay.name and overlay.name != key
+        }
+
+    @field_validator("protocol", mode="before")
+    @classmethod
+    def _unquoted_date(cls, value: Any) -> Any:
+        return value.isoformat() if isinstance(value, date) else value  # YAML reads 2025-11-25 as a date
+
+
+class HttpServer(_Server):
+    """A server reached over Streamable HTTP."""
+
+    transport: Literal["streamable-http"]
+    url: str
+    auth: Auth = NoAuth()
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _auth_shorthand(cls, value: Any) -> Any:
+        return {"mode": value} if isinstance(value, str) else value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str, info: ValidationInfo) -> str:
+        value = _interpolated(value, info)
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not carry credentials: use auth")
+        return value
+
+
+class StdioServer(_Server):
+    """A server raydag runs as a child process of each caller actor, speaking MCP on stdin and stdout."""
+
+    transport: Literal["stdio"]
+    command: str = Field(min_length=1)
+    args: tuple[str, ...] = ()
+    env: dict[str, str | FromEnv] = Field(default_factory=dict)
+    """Added to a minimal inherited environment; ``{from_env: NAME}`` copies the caller's variable."""
+    cwd: Path | None = None
+    auth: NoAuth = NoAuth()
+    """A child process has no HTTP headers: it is trusted as the process that started it is."""
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _auth_shorthand(cls, value: Any) -> Any:
+        return {"mode": value} if isinstance(value, str) else value
+
+    @field_validator("command", "cwd", mode="before")
+    @classmethod
+    def _expand(cls, value: Any, info: ValidationInfo) -> Any:
+        return _interpolated(value, info) if isinstance(value, str) else value
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _expand_args(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, list):
+            return [_interpolated(item, info) if isinstance(item, str) else item for item in value]
+        return value
+
+
+ServerSpec = Annotated[HttpServer | StdioServer, Field(discriminator="transport")]
+"""One MCP server of a toolsets file."""
+
+
+class Toolsets(_Strict):
+    """A loaded, validated toolsets file."""
+
+    version: Literal[1] = 1
+    servers: tuple[ServerSpec, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Toolsets:
+        servers: set[str] = set()
+        tools: dict[str, str] = {}
+        for server in self.servers:
+            if server.name in servers:
+                raise ValueError(f"two servers are named {server.name!r}")
+            servers.add(server.name)
+            for tool in server.tools:
+                if tool in tools:
+                    raise ValueError(
+                        f"tool {tool!r} is declared by both {tools[tool]!r} and {server.name!r}: offer one of them "
+                        f"under another key, with `name: {server.server_name(tool)}`"
+                    )
+                tools[tool] = server.name
+        return self
+
+    def server(self, name: str) -> HttpServer | StdioServer:
+        """The server named ``name``; ``KeyError`` if there is none."""
+        for server in self.servers:
+            if server.name == name:
+                return server
+        raise KeyError(name)
+
+    @property
+    def tool_servers(self) -> dict[str, str]:
+        """Each declared tool's server."""
+        return {tool: server.name for server in self.servers for tool in server.tools}
+
+
+def parse_toolsets(text: str, source: str, variables: Mapping[str, str] | None = None) -> Toolsets:
+    """Validate a toolsets document; ``ToolsetsInvalid`` names ``source``, the line and the field."""
+    document: LocatedYaml = parse_located(text, source)
+    _check_unique_names(document)
+    context = {"variables": os.environ if variables is None else variables}
+    try:
+        return Toolsets.model_validate(document.value, context=context)
+    except ValidationError as exc:
+        raise located_error(exc, document) from None
+
+
+def _check_unique_names(document: LocatedYaml) -> None:
+    """Duplicate server and tool names, placed at their second use (the model checks them too, unplaced)."""
+    servers = document.value.get("servers")
+    if not isinstance(servers, list):
+        return
+    names: set[str] = set()
+    tools: dict[str, str] = {}
+    for index, server in enumerate(servers):
+        if not isinstance(server, dict):
+            continue
+        name = server.get("name")
+        if isinstance(name, str) and name in names:
+            line = document.line_of(("servers", index, "name"))
+            raise ToolsetsInvalid(document.source, line, f"servers[{index}].name", f"{name!r} is used twice")
+        names.add(str(name))
+        declared = server.get("tools")
+        overlays: dict[str, Any] = declared if isinstance(declared, dict) else {}
+        for tool, overlay in overlays.items():
+            if tool in tools:
+                line = document.line_of(("servers", index, "tools", tool))
+                remote = overlay.get("name", tool) if isinstance(overlay, dict) else tool
+                message = (
+                    f"{tool!r} is declared by {tools[tool]!r} already: a tool name is unique across servers, "
+                    f"so offer this one under another key, with `name: {remote}`"
+                )
+                raise ToolsetsInvalid(document.source, line, f"servers[{index}].tools.{tool}", message)
+            tools[tool] = str(name)
+
+
+def load_toolsets(path: str | Path, variables: Mapping[str, str] | None = None) -> Toolsets:
+    """Read and validate the toolsets file at ``path``. ``${NAME}`` in ``url``, ``command``, ``args`` and
+    ``cwd`` comes from ``variables`` (default: the environment)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ToolsetsInvalid(source, None, None, f"cannot be read ({reason})") from None
+    return parse_toolsets(text, source, variables)
+
+
+CASEOPS_TOOLSETS = Path(str(resources.files("mcp_server").joinpath("caseops.yaml")))
+"""The shipped declaration of the caseops tools, which belongs to their server (``mcp_server/``)."""
+
+
+def caseops_toolsets(mcp_url: str) -> Toolsets:
+    """The caseops toolset, its server at ``mcp_url``."""
+    return load_toolsets(CASEOPS_TOOLSETS, {"RAYDAG_MCP_URL": mcp_url})
+
+
+def configured_toolsets(environ: Mapping[str, str] | None = None) -> Toolsets | None:
+    """The file ``RAYDAG_TOOLSETS`` names, loaded; ``None`` when it is unset."""
+    environ = os.environ if environ is None else environ
+    path = environ.get(TOOLSETS_ENV, "").strip()
+    return load_toolsets(path, environ) if path else None

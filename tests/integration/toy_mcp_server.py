@@ -1,0 +1,111 @@
+"""A small MCP server of the tests' own, over stdio (``python tests/integration/toy_mcp_server.py``) or as an
+ASGI app behind a bearer check (``bearer_app``): a slow tool to die under, one that waits for a file, an
+echo, and its pid.
+``TOY_ECHO_DESCRIPTION`` changes the echo tool's description (a server changing a tool under a run)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
+
+
+class Echoed(BaseModel):
+    text: str
+    pid: int
+
+
+def _echo_description() -> str:
+    """``TOY_ECHO_DESCRIPTION``, or the text of the file ``TOY_ECHO_DESCRIPTION_FILE`` names when it exists
+    (a test changes it under a supervisor, whose next listing starts a new server process)."""
+    path = os.environ.get("TOY_ECHO_DESCRIPTION_FILE")
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    return os.environ.get("TOY_ECHO_DESCRIPTION", "Echo the text back, with this server's pid.")
+
+
+class Worded(BaseModel):
+    words: str
+
+
+def _reshaped() -> bool:
+    """Whether ``TOY_SHAPE_FILE`` names an existing file: then ``shaped`` answers in another shape (a server
+    whose tool changed after raydag pinned it, restarted under a caller that still calls it)."""
+    path = os.environ.get("TOY_SHAPE_FILE")
+    return bool(path) and os.path.exists(path)  # type: ignore[arg-type]
+
+
+def build() -> MCPServer[Any]:
+    server: MCPServer[Any] = MCPServer("raydag-toy", log_level="WARNING")
+
+    if _reshaped():
+
+        @server.tool(name="shaped", description="Answer in words.")
+        async def shaped_in_words(text: str) -> Worded:
+            return Worded(words=text)
+
+    else:
+
+        @server.tool(description="Answer with the text.")
+        async def shaped(text: str) -> Echoed:
+            return Echoed(text=text, pid=os.getpid())
+
+    @server.tool(description=_echo_description())
+    async def echo(text: str) -> Echoed:
+        return Echoed(text=text, pid=os.getpid())
+
+    @server.tool(description="Wait until the file exists, then answer. Creates <path>.waiting on arrival.")
+    async def wait_for_file(path: str) -> Echoed:
+        await asyncio.to_thread(Path(f"{path}.waiting").touch)  # a test's sign that the call is in flight
+        while not await asyncio.to_thread(os.path.exists, path):  # noqa: ASYNC110 (a file, not an event)
+            await asyncio.sleep(0.05)
+        return Echoed(text="there", pid=os.getpid())
+
+    @server.tool(description="Wait, then answer.")
+    async def sleep(seconds: float) -> Echoed:
+        await asyncio.sleep(seconds)
+        return Echoed(text="slept", pid=os.getpid())
+
+    return server
+
+
+def http_app() -> Any:
+    """The server over Streamable HTTP at ``/mcp``, stateless, asking for no credentials."""
+    return build().streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True)
+
+
+def bearer_app(secret: str) -> Any:
+    """The server over Streamable HTTP, answering 401 to any request without ``Bearer <secret>``."""
+    inner = http_app()
+    expected = f"Bearer {secret}".encode()
+    seen: list[bytes | None] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            header = dict(scope.get("headers", [])).get(b"authorization")
+            seen.append(header)
+            if header != expected:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b""})
+                return
+        await inner(scope, receive, send)
+
+    app.seen = seen  # type: ignore[attr-defined]
+    return app
+
+
+if __name__ == "__main__":
+    print("toy server ready", file=sys.stderr, flush=True)
+    build().run("stdio")
