@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from actors.api._problem import Problem, with_problem_schema
 from actors.service import Submission, SubmitResult
-from actors.store.resilience import DatabaseUnavailable, remaining_s, within
+from actors.store.resilience import QUEUE_S, DatabaseBusy, DatabaseUnavailable, remaining_s, within
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DatabaseUnavailable)
     async def on_database_down(request: Request, exc: DatabaseUnavailable) -> Response:
+        if isinstance(exc, DatabaseBusy):
+            busy = f"every connection to the run store stayed in use for {QUEUE_S:g}s; nothing was accepted"
+            return database_unavailable(busy).response(request.url.path)
         return database_unavailable().response(request.url.path)
 
     @app.exception_handler(Exception)

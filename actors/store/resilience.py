@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -45,12 +46,81 @@ REQUEST_WINDOW_S = 1.0
 """A client is waiting: give up on one statement quickly (within the request's deadline, where one is set)."""
 RUN_WINDOW_S = 60.0
 """A run is in the middle of a transition: ride out a database restart."""
+QUEUE_S = 10.0
+"""How long a request's statement may wait its turn at a pool whose connections are all in use while
+PostgreSQL answers: a burst of requests queues, it is not an outage."""
 
 _deadline: ContextVar[float | None] = ContextVar("raydag_request_deadline", default=None)
 
 
 class DatabaseUnavailable(Exception):
     """PostgreSQL could not be reached within the retry window."""
+
+
+class DatabaseBusy(DatabaseUnavailable):
+    """PostgreSQL answers, but every connection of the pool stayed in use for ``QUEUE_S``."""
+
+
+class Line:
+    """Turns at a pool's connections for requests' statements, first come, first served.
+
+    Waiting for a turn while PostgreSQL answers is queueing, not unavailability: it does not count against
+    a request's deadline, and may last ``QUEUE_S``. Once a statement finds the database unreachable, the
+    line is in an outage until a statement is answered: whoever waits leaves at once, and so does whoever
+    arrives to find no free turn, so that a burst during an outage still gets its 503 on time. Those who
+    hold a turn go on trying, and the first of them to be answered ends the outage.
+    """
+
+    def __init__(self, turns: int) -> None:
+        self._free = turns
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._outage = False
+
+    @asynccontextmanager
+    async def turn(self, what: str) -> AsyncIterator[None]:
+        await self._take(what)
+        try:
+            yield
+        finally:
+            self._give_back()
+
+    def answered(self) -> None:
+        self._outage = False
+
+    def unreachable(self) -> None:
+        self._outage = True
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_exception(DatabaseUnavailable("PostgreSQL became unreachable while this waited"))
+
+    async def _take(self, what: str) -> None:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        if self._outage:
+            raise DatabaseUnavailable(f"{what}: PostgreSQL is unreachable and every connection is in use")
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await asyncio.wait({waiter}, timeout=QUEUE_S)
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._give_back()  # handed a turn just as the request gave up: pass it on
+            waiter.cancel()
+            raise
+        if not waiter.done():
+            waiter.cancel()  # _give_back and unreachable skip it
+            raise DatabaseBusy(f"{what}: every connection stayed in use for {QUEUE_S:g}s")
+        waiter.result()
+
+    def _give_back(self) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 @contextmanager
@@ -70,13 +140,35 @@ def remaining_s() -> float:
     return REQUEST_DEADLINE_S if end is None else max(0.0, end - time.monotonic())
 
 
-async def retrying(operation: Callable[[], Awaitable[_T]], *, window_s: float, what: str) -> _T:
+async def retrying(
+    operation: Callable[[], Awaitable[_T]], *, window_s: float, what: str, line: Line | None = None
+) -> _T:
     """Run ``operation`` (which must be idempotent) until it succeeds or ``window_s`` passes.
 
     The window bounds each attempt too, so a connection attempt or a statement that hangs on a server that
     does not answer ends with it. A request's statements (``window_s <= REQUEST_WINDOW_S``) also end by the
     request's ``deadline``; a run's transitions (``RUN_WINDOW_S``) never do: they outlive requests.
+
+    With a ``line``, ``operation`` first waits its turn there, and the request's deadline is moved on by
+    the time it waited: the window and the deadline measure the database, not the queue in front of it.
     """
+    if line is None:
+        return await _retrying(operation, window_s=window_s, what=what)
+    queued_at = time.monotonic()
+    async with line.turn(what):
+        request_end = _deadline.get()
+        if request_end is not None:
+            _deadline.set(request_end + time.monotonic() - queued_at)
+        try:
+            result = await _retrying(operation, window_s=window_s, what=what)
+        except DatabaseUnavailable:
+            line.unreachable()
+            raise
+        line.answered()
+        return result
+
+
+async def _retrying(operation: Callable[[], Awaitable[_T]], *, window_s: float, what: str) -> _T:
     end = time.monotonic() + window_s
     request_end = _deadline.get()
     if request_end is not None and window_s <= REQUEST_WINDOW_S:

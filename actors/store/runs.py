@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from actors.recording import LeaseLost
-from actors.store.resilience import REQUEST_WINDOW_S, RUN_WINDOW_S, retrying
+from actors.store.resilience import REQUEST_WINDOW_S, RUN_WINDOW_S, Line, retrying
 from dag.events import (
     NodeDenied,
     NodeDispatched,
@@ -60,6 +60,8 @@ class RunStore:
 
     def __init__(self, pool: asyncpg.Pool, *, owner: str = "", lease_s: float = 15.0) -> None:
         self._pool = pool
+        # Requests' statements take turns at the pool; a run's transitions do not wait behind them.
+        self._line = Line(pool.get_max_size())
         self.owner = owner
         self.lease_s = lease_s
 
@@ -130,7 +132,7 @@ class RunStore:
             outcome = Creation.REPLAYED if existing["request_hash"] == request_hash else Creation.CONFLICT
             return outcome, str(existing["run_id"])
 
-        return await retrying(attempt, window_s=REQUEST_WINDOW_S, what="run creation")
+        return await retrying(attempt, window_s=REQUEST_WINDOW_S, line=self._line, what="run creation")
 
     async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:
         """Append ``events`` as ``first_seq…``, update the summary to ``state``, the tool ledger, and — for a
@@ -309,7 +311,7 @@ class RunStore:
             status: str | None = await self._pool.fetchval("SELECT status FROM runs WHERE run_id = $1", key)
             return status
 
-        return await retrying(query, window_s=REQUEST_WINDOW_S, what="run status")
+        return await retrying(query, window_s=REQUEST_WINDOW_S, line=self._line, what="run status")
 
     async def run_row(self, principal: Principal, run_id: str) -> dict[str, Any] | None:
         """The run's summary if ``principal`` may read it: same tenant, and at least the scopes the run held.
@@ -330,6 +332,7 @@ class RunStore:
                 sorted(principal.scopes),
             ),
             window_s=REQUEST_WINDOW_S,
+            line=self._line,
             what="run read",
         )
         return dict(row) if row is not None else None
@@ -343,6 +346,7 @@ class RunStore:
                 after,
             ),
             window_s=REQUEST_WINDOW_S,
+            line=self._line,
             what="event read",
         )
         return [StoredEvent(row["seq"], event_from_json(row["data"]), row["recorded_at"]) for row in rows]
@@ -356,6 +360,7 @@ class RunStore:
                 uuid.UUID(run_id),
             ),
             window_s=REQUEST_WINDOW_S,
+            line=self._line,
             what="ledger read",
         )
         return [dict(row) for row in rows]

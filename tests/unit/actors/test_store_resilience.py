@@ -1,4 +1,5 @@
-"""Retries within deadlines: a hanging attempt ends with its window, a request's statements share one budget."""
+"""Retries within deadlines: a hanging attempt ends with its window, a request's statements share one budget,
+and waiting for a turn at a busy pool is queueing, not an outage."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import asyncio
 
 import pytest
 
+from actors.store import resilience
 from actors.store.resilience import (
     REQUEST_WINDOW_S,
     RUN_WINDOW_S,
+    DatabaseBusy,
     DatabaseUnavailable,
+    Line,
     deadline,
     remaining_s,
     retrying,
@@ -80,3 +84,106 @@ async def test_a_nested_deadline_gives_a_fresh_budget_and_the_outer_one_returns(
         with deadline(30.0):
             assert remaining_s() > 1.0
         assert remaining_s() == 0.0
+
+
+async def _quick() -> str:
+    return "read"
+
+
+async def _holding(
+    line: Line, release: asyncio.Event, *, window_s: float = REQUEST_WINDOW_S
+) -> asyncio.Task[str]:
+    """A request's statement that holds ``line``'s only turn until ``release`` is set."""
+
+    async def statement() -> str:
+        await release.wait()
+        return "held"
+
+    task = asyncio.ensure_future(retrying(statement, window_s=window_s, what="a held read", line=line))
+    await asyncio.sleep(0)  # it takes the turn
+    return task
+
+
+async def test_a_request_that_waited_its_turn_longer_than_its_deadline_still_gets_its_window() -> None:
+    line = Line(1)
+    release = asyncio.Event()
+    with deadline(5.0):
+        holder = await _holding(line, release)
+
+    async def round_trip() -> str:
+        await asyncio.sleep(0.01)
+        return "read"
+
+    with deadline(0.1):
+        waiting = asyncio.ensure_future(
+            retrying(round_trip, window_s=REQUEST_WINDOW_S, what="a read", line=line)
+        )
+        await asyncio.sleep(0.3)  # three times its deadline, all of it in line
+        release.set()
+        assert await waiting == "read"
+    assert await holder == "held"
+
+
+async def test_once_the_database_is_unreachable_those_in_line_and_those_arriving_leave_at_once() -> None:
+    line = Line(1)
+    refused_once = asyncio.Event()
+
+    async def refused() -> None:
+        refused_once.set()
+        raise ConnectionRefusedError
+
+    probing = asyncio.ensure_future(retrying(refused, window_s=0.3, what="a probe", line=line))
+    await refused_once.wait()
+    waiting = asyncio.ensure_future(
+        retrying(_quick, window_s=REQUEST_WINDOW_S, what="a waiting read", line=line)
+    )
+    await asyncio.sleep(0)
+    assert not waiting.done()  # in line while the probe still retries
+
+    with pytest.raises(DatabaseUnavailable):
+        await probing
+    with pytest.raises(DatabaseUnavailable):
+        await waiting  # released with the probe's verdict, never ran
+    release = asyncio.Event()
+    holder = await _holding(line, release)
+    with pytest.raises(DatabaseUnavailable, match="unreachable and every connection is in use"):
+        await retrying(_quick, window_s=REQUEST_WINDOW_S, what="an arriving read", line=line)
+    release.set()
+    assert await holder == "held"  # the first statement answered ends the outage
+    holder = await _holding(line, asyncio.Event())
+    queued = asyncio.ensure_future(
+        retrying(_quick, window_s=REQUEST_WINDOW_S, what="a queued read", line=line)
+    )
+    await asyncio.sleep(0)
+    assert not queued.done()  # waits its turn again
+    holder.cancel()
+    assert await queued == "read"
+
+
+async def test_a_request_given_up_in_line_leaves_no_turn_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resilience, "QUEUE_S", 0.05)
+    line = Line(1)
+    release = asyncio.Event()
+    holder = await _holding(line, release)
+    abandoned = asyncio.ensure_future(retrying(_quick, window_s=REQUEST_WINDOW_S, what="a read", line=line))
+    await asyncio.sleep(0)
+    abandoned.cancel()
+    release.set()
+    assert await holder == "held"
+    with pytest.raises(asyncio.CancelledError):
+        await abandoned
+    # Had the abandoned request kept the turn, this would wait in line and end busy.
+    assert await retrying(_quick, window_s=REQUEST_WINDOW_S, what="the next read", line=line) == "read"
+
+
+async def test_a_pool_busy_past_the_queue_limit_says_busy_not_unreachable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(resilience, "QUEUE_S", 0.05)
+    line = Line(1)
+    release = asyncio.Event()
+    holder = await _holding(line, release)
+    with pytest.raises(DatabaseBusy, match="stayed in use"):
+        await retrying(_quick, window_s=REQUEST_WINDOW_S, what="a read", line=line)
+    release.set()
+    assert await holder == "held"
