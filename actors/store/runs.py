@@ -51,6 +51,9 @@ class StoredEvent:
     recorded_at: datetime
 
 
+_APPEND = "SELECT raydag_append(" + ", ".join(f"${index}" for index in range(1, 22)) + ")"
+
+
 class RunStore:
     """All run persistence. Every write for one transition commits in one transaction.
 
@@ -136,170 +139,54 @@ class RunStore:
 
     async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:
         """Append ``events`` as ``first_seq…``, update the summary to ``state``, the tool ledger, and — for a
-        terminal transition — the audit log and the outbox, all in one transaction.
+        terminal transition — the audit log and the outbox: one call of ``raydag_append`` (migration 0008),
+        one round trip, atomic as one statement.
 
         Safe to retry after a dropped connection: an append that did commit is recognised, not repeated.
         Raises ``LeaseLost`` if the run is no longer this store's owner's.
         """
-        last_seq = first_seq + len(events) - 1
-
-        async def attempt() -> None:
-            async with self._pool.acquire() as connection, connection.transaction():
-                row = await connection.fetchrow(
-                    "SELECT last_seq, owner FROM runs WHERE run_id = $1 FOR UPDATE", uuid.UUID(state.run_id)
-                )
-                if row is None or row["owner"] != self.owner:
-                    raise LeaseLost(
-                        f"run {state.run_id} is owned by {row and row['owner']!r}, not {self.owner!r}"
-                    )
-                if row["last_seq"] == last_seq:
-                    return  # this append committed before its acknowledgement was lost
-                if row["last_seq"] != first_seq - 1:
-                    raise LeaseLost(
-                        f"run {state.run_id} is at seq {row['last_seq']}, expected {first_seq - 1}"
-                    )
-                await self._write(connection, state, first_seq, events)
-
-        await retrying(attempt, window_s=RUN_WINDOW_S, what=f"append to run {state.run_id}")
-
-    async def _write(
-        self, connection: asyncpg.Connection, state: RunState, first_seq: int, events: Sequence[RunEvent]
-    ) -> None:
         run_id = uuid.UUID(state.run_id)
         plan = next(
             (event.plan for event in events if isinstance(event, PlanAccepted) and event.round == 1), None
         )
-        await connection.executemany(
-            "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, $2, $3, $4, $5)",
-            [
-                (run_id, first_seq + offset, event.kind, event_node_id(event), event_to_json(event))
-                for offset, event in enumerate(events)
-            ],
-        )
-        await connection.execute(
-            """UPDATE runs SET status = $2, stop_reason = $3, detail = $4, result = $5,
-                               plan = COALESCE($6, plan), last_seq = $7, updated_at = $8, finished_at = $9,
-                               lease_expires_at = CASE WHEN $9::timestamptz IS NULL
-                                                       THEN now() + make_interval(secs => $10)
-                                                       ELSE lease_expires_at END
-               WHERE run_id = $1""",
+        opened, closed = _ledger_rows(state, events)
+        finished = next((event for event in events if isinstance(event, RunFinished)), None)
+        audit, outbox = _terminal_records(run_id, state, finished) if finished is not None else (None, None)
+        arguments = (
             run_id,
+            self.owner,
+            first_seq,
+            [event.kind for event in events],
+            [event_node_id(event) for event in events],
+            [event_to_json(event) for event in events],
             state.status.value,
             state.stop_reason.value if state.stop_reason else None,
             state.detail,
             dict(state.result) if state.result is not None else None,
             plan,
-            first_seq + len(events) - 1,
             datetime.now(UTC),
             state.finished_at,
             self.lease_s,
-        )
-        await self._write_ledger(connection, run_id, state, events)
-        finished = next((event for event in events if isinstance(event, RunFinished)), None)
-        if finished is not None:
-            await self._write_terminal_records(connection, run_id, state, finished)
-
-    async def _write_terminal_records(
-        self, connection: asyncpg.Connection, run_id: uuid.UUID, state: RunState, finished: RunFinished
-    ) -> None:
-        """The audit event and the outbox event of a run's end commit with the end itself, or not at all."""
-        event_id = uuid.uuid5(run_id, "run.finished")  # stable: receivers de-duplicate on it
-        payload = {
-            "event_id": str(event_id),
-            "type": "run.finished",
-            "run_id": str(run_id),
-            "tenant_id": state.principal.tenant_id,
-            "resource": dict(state.resource),
-            "case_id": state.resource.get("case_id"),
-            "status": finished.status.value,
-            "stop_reason": finished.stop_reason.value if finished.stop_reason else None,
-            "result": finished.result,
-            "finished_at": finished.at.isoformat(),
-        }
-        await connection.execute(
-            """INSERT INTO audit_events (audit_id, run_id, tenant_id, subject, action, data, at)
-               VALUES ($1, $2, $3, $4, $5, $6, $7)""",
-            uuid.uuid5(run_id, "audit.run.finished"),
-            run_id,
-            state.principal.tenant_id,
-            state.principal.subject,
-            f"run.{finished.status.value}",
-            {
-                "stop_reason": payload["stop_reason"],
-                "detail": finished.detail,
-                "resource": payload["resource"],
-                "case_id": payload["case_id"],
-            },
-            finished.at,
-        )
-        await connection.execute(
-            """INSERT INTO outbox (event_id, run_id, topic, payload, created_at) VALUES ($1, $2, $3, $4, $5)""",
-            event_id,
-            run_id,
-            "run.finished",
-            payload,
-            finished.at,
+            NodeStatus.RUNNING.value,
+            opened,
+            closed,
+            NodeStatus.CANCELLED.value,
+            finished.at if finished is not None else None,
+            audit,
+            outbox,
         )
 
-    async def _write_ledger(
-        self, connection: asyncpg.Connection, run_id: uuid.UUID, state: RunState, events: Sequence[RunEvent]
-    ) -> None:
-        """One ledger row per attempt: opened at dispatch (or refusal), closed by the attempt's outcome.
+        async def attempt() -> str:
+            outcome: str = await self._pool.fetchval(_APPEND, *arguments)
+            return outcome
 
-        One statement per kind for the whole append: a step dispatching 16 nodes is one round trip, not 16."""
-        opened: list[tuple[Any, ...]] = []
-        closed: list[tuple[Any, ...]] = []
-        cancelled: list[tuple[Any, ...]] = []
-        for event in events:
-            match event:
-                case NodeDispatched() | NodeDenied():
-                    dispatched = isinstance(event, NodeDispatched)
-                    opened.append(
-                        (
-                            run_id,
-                            event.node_id,
-                            event.attempt if isinstance(event, NodeDispatched) else 1,
-                            event.tool,
-                            event.fingerprint,
-                            sha256_hex(event.args),
-                            event.decision.model_dump(mode="json"),
-                            NodeStatus.RUNNING.value if dispatched else NodeStatus.DENIED.value,
-                            event.at,
-                        )
-                    )
-                case NodeSucceeded() | NodeFailed() | NodeRetryScheduled():
-                    status = NodeStatus.SUCCEEDED if isinstance(event, NodeSucceeded) else NodeStatus.FAILED
-                    error = None if isinstance(event, NodeSucceeded) else event.error.model_dump(mode="json")
-                    attempt = (
-                        event.attempt
-                        if isinstance(event, NodeRetryScheduled)
-                        else state.nodes[event.node_id].attempts
-                    )
-                    row = (run_id, event.node_id, attempt, status.value, error, event.started_at)
-                    closed.append((*row, event.finished_at, NodeStatus.RUNNING.value))
-                case RunFinished():
-                    cancelled.append((run_id, event.at, NodeStatus.CANCELLED.value, NodeStatus.RUNNING.value))
-                case _:
-                    pass
-        # In event order: a row is opened before an outcome in the same append closes it.
-        if opened:
-            await connection.executemany(
-                """INSERT INTO tool_ledger (run_id, node_id, attempt, tool, fingerprint, args_hash,
-                                            decision, status, dispatched_at)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
-                opened,
-            )
-        if closed:
-            await connection.executemany(
-                """UPDATE tool_ledger SET status = $4, error = $5, started_at = $6, finished_at = $7
-                   WHERE run_id = $1 AND node_id = $2 AND attempt = $3 AND status = $8""",
-                closed,
-            )
-        if cancelled:
-            await connection.executemany(
-                """UPDATE tool_ledger SET status = $3, finished_at = $2 WHERE run_id = $1 AND status = $4""",
-                cancelled,
-            )
+        outcome = await retrying(attempt, window_s=RUN_WINDOW_S, what=f"append to run {state.run_id}")
+        if outcome in ("appended", "committed"):  # committed: it did, before its acknowledgement was lost
+            return
+        if outcome.startswith("seq:"):
+            raise LeaseLost(f"run {state.run_id} is at seq {outcome[4:]}, expected {first_seq - 1}")
+        owner = outcome.removeprefix("owner:") if outcome.startswith("owner:") else None
+        raise LeaseLost(f"run {state.run_id} is owned by {owner!r}, not {self.owner!r}")
 
     async def run_status(self, run_id: str) -> str | None:
         try:
@@ -364,3 +251,96 @@ class RunStore:
             what="ledger read",
         )
         return [dict(row) for row in rows]
+
+
+def _iso(moment: datetime | None) -> str | None:
+    """A timestamp as a JSON row carries it to PostgreSQL (``timestamptz`` reads the offset)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        raise ValueError(f"a naive timestamp cannot be recorded: {moment!r}")
+    return moment.isoformat()
+
+
+def _ledger_rows(
+    state: RunState, events: Sequence[RunEvent]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ledger rows an append opens (a dispatch or a refusal) and closes (an attempt's outcome): one row
+    per attempt."""
+    opened: list[dict[str, Any]] = []
+    closed: list[dict[str, Any]] = []
+    for event in events:
+        match event:
+            case NodeDispatched() | NodeDenied():
+                dispatched = isinstance(event, NodeDispatched)
+                opened.append(
+                    {
+                        "node_id": event.node_id,
+                        "attempt": event.attempt if isinstance(event, NodeDispatched) else 1,
+                        "tool": event.tool,
+                        "fingerprint": event.fingerprint,
+                        "args_hash": sha256_hex(event.args),
+                        "decision": event.decision.model_dump(mode="json"),
+                        "status": (NodeStatus.RUNNING if dispatched else NodeStatus.DENIED).value,
+                        "dispatched_at": _iso(event.at),
+                    }
+                )
+            case NodeSucceeded() | NodeFailed() | NodeRetryScheduled():
+                succeeded = isinstance(event, NodeSucceeded)
+                error = None if isinstance(event, NodeSucceeded) else event.error.model_dump(mode="json")
+                closed.append(
+                    {
+                        "node_id": event.node_id,
+                        "attempt": (
+                            event.attempt
+                            if isinstance(event, NodeRetryScheduled)
+                            else state.nodes[event.node_id].attempts
+                        ),
+                        "status": (NodeStatus.SUCCEEDED if succeeded else NodeStatus.FAILED).value,
+                        "error": error,
+                        "started_at": _iso(event.started_at),
+                        "finished_at": _iso(event.finished_at),
+                    }
+                )
+            case _:
+                pass
+    return opened, closed
+
+
+def _terminal_records(
+    run_id: uuid.UUID, state: RunState, finished: RunFinished
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The audit event and the outbox event of a run's end, which commit with the end itself."""
+    event_id = uuid.uuid5(run_id, "run.finished")  # stable: receivers de-duplicate on it
+    payload = {
+        "event_id": str(event_id),
+        "type": "run.finished",
+        "run_id": str(run_id),
+        "tenant_id": state.principal.tenant_id,
+        "resource": dict(state.resource),
+        "case_id": state.resource.get("case_id"),
+        "status": finished.status.value,
+        "stop_reason": finished.stop_reason.value if finished.stop_reason else None,
+        "result": finished.result,
+        "finished_at": finished.at.isoformat(),
+    }
+    audit = {
+        "audit_id": str(uuid.uuid5(run_id, "audit.run.finished")),
+        "tenant_id": state.principal.tenant_id,
+        "subject": state.principal.subject,
+        "action": f"run.{finished.status.value}",
+        "data": {
+            "stop_reason": payload["stop_reason"],
+            "detail": finished.detail,
+            "resource": payload["resource"],
+            "case_id": payload["case_id"],
+        },
+        "at": _iso(finished.at),
+    }
+    outbox = {
+        "event_id": str(event_id),
+        "topic": "run.finished",
+        "payload": payload,
+        "created_at": _iso(finished.at),
+    }
+    return audit, outbox

@@ -18,6 +18,8 @@ from actors.store.database import create_pool, drop_database, ensure_database, w
 from actors.store.migrate import migrations
 from actors.store.runs import RunStore, StoredEvent
 from actors.views import run_view
+from dag.budget import Budgets
+from dag.events import RunCreated
 from dag.policy import Principal
 from mcp_server.seed import SeedData, demo_seed, load_seed
 
@@ -311,12 +313,25 @@ async def _migrated_old_run(old: str) -> tuple[dict[str, Any] | None, list[Store
     return row, events
 
 
+def _created(*, goal: str, resource: dict[str, str] | None = None) -> RunCreated:
+    """A run's first event, as a supervisor records it for a run of tenant-demo."""
+    return RunCreated(
+        at=datetime.now().astimezone(),
+        run_id=str(uuid.uuid4()),
+        tenant_id="tenant-demo",
+        subject="test",
+        scopes=(),
+        resource=resource or {},
+        goal=goal,
+        planner="outputs",
+        budgets=Budgets(),
+    )
+
+
 async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_offered(
     admin_dsn: str,
 ) -> None:
     from actors.store.ownership import Leases
-    from dag.budget import Budgets
-    from dag.events import RunCreated
 
     async with empty_database(admin_dsn) as fresh:
         await prepare_database(fresh, demo_seed())
@@ -326,17 +341,7 @@ async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_o
             offered: dict[str, list[str] | None] = {"old": None, "narrow": ["a"], "wide": ["a", "b"]}
             runs = {}
             for label, tools in offered.items():
-                created = RunCreated(
-                    at=datetime.now().astimezone(),
-                    run_id=str(uuid.uuid4()),
-                    tenant_id="tenant-demo",
-                    subject="test",
-                    scopes=(),
-                    resource={},
-                    goal=label,
-                    planner="outputs",
-                    budgets=Budgets(),
-                )
+                created = _created(goal=label)
                 _, runs[label] = await gone.create_run(
                     created, idempotency_key=None, request_hash=label, tools=tools
                 )
@@ -348,3 +353,57 @@ async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_o
     # A run stored before runs kept their tools is anyone's, as it was.
     assert {claim.run_id for claim in claimed} == {runs["old"], runs["narrow"]}
     assert [claim.run_id for claim in rest] == [runs["wide"]]
+
+
+async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_another_owner(
+    admin_dsn: str,
+) -> None:
+    from actors.recording import LeaseLost
+    from dag.events import RunFinished
+    from dag.run_state import fold
+    from dag.states import RunStatus, StopReason
+
+    created = _created(goal="g", resource={"repo": "r"})
+    finished = RunFinished(
+        at=datetime.now().astimezone(),
+        status=RunStatus.FAILED,
+        stop_reason=StopReason.PLANNER_ERROR,
+        detail="d",
+    )
+    state = fold([created, finished])
+    async with empty_database(admin_dsn) as fresh:
+        await prepare_database(fresh)
+        pool = await create_pool(fresh, max_size=2)
+        try:
+            store = RunStore(pool, owner="a")
+            _, run_id = await store.create_run(created, idempotency_key=None, request_hash="h")
+            await store.append(state, 2, [finished])
+            await store.append(
+                state, 2, [finished]
+            )  # retried after a lost acknowledgement: not written twice
+            with pytest.raises(LeaseLost, match="owned by 'a', not 'b'"):
+                await RunStore(pool, owner="b").append(state, 3, [finished])
+            with pytest.raises(LeaseLost, match="at seq 2, expected 4"):
+                await store.append(state, 5, [finished])
+            async with pool.acquire() as connection:
+                run = await connection.fetchrow("SELECT status, stop_reason, last_seq, finished_at FROM runs")
+                kinds = await connection.fetch("SELECT seq, kind FROM run_events ORDER BY seq")
+                audit = await connection.fetch("SELECT action, data, at FROM audit_events")
+                outbox = await connection.fetch("SELECT topic, payload, created_at FROM outbox")
+        finally:
+            await pool.close()
+
+    assert dict(run) == {
+        "status": "failed",
+        "stop_reason": "PLANNER_ERROR",
+        "last_seq": 2,
+        "finished_at": finished.at,
+    }
+    assert [(row["seq"], row["kind"]) for row in kinds] == [(1, "run_created"), (2, "run_finished")]
+    assert [(row["action"], row["data"]["detail"], row["at"]) for row in audit] == [
+        ("run.failed", "d", finished.at)
+    ]
+    [event] = outbox
+    assert (event["topic"], event["created_at"]) == ("run.finished", finished.at)
+    assert event["payload"]["run_id"] == run_id
+    assert event["payload"]["resource"] == {"repo": "r"}
