@@ -5,8 +5,9 @@ document listing at once, then twelve alias resolutions, each of one listed docu
 listing), so all twelve wait for it. Every tool answers after ``BENCH_SERVE_LATENCY_MS`` (100 ms): the critical
 path is two calls, 200 ms.
 
-Each layout (``bench.load``'s ``serve``, as shipped, and ``app``, the tool server a Serve application of its
-own) runs in the same Serve, redeployed with a supervisor of its own, one after the other, round by round
+Each layout (``bench.load``'s ``serve``, the tool server mounted in the API app; ``app``, the tool server a
+Serve application of its own; ``process``, a tool server past the proxy, as ``raydag serve`` ships) runs in
+the same Serve, redeployed with a supervisor of its own, one after the other, round by round
 (``BENCH_SERVE_ROUNDS``); each posts ``POST /runs?wait=60`` one run at a time. The makespan is read from
 ``GET /runs/{id}/nodes``: the first node's ``dispatched_at`` to the last node's ``finished_at``. Efficiency =
 makespan ÷ critical path (1.00 is ideal). The first run after each deployment is a warm-up, not counted.
@@ -17,12 +18,14 @@ from __future__ import annotations
 import os
 import secrets
 import statistics
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
 
 import httpx
 
 from actors.executor import ExecutorKind
+from bench._harness import tool_server_process
 from bench._load import HEADERS, percentile
 from bench._smoke import sized
 from bench.load import MCP_PLACES, deploy, serve_runtime
@@ -35,7 +38,7 @@ CRITICAL_PATH_MS = 2 * LATENCY_MS
 RUNS = sized(int(os.environ.get("BENCH_SERVE_RUNS", "7")), 1)
 """Counted runs per layout per round."""
 ROUNDS = sized(int(os.environ.get("BENCH_SERVE_ROUNDS", "3")), 1)
-LAYOUTS = sized(("serve", "app"), ("app",))
+LAYOUTS = sized(("serve", "app", "process"), ("app", "process"))
 GOAL = 1.10
 
 
@@ -89,15 +92,18 @@ def _measure() -> dict[str, list[float]]:
     import ray
 
     ratios: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
-    with serve_runtime() as (dsn, base_url):
+    with serve_runtime() as (dsn, base_url), ExitStack() as stack:
         key = secrets.token_bytes(32)
+        beside = base_url + MCP_PATH
+        if "process" in LAYOUTS:
+            beside, _ = stack.enter_context(tool_server_process(dsn, key, latency_ms=LATENCY_MS))
         for round_ in range(ROUNDS):
             for layout in LAYOUTS if round_ % 2 == 0 else tuple(reversed(LAYOUTS)):
                 name = f"raydag-fanout-{layout}-{round_}"
                 supervisor = deploy(
                     dsn,
                     base_url,
-                    base_url + MCP_PATH,
+                    beside if layout == "process" else base_url + MCP_PATH,
                     key,
                     name,
                     ExecutorKind.CALLERS,
