@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "raydag"
 FIRST_LISTING_WAIT_S = 1.0
+"""How long ``ping`` waits for a new supervisor's first listing of its toolset servers."""
 SHIPPED_PLANNERS = ("mcp_server.planner:ConformancePlanner",)
 """Planners of the shipped toolsets, offered beside the built-in ones: caseops' document check (``conformance``)."""
-"""How long ``ping`` waits for a new supervisor's first listing of its toolset servers."""
 
 
 @dataclass(frozen=True)
