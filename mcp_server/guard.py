@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.inbound import find_duplicated_routing_header
+from mcp_types.jsonrpc import HEADER_MISMATCH
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 from starlette.requests import Request
@@ -125,6 +127,16 @@ class McpGuard:
         if rejected is not None:
             await rejected(scope, receive, send)
             return
+        # The SDK rejects a routing header sent twice only on its 2026-07-28 path: it routes on the first
+        # MCP-Protocol-Version copy, and its 2025-11-25 handshake path never looks for a second. Refused
+        # here for both eras, before either reads the request.
+        duplicated = find_duplicated_routing_header(
+            (bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
+            for name, value in scope["headers"]
+        )
+        if duplicated is not None:
+            error = {"code": HEADER_MISMATCH, "message": f"{duplicated} header appears more than once"}
+            raise _Refusal(400, {"jsonrpc": "2.0", "id": None, "error": error})
         body = await self._read_body(scope, receive)
         try:
             target = parse_target(body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -51,7 +52,10 @@ class StoredEvent:
     recorded_at: datetime
 
 
-_APPEND = "SELECT raydag_append(" + ", ".join(f"${index}" for index in range(1, 22)) + ")"
+@functools.cache
+def _append_statement(names: tuple[str, ...]) -> str:
+    """``SELECT raydag_append(p_run_id => $1, …)`` for arguments passed in the order of ``names``."""
+    return f"SELECT raydag_append({', '.join(f'{name} => ${index}' for index, name in enumerate(names, 1))})"
 
 
 class RunStore:
@@ -152,32 +156,34 @@ class RunStore:
         opened, closed = _ledger_rows(state, events)
         finished = next((event for event in events if isinstance(event, RunFinished)), None)
         audit, outbox = _terminal_records(run_id, state, finished) if finished is not None else (None, None)
-        arguments = (
-            run_id,
-            self.owner,
-            first_seq,
-            [event.kind for event in events],
-            [event_node_id(event) for event in events],
-            [event_to_json(event) for event in events],
-            state.status.value,
-            state.stop_reason.value if state.stop_reason else None,
-            state.detail,
-            dict(state.result) if state.result is not None else None,
-            plan,
-            datetime.now(UTC),
-            state.finished_at,
-            self.lease_s,
-            NodeStatus.RUNNING.value,
-            opened,
-            closed,
-            NodeStatus.CANCELLED.value,
-            finished.at if finished is not None else None,
-            audit,
-            outbox,
-        )
+        # By name: the function's 21 parameters are matched to its signature, not to their order.
+        arguments = {
+            "p_run_id": run_id,
+            "p_owner": self.owner,
+            "p_first_seq": first_seq,
+            "p_kinds": [event.kind for event in events],
+            "p_node_ids": [event_node_id(event) for event in events],
+            "p_events": [event_to_json(event) for event in events],
+            "p_status": state.status.value,
+            "p_stop_reason": state.stop_reason.value if state.stop_reason else None,
+            "p_detail": state.detail,
+            "p_result": dict(state.result) if state.result is not None else None,
+            "p_plan": plan,
+            "p_updated_at": datetime.now(UTC),
+            "p_finished_at": state.finished_at,
+            "p_lease_s": self.lease_s,
+            "p_running": NodeStatus.RUNNING.value,
+            "p_opened": opened,
+            "p_closed": closed,
+            "p_cancelled": NodeStatus.CANCELLED.value,
+            "p_cancelled_at": finished.at if finished is not None else None,
+            "p_audit": audit,
+            "p_outbox": outbox,
+        }
+        statement = _append_statement(tuple(arguments))
 
         async def attempt() -> str:
-            outcome: str = await self._pool.fetchval(_APPEND, *arguments)
+            outcome: str = await self._pool.fetchval(statement, *arguments.values())
             return outcome
 
         outcome = await retrying(attempt, window_s=RUN_WINDOW_S, what=f"append to run {state.run_id}")

@@ -147,14 +147,10 @@ def test_a_version_header_sent_twice_is_a_400_with_32020(tool_server: RunningToo
     assert "more than once" in response.json()["error"]["message"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the SDK routes on the first MCP-Protocol-Version header; a 2025-11-25 first copy is served by "
-    "the handshake path, which does not look for a second one (only the 2026-07-28 path rejects duplicates)",
-)
 def test_a_version_header_sent_twice_is_refused_whichever_copy_comes_first(
     tool_server: RunningToolServer,
 ) -> None:
+    """The SDK routes on the first copy, and its 2025-11-25 path never looks for a second: the guard refuses."""
     response = post(
         tool_server,
         tool_server.token(SNAPSHOT),
@@ -162,7 +158,8 @@ def test_a_version_header_sent_twice_is_refused_whichever_copy_comes_first(
         [("MCP-Protocol-Version", LEGACY), ("MCP-Protocol-Version", MODERN), ("Mcp-Method", "tools/list")],
     )
 
-    assert response.status_code == 400
+    assert rpc_error(response) == (400, HEADER_MISMATCH)
+    assert "more than once" in response.json()["error"]["message"]
 
 
 # ---------------------------------------------------------------- downgrades
