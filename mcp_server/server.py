@@ -85,6 +85,11 @@ class ToolServerConfig:
                 raise ValueError(f"authentication may be switched off on loopback only, not for {foreign}")
 
 
+async def _rollback_only(connection: asyncpg.Connection) -> None:
+    """The pool's ``reset``: asyncpg rolls back a transaction left open, and this skips its reset query (a
+    round trip per release, which every tool call waited for). The pool leaves no session state to reset."""
+
+
 def _hostname(host: str) -> str:
     """``127.0.0.1:*`` → ``127.0.0.1``; ``[::1]:8000`` → ``::1``."""
     if host.startswith("["):
@@ -199,6 +204,7 @@ class ToolServer:
             min_size=1,
             max_size=config.pool_size,
             server_settings={"synchronous_commit": "off", "application_name": APPLICATION_NAME},
+            reset=_rollback_only,
         )
         pruning = asyncio.create_task(self._prune_forever(config.replay_prune_interval_s))
         try:

@@ -30,15 +30,20 @@ class Leases:
         self.lease_s = lease_s
 
     async def renew(self, run_ids: Collection[str]) -> set[str]:
-        """Extend the leases of ``run_ids``; return those this owner no longer holds."""
+        """Extend the leases of ``run_ids``; return those this owner no longer holds.
+
+        A run that finished since its driver was listed is still held (its lease is not extended): its driver
+        is only just leaving, and must not be told that it was taken over.
+        """
         if not run_ids:
             return set()
         keys = [uuid.UUID(run_id) for run_id in run_ids]
 
         async def update() -> set[str]:
             rows = await self._pool.fetch(
-                """UPDATE runs SET lease_expires_at = now() + make_interval(secs => $3)
-                   WHERE run_id = ANY($1::uuid[]) AND owner = $2 AND finished_at IS NULL
+                """UPDATE runs SET lease_expires_at = CASE WHEN finished_at IS NULL
+                       THEN now() + make_interval(secs => $3) ELSE lease_expires_at END
+                   WHERE run_id = ANY($1::uuid[]) AND owner = $2
                    RETURNING run_id""",
                 keys,
                 self.owner,

@@ -407,3 +407,86 @@ async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_anot
     assert (event["topic"], event["created_at"]) == ("run.finished", finished.at)
     assert event["payload"]["run_id"] == run_id
     assert event["payload"]["resource"] == {"repo": "r"}
+
+
+@contextlib.asynccontextmanager
+async def _runtime_pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def _tool_server_pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    from mcp_server.server import ToolServer, ToolServerConfig
+    from mcp_server.tokens import TaskTokens
+
+    server = ToolServer(
+        ToolServerConfig(dsn=dsn, tokens=TaskTokens(key=b"k" * 32, audience="a"), pool_size=1)
+    )
+    async with server.lifespan():
+        yield server._backend.live_pool()
+
+
+@pytest.mark.parametrize("pooled", [_runtime_pool, _tool_server_pool], ids=["runtime", "tool server"])
+async def test_a_released_connection_costs_no_round_trip_and_an_open_transaction_is_rolled_back(
+    dsn: str, pooled: Any
+) -> None:
+    sent: list[str] = []
+    async with pooled(dsn) as pool:
+        async with pool.acquire() as connection:
+            connection.add_query_logger(lambda logged: sent.append(logged.query))
+            assert await connection.fetchval("SELECT 1") == 1
+        assert sent == ["SELECT 1"]  # asyncpg's default reset would have sent its reset query here
+
+        async with pool.acquire() as connection:
+            await connection.execute("BEGIN")
+            assert await connection.fetchval("SELECT txid_current_if_assigned()") is None
+            await connection.fetchval("SELECT txid_current()")  # the transaction now holds an id
+        async with pool.acquire() as connection:  # the same connection: the pool holds one
+            assert not connection.is_in_transaction()
+            assert await connection.fetchval("SELECT txid_current_if_assigned()") is None
+
+
+async def test_a_lease_renewal_holds_a_run_that_just_finished_and_reports_one_taken_over(
+    admin_dsn: str,
+) -> None:
+    from actors.store.ownership import Leases
+    from dag.events import RunFinished
+    from dag.run_state import fold
+    from dag.states import RunStatus, StopReason
+
+    async with empty_database(admin_dsn) as fresh:
+        await prepare_database(fresh)
+        pool = await create_pool(fresh, max_size=2)
+        try:
+            held, lapsed = RunStore(pool, owner="a"), RunStore(pool, owner="a", lease_s=0.0)
+            created = {label: _created(goal=label) for label in ("live", "finished", "taken")}
+            runs = {}
+            for label, event in created.items():
+                store = lapsed if label == "taken" else held  # only "taken" may be claimed by another owner
+                _, runs[label] = await store.create_run(event, idempotency_key=None, request_hash=label)
+            finished = RunFinished(
+                at=datetime.now().astimezone(),
+                status=RunStatus.FAILED,
+                stop_reason=StopReason.PLANNER_ERROR,
+                detail="d",
+            )
+            await held.append(fold([created["finished"], finished]), 2, [finished])
+            [claim] = await Leases(pool, "b", 15.0).claim_orphans(driving=[])
+            assert claim.run_id == runs["taken"]
+
+            lease = "SELECT lease_expires_at FROM runs WHERE run_id = $1"
+            before = {label: await pool.fetchval(lease, uuid.UUID(run_id)) for label, run_id in runs.items()}
+            lost = await Leases(pool, "a", 15.0).renew(list(runs.values()))
+            after = {label: await pool.fetchval(lease, uuid.UUID(run_id)) for label, run_id in runs.items()}
+        finally:
+            await pool.close()
+
+    # The finished run's driver is only leaving: it is neither told it lost the run nor given a new lease.
+    assert lost == {runs["taken"]}
+    assert after["live"] > before["live"]
+    assert after["finished"] == before["finished"]
+    assert after["taken"] == before["taken"]  # another owner's lease is not this one's to extend
