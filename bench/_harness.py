@@ -234,7 +234,10 @@ class BenchSupervisor:
 
     async def _times(self, run_id: str, e2e_ms: float, cpu_s: float, peak_growth_mb: float) -> RunTimes:
         key = uuid.UUID(run_id)
-        status = await self._reader.fetchval("SELECT status FROM runs WHERE run_id = $1", key)
+        run = await self._reader.fetchrow(
+            "SELECT status, stop_reason, detail FROM runs WHERE run_id = $1", key
+        )
+        status = run["status"]
         ledger = await self._reader.fetch(
             "SELECT node_id, status, dispatched_at, started_at, finished_at FROM tool_ledger WHERE run_id = $1",
             key,
@@ -248,7 +251,10 @@ class BenchSupervisor:
         }
         failed = [row["node_id"] for row in ledger if row["status"] != "succeeded"]
         if status != "completed" or failed:
-            raise RuntimeError(f"run {run_id} ended {status}; nodes not succeeded: {failed[:5]}")
+            raise RuntimeError(
+                f"run {run_id} ended {status} ({run['stop_reason']}: {run['detail']});"
+                f" nodes not succeeded: {failed[:5]}"
+            )
         first = min(row["dispatched_at"] for row in ledger)
         last = max(recorded.values())
         nodes = [

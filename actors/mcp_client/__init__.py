@@ -6,6 +6,7 @@
 - ``stdio`` and ``stdio_guardian``: a stdio server as a child process of the caller that uses it.
 """
 
-from actors.mcp_client.connections import MODERN_PROTOCOL, McpConnections, ToolCall, ToolOutcome, call_tool
+from actors.mcp_client.connections import McpConnections, ToolCall, ToolOutcome, call_tool
+from actors.mcp_client.stateless_post import MODERN_PROTOCOL
 
 __all__ = ["MODERN_PROTOCOL", "McpConnections", "ToolCall", "ToolOutcome", "call_tool"]

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx2
 from mcp import Client
@@ -40,7 +41,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from actors.mcp_client.session import OwnedSession, client_mode, is_modern, list_all_tools, make_client
-from actors.mcp_client.stateless_post import post_tool_call
+from actors.mcp_client.stateless_post import MODERN_PROTOCOL, Refused, open_session, post_tool_call
 from actors.mcp_client.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
 from actors.toolsets.config import (
     BearerAuth,
@@ -57,9 +58,6 @@ from dag.events import ErrorKind, NodeError
 
 _SSL_CONTEXT = ssl.create_default_context()
 """Loading CA certificates costs ~35 ms; a worker builds the context once, not per call."""
-
-MODERN_PROTOCOL = "2026-07-28"
-"""Stateless: a call is one HTTP request, no handshake. ``"legacy"`` selects the 2025-11-25 handshake."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +150,8 @@ class McpConnections:
         self._http = httpx2.AsyncClient(
             auth=_PerCallBearer(), timeout=httpx2.Timeout(30.0), verify=_SSL_CONTEXT
         )
+        self._posts: aiohttp.ClientSession | None = None
+        """One-POST calls' session (``stateless_post``), opened on the first such call, on its loop."""
         self._sessions: dict[str, OwnedSession] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._servers = {server.name: server for server in servers}
@@ -207,6 +207,9 @@ class McpConnections:
             await process.stop()
         for http in (*self._own_http.values(), self._http):
             await http.aclose()
+        posts, self._posts = self._posts, None
+        if posts is not None:
+            await posts.close()
 
     async def call(self, call: ToolCall, catalogue: ToolCatalogue) -> ToolOutcome:
         """Call one tool and classify what happened; never raises for a failure of the call itself."""
@@ -261,7 +264,7 @@ class McpConnections:
             async with self._limits[spec.name]:
                 if isinstance(spec, HttpServer) and self._posts_directly(spec, contract):
                     return await post_tool_call(
-                        self._http_for(spec), spec.url, MODERN_PROTOCOL, call.tool, call.args
+                        self._post_session(), spec.url, call.token, call.tool, call.args
                     )
                 return await self._send_to(spec, call)
         if call.protocol != MODERN_PROTOCOL:
@@ -270,7 +273,7 @@ class McpConnections:
                 return await client.call_tool(call.tool, call.args)
         url = call.mcp_url
         if not self._sdk_calls:
-            return await post_tool_call(self._http, url, MODERN_PROTOCOL, call.tool, call.args)
+            return await post_tool_call(self._post_session(), url, call.token, call.tool, call.args)
         return await self._call_shared(url, lambda: self._modern_client(url), call)
 
     async def _send_to(self, spec: HttpServer | StdioServer, call: ToolCall) -> CallToolResult:
@@ -334,6 +337,11 @@ class McpConnections:
             spec.url, http_client=self._http_for(spec), terminate_on_close=False
         )
         return make_client(transport, client_mode(self._eras.get(spec.name, spec.protocol)))
+
+    def _post_session(self) -> aiohttp.ClientSession:
+        if self._posts is None:
+            self._posts = open_session(_SSL_CONTEXT)
+        return self._posts
 
     def _http_for(self, spec: HttpServer) -> httpx2.AsyncClient:
         """The HTTP client for ``spec``: the task-token one, or one of its own carrying the server's own
@@ -471,9 +479,12 @@ def _classify_exception(exc: BaseException) -> NodeError:
             return NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message=exc.message[:500])
         kind = ErrorKind.CONTRACT if exc.code == INVALID_PARAMS else ErrorKind.PROTOCOL
         return NodeError(kind=kind, code=f"JSONRPC_{exc.code}", message=exc.message[:500])
+    if isinstance(exc, Refused):
+        return _classify_status(exc.status, exc.challenge)
     if isinstance(exc, httpx2.HTTPStatusError):
         return _classify_status(exc.response.status_code, exc.response.headers.get("www-authenticate", ""))
-    if isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError):
+    transport_errors = httpx2.TransportError | aiohttp.ClientConnectionError | aiohttp.ClientPayloadError
+    if isinstance(exc, transport_errors | ConnectionError | TimeoutError):
         return NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message=type(exc).__name__)
     if isinstance(exc, RuntimeError) and any(words in str(exc) for words in _SDK_OUTPUT_MISMATCH):
         # The SDK checks outputs against the server's current listing before raydag sees them.

@@ -1,25 +1,28 @@
 """A 2026-07-28 ``tools/call`` as the protocol has it: one HTTP POST, one JSON-RPC answer, nothing else.
 
-The stateless era needs no session, no handshake and no stream per call, so raydag's own tool server is called
-without the SDK client's machinery (a task group, memory streams and a dispatcher per request: ~1–2 ms of CPU
-per call on this machine, docs/BENCHMARKS.md). The request carries what the SDK's modern stamp puts on it —
-the ``_meta`` envelope (protocol version, client info, capabilities) and the ``MCP-Protocol-Version``,
-``Mcp-Method`` and ``Mcp-Name`` headers — over the same kept-alive ``httpx2`` client, whose auth flow adds the
-call's token and trace context and notes refusals. A toolset server that takes raydag's task tokens and is
-pinned to the stateless era takes this path too, unless a tool's input schema mirrors arguments into
-``Mcp-Param-*`` headers. Such a server asking for input (a result that is not complete) is a protocol
-failure of the call, as it is for raydag's own endpoint: a re-send through the SDK would carry the same
-single-use token, which such a server refuses as a replay. The 2025-11-25 era keeps the SDK path
-(``actors.mcp_client``).
+The stateless era needs no session, no handshake and no stream per call, so a server built for raydag's task
+tokens is called without the SDK client's machinery (a task group, memory streams and a dispatcher per
+request: ~1–2 ms of CPU per call on this machine, docs/BENCHMARKS.md). The request carries what the SDK's
+modern stamp puts on it — the ``_meta`` envelope (protocol version, client info, capabilities) and the
+``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` headers — plus the call's own task token and its
+trace context. A toolset server that takes raydag's task tokens and is pinned to the stateless era takes this
+path too, unless a tool's input schema mirrors arguments into ``Mcp-Param-*`` headers. Such a server asking
+for input (a result that is not complete) is a protocol failure of the call, as it is for raydag's own
+endpoint: a re-send through the SDK would carry the same single-use token, which such a server refuses as a
+replay. The 2025-11-25 era, and everyone else's servers, keep the SDK path (``actors.mcp_client``).
+
+The POST goes over aiohttp rather than the SDK's ``httpx2``: one kept-alive session per ``McpConnections``,
+at about a third of the client CPU per request here (0.4–0.5 against 1.4–1.7 ms, docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import ssl
 from typing import Any
 
-import httpx2
+import aiohttp
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import (
     MCP_METHOD_HEADER,
@@ -34,17 +37,39 @@ from mcp_types import (
     PROTOCOL_VERSION_META_KEY,
     CallToolResult,
 )
+from opentelemetry import propagate
 
 from actors.mcp_client.session import CLIENT_INFO
 
+MODERN_PROTOCOL = "2026-07-28"
+"""Stateless: a call is one HTTP request, no handshake (the only era this path speaks). ``"legacy"`` selects
+the 2025-11-25 handshake on the SDK path."""
 _CLIENT_INFO = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
 _ids = itertools.count(1)
+_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=30.0)
+"""As the SDK path's ``httpx2.Timeout(30.0)``: per connect and per read; the call's own deadline is the caller's."""
+
+
+class Refused(Exception):
+    """The server refused the POST: an HTTP error status without a JSON-RPC error to say more."""
+
+    def __init__(self, status: int, challenge: str) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.challenge = challenge
+        """The response's ``WWW-Authenticate`` (an insufficient scope says so there)."""
+
+
+def open_session(ssl_context: ssl.SSLContext) -> aiohttp.ClientSession:
+    """The kept-alive HTTP session one-POST calls share; open it on the event loop that uses it."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_context), timeout=_TIMEOUT)
 
 
 async def post_tool_call(
-    http: httpx2.AsyncClient, url: str, protocol: str, tool: str, arguments: dict[str, Any]
+    http: aiohttp.ClientSession, url: str, token: str | None, tool: str, arguments: dict[str, Any]
 ) -> CallToolResult:
-    """Call ``tool`` with one POST; raise ``MCPError`` for a JSON-RPC error, ``HTTPStatusError`` for a refusal."""
+    """Call ``tool`` with one POST bearing ``token``; raise ``MCPError`` for a JSON-RPC error, ``Refused`` for
+    a refusal, and aiohttp's errors for a connection that failed."""
     request_id = next(_ids)
     body = {
         "jsonrpc": "2.0",
@@ -54,7 +79,7 @@ async def post_tool_call(
             "name": tool,
             "arguments": arguments,
             "_meta": {
-                PROTOCOL_VERSION_META_KEY: protocol,
+                PROTOCOL_VERSION_META_KEY: MODERN_PROTOCOL,
                 CLIENT_INFO_META_KEY: _CLIENT_INFO,
                 CLIENT_CAPABILITIES_META_KEY: {},  # elicitation is declined, so none is offered
             },
@@ -63,21 +88,36 @@ async def post_tool_call(
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
-        MCP_PROTOCOL_VERSION_HEADER: protocol,
+        MCP_PROTOCOL_VERSION_HEADER: MODERN_PROTOCOL,
         MCP_METHOD_HEADER: "tools/call",
         MCP_NAME_HEADER: encode_header_value(tool),
     }
-    response = await http.post(url, content=json.dumps(body), headers=headers)
-    if response.status_code >= 400 and response.status_code not in (400, 404):
-        response.raise_for_status()
-    message = _answer(response, request_id)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    propagate.inject(headers)  # the call's span: the server's span joins the run's trace
+    async with http.post(url, data=json.dumps(body), headers=headers) as response:
+        status, kind, challenge = (
+            response.status,
+            response.content_type,
+            response.headers.get("WWW-Authenticate", ""),
+        )
+        raw = await response.read()
+    # 400 and 404 may carry a JSON-RPC error, which says more than the status; other refusals carry none.
+    if status >= 400 and status not in (400, 404):
+        raise Refused(status, challenge)
+    try:
+        message = _answer(kind, raw, request_id)
+    except (ValueError, MCPError):
+        if status >= 400:
+            raise Refused(status, challenge) from None
+        raise
     error = message.get("error")
     if isinstance(error, dict):
         raise MCPError(
             int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data")
         )
-    if response.status_code >= 400:
-        response.raise_for_status()
+    if status >= 400:
+        raise Refused(status, challenge)
     result = CallToolResult.model_validate(message.get("result"))
     if result.result_type != "complete":
         raise MCPError(
@@ -86,17 +126,16 @@ async def post_tool_call(
     return result
 
 
-def _answer(response: httpx2.Response, request_id: int) -> dict[str, Any]:
+def _answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
     """The JSON-RPC response to ``request_id``: the body itself, or the matching event of an SSE stream."""
-    kind = response.headers.get("content-type", "").split(";", 1)[0].strip()
     if kind == "text/event-stream":
-        for line in response.text.splitlines():
+        for line in raw.decode().splitlines():
             if line.startswith("data:"):
                 message = json.loads(line[5:])
                 if isinstance(message, dict) and message.get("id") == request_id:
                     return message
         raise MCPError(INTERNAL_ERROR, "the event stream ended without an answer to the call")
-    message = response.json()
+    message = json.loads(raw)
     if not isinstance(message, dict):
         raise MCPError(INTERNAL_ERROR, "the server answered something other than a JSON-RPC message")
     return message

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -335,3 +335,80 @@ async def test_a_raydag_token_server_asking_for_input_fails_the_call_as_a_protoc
     assert outcome.error.kind is ErrorKind.PROTOCOL
     assert "input_required" in outcome.error.message
     assert posts == [b"tools/call"]
+
+
+def _answering(status: int, content_type: str, body: Callable[[int], bytes]) -> Callable[[ASGIApp], ASGIApp]:
+    """A server that answers every POST with ``status``, ``content_type`` and ``body(request_id)``."""
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            request = json.loads((await receive())["body"])
+            headers = [(b"content-type", content_type.encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body(request["id"])})
+
+        return answer
+
+    return wrap
+
+
+def _result(request_id: int) -> dict[str, Any]:
+    snapshot = CaseSnapshot(
+        case_id="C-102",
+        version=1,
+        status="open",
+        policy_id="P-1",
+        policy_version="1",
+        submitted_at="2026-12-01T00:00:00Z",  # type: ignore[arg-type]
+        received_document_codes=[],
+        evidence_ref="case://C-102@1",
+    ).model_dump(mode="json")
+    content = [{"type": "text", "text": json.dumps(snapshot)}]
+    return {"jsonrpc": "2.0", "id": request_id, "result": {"content": content, "structuredContent": snapshot}}
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "body", "expected"),
+    [
+        # An answer framed as an event stream, after an event for another request, is still the answer.
+        (
+            200,
+            "text/event-stream",
+            lambda rid: (
+                f"event: message\ndata: {json.dumps({**_result(rid), 'id': rid + 1})}\n\n"
+                f"event: message\ndata: {json.dumps(_result(rid))}\n\n"
+            ).encode(),
+            None,
+        ),
+        (200, "text/event-stream", lambda rid: b": nothing\n\n", (ErrorKind.PROTOCOL, "JSONRPC_-32603")),
+        # A 400 or 404 says more with a JSON-RPC error; without one, the status is what there is to say.
+        (400, "text/html", lambda rid: b"<h1>Bad Request</h1>", (ErrorKind.PROTOCOL, "HTTP_400")),
+        (404, "application/json", lambda rid: b"{}", (ErrorKind.PROTOCOL, "HTTP_404")),
+        (
+            404,
+            "application/json",
+            lambda rid: json.dumps(
+                {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no"}}
+            ).encode(),
+            (ErrorKind.PROTOCOL, "JSONRPC_-32601"),
+        ),
+        (503, "text/plain", lambda rid: b"busy", (ErrorKind.TRANSIENT, "HTTP_503")),
+        (200, "application/json", lambda rid: b"[1]", (ErrorKind.PROTOCOL, "JSONRPC_-32603")),
+    ],
+    ids=["sse", "sse-without-answer", "400-html", "404-empty", "404-jsonrpc", "503", "not-a-message"],
+)
+async def test_a_one_post_answer_is_read_whatever_its_framing_and_a_bare_refusal_by_its_status(
+    dsn: str, token_key: bytes, status: int, content_type: str, body: Any, expected: Any
+) -> None:
+    with serving(dsn, token_key, wrap=_answering(status, content_type, body)) as server:
+        async with McpConnections() as connections:
+            outcome = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)
+
+    if expected is None:
+        assert outcome.ok, outcome.error
+        assert outcome.output["case_id"] == "C-102"
+    else:
+        assert _error(outcome) == expected
