@@ -1,10 +1,12 @@
-"""How the supervisor hands a node to be executed: a Ray task per call, or a pool of async caller actors.
+"""How the supervisor hands a node to be executed: a Ray task per call, a pool of async caller actors, or its
+own event loop.
 
-Both return the same outcomes, carry the same per-call token and trace context, and cancel the call when the
-supervisor cancels the coroutine; they differ in processes. A Ray task in flight occupies a worker process
+All three return the same outcomes, carry the same per-call token and trace context, and cancel the call when
+the supervisor cancels the coroutine; they differ in processes. A Ray task in flight occupies a worker process
 of its own (Ray starts them on demand, a few at a time, and reaps idle ones after a second), so many calls at
-once mean many processes; a ``ToolCaller`` actor makes hundreds of calls at once in one process.
-docs/BENCHMARKS.md ("Load through Serve") has the measurements behind the choice.
+once mean many processes; a ``ToolCaller`` actor makes hundreds of calls at once in one process; the
+supervisor's own loop makes them with no process between it and the tool server. docs/BENCHMARKS.md ("Load
+through Serve", "Shipped runtime, CPU per node") has the measurements behind the choice.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class ExecutorKind(StrEnum):
     """A Ray task per call (``RayToolExecutor``)."""
     CALLERS = "callers"
     """A few long-lived async actors, each making many calls at once (``CallerPoolExecutor``)."""
+    SUPERVISOR = "supervisor"
+    """The supervisor's own event loop (``InlineExecutor``): no Ray call per tool call, all calls on its core."""
 
 
 def build_executor(
@@ -54,7 +58,7 @@ def build_executor(
 
     ``servers`` are the toolset servers calls may name. Only raydag-token HTTP servers can be reached from a
     Ray task (by URL and token); a stdio server needs a long-lived process to own it, and a server with
-    credentials of its own needs them read in the calling process: both need ``callers``.
+    credentials of its own needs them read in the calling process: both need ``callers`` or ``supervisor``.
     """
     match kind:
         case ExecutorKind.TASKS:
@@ -71,6 +75,10 @@ def build_executor(
             )
             pool.start()
             return pool
+        case ExecutorKind.SUPERVISOR:
+            inline = InlineExecutor(catalogue, servers=servers)
+            inline.start()
+            return inline
         case _:
             assert_never(kind)
 
@@ -244,3 +252,33 @@ class CallerPoolExecutor:
 
     def _rest(self, name: str) -> None:
         self._resting[name] = time.monotonic() + CALLER_REST_S
+
+
+class InlineExecutor:
+    """Calls made in the event loop of the process that runs it (the supervisor's), over one
+    ``McpConnections``.
+
+    A call costs no Ray actor call each way (~1 ms of latency and of CPU on each side, docs/BENCHMARKS.md) and
+    no process of its own; in exchange every call's client work, an output's parsing included, is done on the
+    supervisor's one core, beside its control plane. Its stdio servers are child processes of this process.
+    Build it on the loop it will serve.
+    """
+
+    def __init__(self, catalogue: ToolCatalogue, *, servers: Sequence[HttpServer | StdioServer] = ()) -> None:
+        from actors.mcp_client import McpConnections
+
+        self._catalogue = catalogue
+        self._connections = McpConnections(servers)
+
+    def start(self) -> None:
+        """Start the stdio servers now, in the background, rather than on their first call."""
+        self._connections.start()
+
+    async def run(self, call: ToolCall) -> ToolOutcome:
+        from actors.mcp_client import call_tool
+
+        return await call_tool(call, self._catalogue, self._connections)
+
+    async def aclose(self) -> None:
+        """Stop the stdio servers and close the connections."""
+        await self._connections.aclose()

@@ -61,7 +61,8 @@ class Settings(BaseSettings):
     """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
     db_pool_size: int = Field(default=4, ge=1, le=50)
     tool_executor: ExecutorKind = ExecutorKind.CALLERS
-    """How tool calls run: ``tasks`` (a Ray task per call) or ``callers`` (a few async actors per supervisor)."""
+    """How tool calls run: ``callers`` (a few async actors per supervisor), ``tasks`` (a Ray task per call) or
+    ``supervisor`` (in the supervisor's own event loop: cheaper, but the calls are not Ray tasks)."""
     tool_callers: int = Field(default=2, ge=1, le=64)
     """How many caller actors each supervisor starts with ``RAYDAG_TOOL_EXECUTOR=callers``."""
     planners: str = ""

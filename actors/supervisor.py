@@ -53,7 +53,7 @@ class SupervisorConfig:
     outbox_webhook_url: str | None = None
     """Where the outbox relay POSTs terminal events; ``None`` logs them."""
     tool_executor: ExecutorKind = ExecutorKind.CALLERS
-    """How tool calls run: a Ray task each, or on the supervisor's ``ToolCaller`` actors."""
+    """How tool calls run: on the supervisor's ``ToolCaller`` actors, a Ray task each, or in its own loop."""
     tool_callers: int = 2
     """How many ``ToolCaller`` actors the supervisor starts when ``tool_executor`` is ``callers``."""
     toolsets: Toolsets | str | None = None
@@ -80,8 +80,8 @@ class HandingOver(RaydagError):
 
 
 class RunSupervisor:
-    """Owns runs: validates, authorizes, budgets and records them, and dispatches their nodes (as Ray tasks, or
-    to caller actors of its own: ``SupervisorConfig.tool_executor``).
+    """Owns runs: validates, authorizes, budgets and records them, and dispatches their nodes (to caller actors of
+    its own, as Ray tasks, or calling the tools itself: ``SupervisorConfig.tool_executor``).
 
     Its owner name in PostgreSQL is its actor name. When Ray restarts it after a crash, it reclaims its
     unfinished runs at once and resumes them; runs of a supervisor that is gone are taken over when their

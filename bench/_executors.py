@@ -1,8 +1,8 @@
-"""Executors for the supervisor: the two raydag ships, and two that peel layers off.
+"""Executors for the supervisor: the three raydag ships, and two that peel layers off.
 
 - ``mcp``: ``RayToolExecutor`` (``RAYDAG_TOOL_EXECUTOR=tasks``): a Ray task per call, calling the tool over MCP.
-- ``callers``: ``CallerPoolExecutor``, the default: two async ``ToolCaller`` actors make the calls, many at
-  once each.
+- ``callers``: ``CallerPoolExecutor``: two async ``ToolCaller`` actors make the calls, many at once each.
+- ``supervisor``: ``InlineExecutor`` (``RAYDAG_TOOL_EXECUTOR=supervisor``): the supervisor's own loop makes them.
 - ``ray``: a Ray task per call that answers without calling the tool server.
 - ``inline``: the call is answered inside the supervisor: what remains is the control plane alone.
 """
@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import ray
 
-from actors.executor import CallerPoolExecutor, RayToolExecutor, ToolExecutor
+from actors.executor import CallerPoolExecutor, InlineExecutor, RayToolExecutor, ToolExecutor
 from actors.mcp_client import ToolCall, ToolOutcome
 from bench._synthetic import CATALOGUE, WaitOutput
 
@@ -47,6 +47,7 @@ class RayInstantExecutor:
 EXECUTORS: dict[str, Callable[[], ToolExecutor]] = {
     "mcp": lambda: RayToolExecutor(CATALOGUE),
     "callers": lambda: CallerPoolExecutor(CATALOGUE, name_prefix=f"bench-tool-caller-{uuid.uuid4().hex[:8]}"),
+    "supervisor": lambda: InlineExecutor(CATALOGUE),
     "ray": RayInstantExecutor,
     "inline": InstantExecutor,
 }

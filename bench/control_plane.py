@@ -1,12 +1,14 @@
 """Control-plane cost per node, with tools that answer at once: a 50-node chain and a 256-node wide DAG.
 
-The same supervisor runs each DAG with four executors, interleaved run by run, so the layers' costs separate:
+The same supervisor runs each DAG with five executors, interleaved run by run, so the layers' costs separate:
 
 - ``control plane alone``: the call is answered inside the supervisor (no Ray, no MCP): validation,
   authorization, the fingerprint gate, token minting and every transition written to PostgreSQL.
 - ``+ Ray task``: each call is a Ray task that answers without calling the tool server.
 - ``+ Ray task + MCP``: ``RAYDAG_TOOL_EXECUTOR=tasks``: a Ray task calling ``bench_wait`` over MCP.
-- ``caller actors + MCP``: the runtime as shipped: the supervisor's two ``ToolCaller`` actors make the calls.
+- ``caller actors + MCP``: ``RAYDAG_TOOL_EXECUTOR=callers``: the supervisor's two ``ToolCaller`` actors make
+  the calls.
+- ``supervisor's loop + MCP``: ``RAYDAG_TOOL_EXECUTOR=supervisor``: the supervisor makes them itself.
 
 Chain: milliseconds per node = makespan ÷ nodes, and where a node's time goes (from the supervisor's and
 the worker's timestamps). Wide DAG: nodes per second = nodes ÷ makespan, at the default ``max_parallel``
@@ -37,9 +39,10 @@ EXECUTORS = {
     "inline": "control plane alone (no Ray, no MCP)",
     "ray": "+ Ray task per call (no MCP)",
     "mcp": "+ Ray task + MCP (RAYDAG_TOOL_EXECUTOR=tasks)",
-    "callers": "caller actors + MCP (as shipped)",
+    "callers": "caller actors + MCP (RAYDAG_TOOL_EXECUTOR=callers)",
+    "supervisor": "supervisor's loop + MCP (RAYDAG_TOOL_EXECUTOR=supervisor)",
 }
-WIDE_PARALLEL = {"inline": (16, 64), "ray": (16,), "mcp": (16,), "callers": (16, 64)}
+WIDE_PARALLEL = {"inline": (16, 64), "ray": (16,), "mcp": (16,), "callers": (16, 64), "supervisor": (16, 64)}
 """A Ray task per call in flight needs a worker process each: at 64 the tasks mostly wait for new workers."""
 
 

@@ -1,10 +1,12 @@
-"""Parallel efficiency: makespan ÷ critical path of the same DAGs under five schedulers, side by side.
+"""Parallel efficiency: makespan ÷ critical path of the same DAGs under six schedulers, side by side.
 
 Every arm calls the same ``bench_wait`` tool on the same MCP server over HTTP, each call with its own task token:
 
 - ``raydag (caller actors, as shipped)``: the supervisor dispatches each node the moment it is ready, after
   validating, authorizing and recording it in PostgreSQL, to its two ``ToolCaller`` actors
   (``RAYDAG_TOOL_EXECUTOR=callers``, the default).
+- ``raydag, calls in the supervisor's loop``: the same supervisor making the calls itself
+  (``RAYDAG_TOOL_EXECUTOR=supervisor``): no Ray actor call each way.
 - ``raydag, a Ray task per call``: the same supervisor with ``RAYDAG_TOOL_EXECUTOR=tasks``: a Ray task (and so
   a worker process) per call in flight.
 - ``one at a time``: the shipped runtime with ``max_parallel=1``: one node after another, as a ReAct loop runs.
@@ -39,10 +41,11 @@ GOAL_MAX_WIDTH = 16
 
 TASKS = "raydag, a Ray task per call"
 CALLERS = "raydag (caller actors, as shipped)"
+SUPERVISOR = "raydag, calls in the supervisor's loop"
 ONE_AT_A_TIME = "one at a time"
 WAVES = "asyncio waves"
 LANGGRAPH = "LangGraph"
-ARMS = (TASKS, CALLERS, WAVES, LANGGRAPH) if not SMOKE or langgraph_installed() else (TASKS, CALLERS, WAVES)
+ARMS = (TASKS, CALLERS, SUPERVISOR, WAVES) + ((LANGGRAPH,) if not SMOKE or langgraph_installed() else ())
 """A smoke run leaves LangGraph out unless the ``bench`` extra is installed (``make bench`` installs it)."""
 
 
@@ -78,6 +81,7 @@ async def _measure(
         runs = {
             TASKS: lambda: raydag("mcp", None),
             CALLERS: lambda: raydag("callers", None),
+            SUPERVISOR: lambda: raydag("supervisor", None),
             ONE_AT_A_TIME: lambda: raydag("callers", 1),
             WAVES: lambda: in_process(bench.waves(shape)),
             LANGGRAPH: lambda: in_process(bench.run_langgraph(graphs[shape.name])),
@@ -113,7 +117,7 @@ def main() -> None:
     with bench_runtime() as bench:
         ratios, cpu, nodes_run, quiet = asyncio.run(_measure(bench))
     cases = shapes()
-    columns = [TASKS, "raydag e2e", CALLERS, ONE_AT_A_TIME, WAVES, LANGGRAPH]
+    columns = [TASKS, "raydag e2e", CALLERS, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH]
     print("\n### Parallel efficiency: makespan ÷ critical path (median)\n")
     print("| shape | nodes | critical path ms | " + " | ".join(columns) + " | barrier bound |")
     print("|---|---|---|" + "---|" * len(columns) + "---|")
@@ -133,7 +137,7 @@ def main() -> None:
     )
     if LANGGRAPH not in ARMS:
         print(f"- {LANGGRAPH}: not run (smoke run without the `bench` extra, which `make bench` installs)")
-    for name in (name for name in (TASKS, CALLERS, WAVES, LANGGRAPH) if name in ARMS):
+    for name in (name for name in (TASKS, CALLERS, SUPERVISOR, WAVES, LANGGRAPH) if name in ARMS):
         worst = max(
             (statistics.median(ratios[(shape.name, name)]), shape.name)
             for shape, width in cases
@@ -147,7 +151,9 @@ def main() -> None:
     print("\n### CPU per node, by process (ms, all shapes)\n")
     print("| arm | " + " | ".join(ROLES) + " | total |")
     print("|---|" + "---|" * (len(ROLES) + 1))
-    for name in (name for name in (TASKS, CALLERS, ONE_AT_A_TIME, WAVES, LANGGRAPH) if nodes_run[name]):
+    for name in (
+        name for name in (TASKS, CALLERS, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH) if nodes_run[name]
+    ):
         per_node = {role: cpu[name][role] * 1000 / nodes_run[name] for role in ROLES}
         print(
             f"| {name} | "

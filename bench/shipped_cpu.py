@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from actors.executor import ExecutorKind
 from actors.settings import Settings
 from bench._harness import fresh_database
 from bench._smoke import sized
@@ -40,6 +41,8 @@ def _actor_processes(settings: Settings) -> dict[str, list[psutil.Process]]:
 
     name = f"{settings.supervisor_name}-cli-{os.getpid()}"  # as actors.runtime.local_runtime names it
     callers = [f"{name}-tool-caller-{index}" for index in range(settings.tool_callers)]
+    if settings.tool_executor is not ExecutorKind.CALLERS:  # RAYDAG_TOOL_EXECUTOR: no caller actors
+        callers = []
     return {
         "RunSupervisor": [psutil.Process(pid(name))],
         "ToolCaller": [psutil.Process(pid(caller)) for caller in callers],
@@ -66,7 +69,10 @@ def main() -> None:
         nodes = sum(len(rd.run(resource=CASE, planner="conformance").nodes) for _ in range(RUNS))
         wall_s, after = time.monotonic() - started, _cpu_s(processes)
 
-    print(f"\n### Shipped runtime, CPU per node by process (C-104 × {RUNS}, one run at a time)\n")
+    print(
+        f"\n### Shipped runtime, CPU per node by process (C-104 × {RUNS}, one run at a time,"
+        f" RAYDAG_TOOL_EXECUTOR={settings.tool_executor})\n"
+    )
     print("| process | processes | CPU ms per node |")
     print("|---|---|---|")
     for role, group in processes.items():

@@ -1,6 +1,6 @@
-"""Both tool executors on the real stack — a Ray task per call, and the supervisor's caller actors: the same
-results and ledger for C-102, and the same behaviour when a call is cancelled, runs past its time limit or
-loses the process making it."""
+"""The tool executors on the real stack — a Ray task per call, the supervisor's caller actors, the supervisor's
+own loop: the same results and ledger for C-102, and the same behaviour when a call is cancelled, runs past its
+time limit or loses the process making it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, assert_never
 import psutil
 import pytest
 
-from actors.executor import CallerPoolExecutor, ExecutorKind, RayToolExecutor, ToolExecutor
+from actors.executor import CallerPoolExecutor, ExecutorKind, InlineExecutor, RayToolExecutor, ToolExecutor
 from actors.mcp_client import ToolCall
 from actors.service import Cancellation, RunRequest, Submission
 from actors.store.runs import RunStore
@@ -93,6 +93,7 @@ async def test_c102_reaches_the_same_result_and_ledger_with_tasks_and_with_calle
     assert (status, result) == ("completed", C102_RESULT)
     assert [entry[0] for entry in ledger] == ["case", "docs", "policy", "resolve[0]"]
     assert seen[ExecutorKind.CALLERS] == (status, result, ledger, outputs)
+    assert seen[ExecutorKind.SUPERVISOR] == (status, result, ledger, outputs)
 
 
 async def test_a_supervisor_starts_its_callers_before_its_first_call(
@@ -188,6 +189,8 @@ def _executor(kind: ExecutorKind) -> tuple[ToolExecutor, str]:
             return RayToolExecutor(CASEOPS_TOOLS), prefix
         case ExecutorKind.CALLERS:
             return CallerPoolExecutor(CASEOPS_TOOLS, size=1, name_prefix=prefix, namespace=NAMESPACE), prefix
+        case ExecutorKind.SUPERVISOR:
+            return InlineExecutor(CASEOPS_TOOLS), prefix
         case _:
             assert_never(kind)
 
@@ -210,12 +213,16 @@ async def test_a_call_past_its_time_limit_is_a_transient_timeout_with_either_exe
     ray_cluster: None, start_tool_server: Any, tool_server: RunningToolServer, kind: ExecutorKind
 ) -> None:
     executor, _ = _executor(kind)
-    warm = await executor.run(_snapshot_call(tool_server, timeout_s=30))  # a process to make calls is up
-    assert warm.error is None, warm.error
-    # A slow server of this call's own: nothing else it was sent can finish and blur its counts.
-    held: RunningToolServer = start_tool_server(latency_ms=HANGS_MS)
+    try:
+        warm = await executor.run(_snapshot_call(tool_server, timeout_s=30))  # a process to make calls is up
+        assert warm.error is None, warm.error
+        # A slow server of this call's own: nothing else it was sent can finish and blur its counts.
+        held: RunningToolServer = start_tool_server(latency_ms=HANGS_MS)
 
-    outcome = await executor.run(_snapshot_call(held, timeout_s=0.5))
+        outcome = await executor.run(_snapshot_call(held, timeout_s=0.5))
+    finally:
+        if isinstance(executor, InlineExecutor):
+            await executor.aclose()
 
     assert outcome.error is not None
     assert (outcome.error.kind.value, outcome.error.code) == ("transient", "TIMEOUT")
@@ -269,3 +276,44 @@ async def _answers(caller: Any) -> bool:
 
 async def _in_flight_is(callers: list[Any], count: int) -> bool:
     return await in_flight(callers) == count
+
+
+def _connections_to(pid: int, port: int) -> int:
+    return sum(
+        1
+        for connection in psutil.Process(pid).net_connections(kind="tcp")
+        if connection.raddr and connection.raddr.port == port and connection.status == psutil.CONN_ESTABLISHED
+    )
+
+
+async def test_cancelling_a_run_cancels_its_calls_in_the_supervisors_own_loop(
+    ray_cluster: None, dsn: str, start_tool_server: Any, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    held: RunningToolServer = start_tool_server(
+        latency_ms=HANGS_MS
+    )  # its own: only this run's calls reach it
+    port = int(held.url.rsplit(":", 1)[1].split("/")[0])
+    name = unique("raydag-test-inline-cancel")
+    supervisor = supervisor_for(dsn, held, token_key, name, tool_executor=ExecutorKind.SUPERVISOR)
+    pid = (await supervisor.ping.remote())["pid"]
+    submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}))
+
+    async def three_in_flight() -> bool:
+        return sum(held.server.calls.values()) == 3 and _connections_to(pid, port) >= 3
+
+    await eventually(three_in_flight, "case, policy and docs in flight")
+    outcome = await supervisor.cancel.remote(submitted.run_id)
+
+    assert outcome is Cancellation.CANCELLED
+
+    async def calls_closed() -> bool:  # one kept-alive connection may remain: the listing's, not a call's
+        return _connections_to(pid, port) <= 1
+
+    await eventually(calls_closed, "the calls' connections closed", timeout_s=5)
+    row = await store.run_row(PRINCIPAL, submitted.run_id)
+    assert row is not None
+    assert (row["status"], row["stop_reason"]) == ("cancelled", "CANCELLED")
+    assert held.server.executions == {}
+    ray.kill(supervisor)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from actors.background_server import BackgroundServer
+from actors.executor import ExecutorKind
 from actors.service import RunRequest, Submission
 from actors.store.runs import RunStore
 from actors.toolsets.config import Toolsets, caseops_toolsets, parse_toolsets
@@ -76,13 +77,21 @@ def name() -> str:
     return f"raydag-test-toolsets-{uuid.uuid4().hex[:6]}"
 
 
+@pytest.mark.parametrize("executor", [ExecutorKind.CALLERS, ExecutorKind.SUPERVISOR])
 async def test_a_plan_over_two_servers_runs_each_call_on_its_own_server(
-    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    store: RunStore,
+    name: str,
+    executor: ExecutorKind,
 ) -> None:
+    """Whichever process makes the calls owns the stdio server: a caller actor, or the supervisor itself."""
     import ray
 
     toolsets = merged(caseops_toolsets(tool_server.url), toy_toolsets())
-    supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets)
+    supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets, tool_executor=executor)
     plan = {
         "nodes": [
             {"id": "case", "tool": SNAPSHOT, "args": {"case_id": "C-102"}},
