@@ -16,7 +16,9 @@ def test_a_bad_value_names_its_variable_and_what_was_given(monkeypatch: pytest.M
         load_settings()
 
     message = str(raised.value)
-    assert "RAYDAG_TOOL_EXECUTOR: Input should be 'tasks' or 'callers' (got 'threads')" in message
+    assert (
+        "RAYDAG_TOOL_EXECUTOR: Input should be 'tasks', 'callers' or 'supervisor' (got 'threads')" in message
+    )
     assert "RAYDAG_PORT: " in message
     assert "(got 'eighty')" in message
     assert "tool_executor" not in message
