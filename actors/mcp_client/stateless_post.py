@@ -46,8 +46,9 @@ MODERN_PROTOCOL = "2026-07-28"
 the 2025-11-25 handshake on the SDK path."""
 _CLIENT_INFO = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
 _ids = itertools.count(1)
-_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=30.0)
-"""As the SDK path's ``httpx2.Timeout(30.0)``: per connect and per read; the call's own deadline is the caller's."""
+_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30.0)
+"""A connection gets 30 s; how long an answer may take is the call's own deadline (``ToolCall.timeout_s``,
+which the caller enforces), so a tool declared slower than 30 s is not cut short here."""
 
 
 class Refused(Exception):
