@@ -106,6 +106,29 @@ async def test_the_replay_cache_keeps_live_tokens_and_prunes_expired_ones(dsn: s
     assert [row["jti"] for row in remaining] == [live.jti]
 
 
+async def test_a_burst_of_uses_records_each_token_once_in_postgresql(dsn: str) -> None:
+    now = int(time.time())
+    tokens = [_claims(expires=now + 60) for _ in range(12)]
+    uses = [claims for claims in tokens for _ in range(3)]  # every token presented three times at once
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        cache = ReplayCache(lambda: pool)
+        firsts = await asyncio.gather(*(cache.first_use(claims) for claims in uses))
+        stored = await pool.fetchval(
+            "SELECT count(*) FROM task_token_uses WHERE jti = ANY($1::text[])",
+            [claims.jti for claims in tokens],
+        )
+    finally:
+        await pool.close()
+
+    by_token = {
+        claims.jti: [first for use, first in zip(uses, firsts, strict=True) if use is claims]
+        for claims in tokens
+    }
+    assert all(answers.count(True) == 1 for answers in by_token.values()), by_token
+    assert stored == len(tokens)
+
+
 def _claims(*, expires: int) -> TaskClaims:
     return TaskClaims(
         iss="raydag",
