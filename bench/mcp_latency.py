@@ -17,6 +17,11 @@ and records in its replay cache. Latency arms, interleaved sample by sample:
 
 Throughput: ``CONCURRENCY`` callers for ``THROUGHPUT_S`` seconds each, per era, sharing one ``McpConnections``;
 and, for the server's own capacity without the SDK client's cost, hand-built 2026-07-28 requests over httpx.
+
+Server CPU per call: the same one-POST calls to two tool-server processes side by side, one answering plain
+2026-07-28 calls directly (``mcp_server.stateless_call``, as shipped) and one sending every request through
+the SDK (``ToolServerConfig(direct_calls=False)``), in alternating rounds of ``SERVER_CPU_CALLS`` calls, 1 and
+16 at a time; the CPU of each server process and of the database's PostgreSQL backends in its rounds.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ SAMPLES = sized(int(os.environ.get("BENCH_SAMPLES", "200")), 2)
 WARMUP = sized(10, 1)
 CONCURRENCY = sized(tuple(int(n) for n in os.environ.get("BENCH_MCP_CONCURRENCY", "1,8,32").split(",")), (2,))
 THROUGHPUT_S = sized(float(os.environ.get("BENCH_MCP_THROUGHPUT_S", "5")), 0.3)
+SERVER_CPU_CALLS = sized(int(os.environ.get("BENCH_MCP_SERVER_CALLS", "1000")), 20)
+SERVER_CPU_ROUNDS = sized(3, 1)
 TOOL = "caseops_get_case_snapshot"
 MODERN, LEGACY = "2026-07-28", "legacy"
 SHIPPED = "2026-07-28, one POST per call, kept-alive connection (as shipped)"
@@ -66,7 +73,13 @@ def serve(port: int) -> None:
     )
     # Limits far above the load: the benchmark measures the server, not the 429s.
     limits = TenantLimits(max_in_flight=10_000, rate_per_s=1e6, burst=1_000_000)
-    config = ToolServerConfig(dsn=os.environ["BENCH_DSN"], tokens=tokens, pool_size=8, tenant_limits=limits)
+    config = ToolServerConfig(
+        dsn=os.environ["BENCH_DSN"],
+        tokens=tokens,
+        pool_size=8,
+        tenant_limits=limits,
+        direct_calls=os.environ.get("BENCH_DIRECT_CALLS", "1") == "1",
+    )
     uvicorn.run(ToolServer(config).asgi_app(), host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -180,6 +193,47 @@ async def _raw_throughput(caller: _Caller, concurrency: int) -> tuple[float, lis
     return len(latencies) / elapsed, latencies
 
 
+async def _server_cpu(
+    callers: dict[str, tuple[_Caller, int]], database: str
+) -> dict[tuple[str, int], tuple[float, float, float]]:
+    """Per (server, calls at once): CPU ms per call of the server process, its PostgreSQL backends and this
+    client, summed over alternating rounds."""
+    import psutil
+
+    def backends() -> float:
+        total = 0.0
+        for process in psutil.process_iter(["cmdline", "cpu_times"]):
+            title = " ".join(process.info["cmdline"] or [])
+            if title.startswith("postgres") and f" {database} " in title and process.info["cpu_times"]:
+                total += process.info["cpu_times"].user + process.info["cpu_times"].system
+        return total
+
+    used: dict[tuple[str, int], list[float]] = {}
+    async with McpConnections() as shared:
+        for caller, _ in callers.values():
+            for _ in range(WARMUP):
+                await _ok(shared, caller.call(MODERN))
+        for _ in range(SERVER_CPU_ROUNDS):
+            for concurrency in (1, 16):
+                for label, (caller, pid) in callers.items():
+                    server = psutil.Process(pid)
+                    gate = asyncio.Semaphore(concurrency)
+
+                    async def one(caller: _Caller = caller, gate: asyncio.Semaphore = gate) -> bool:
+                        async with gate:
+                            return await _ok(shared, caller.call(MODERN))
+
+                    before = (sum(server.cpu_times()[:2]), backends(), time.process_time())
+                    if not all(await asyncio.gather(*(one() for _ in range(SERVER_CPU_CALLS)))):
+                        raise RuntimeError("a benchmark call failed")
+                    after = (sum(server.cpu_times()[:2]), backends(), time.process_time())
+                    sums = used.setdefault((label, concurrency), [0.0, 0.0, 0.0])
+                    for index in range(3):
+                        sums[index] += after[index] - before[index]
+    calls = SERVER_CPU_CALLS * SERVER_CPU_ROUNDS
+    return {key: (s[0] * 1000 / calls, s[1] * 1000 / calls, s[2] * 1000 / calls) for key, s in used.items()}
+
+
 async def _ok(connections: McpConnections, call: ToolCall) -> bool:
     return (await connections.call(call, CASEOPS_TOOLS)).ok
 
@@ -208,14 +262,10 @@ def main() -> None:
         asyncio.run(prepare_database(dsn, demo_seed()))
 
         key = secrets.token_bytes(32)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}{MCP_PATH}"
-        env = {**os.environ, "BENCH_DSN": dsn, "BENCH_TOKEN_KEY": key.hex(), "BENCH_MCP_URL": url}
-        server = subprocess.Popen([sys.executable, "-m", "bench.mcp_latency", "serve", str(port)], env=env)
-        stack.callback(server.wait, 10)
-        stack.callback(server.terminate)
-        _wait_until_up(url)
+        url, pid = _start_server(stack, dsn, key, direct=True)
         caller = _Caller(url, TaskTokens(key=key, audience=url))
+        sdk_url, sdk_pid = _start_server(stack, dsn, key, direct=False)
+        sdk_caller = _Caller(sdk_url, TaskTokens(key=key, audience=sdk_url))
 
         samples, cpu = asyncio.run(_latency(caller))
         print("\n### MCP tool-call latency through raydag's client (one call, C-102 case snapshot)\n")
@@ -246,6 +296,37 @@ def main() -> None:
                 rate, latencies = asyncio.run(_run(measure(concurrency)))
                 s = summary(latencies)
                 print(f"| {label} | {concurrency} | {rate:.0f} | {s['median']:.1f} | {s['p90']:.1f} |")
+
+        direct, through_sdk = "plain calls answered directly (as shipped)", "every request through the SDK"
+        cpu_by = asyncio.run(_server_cpu({direct: (caller, pid), through_sdk: (sdk_caller, sdk_pid)}, name))
+        print("\n### Tool server CPU per call: direct answers against the SDK path (one-POST client)\n")
+        print(
+            "| server | calls at once | server CPU ms per call | PostgreSQL CPU ms per call | client CPU ms per call |"
+        )
+        print("|---|---|---|---|---|")
+        for (label, concurrency), (server_ms, database_ms, client_ms) in sorted(cpu_by.items()):
+            print(f"| {label} | {concurrency} | {server_ms:.3f} | {database_ms:.3f} | {client_ms:.3f} |")
+        for concurrency in (1, 16):
+            ratio = cpu_by[(direct, concurrency)][0] / cpu_by[(through_sdk, concurrency)][0]
+            print(f"\nServer CPU per call, direct ÷ SDK, {concurrency} at once: {ratio:.2f}")
+
+
+def _start_server(stack: ExitStack, dsn: str, key: bytes, *, direct: bool) -> tuple[str, int]:
+    """A tool server process of its own on a free loopback port: its URL and pid."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}{MCP_PATH}"
+    env = {
+        **os.environ,
+        "BENCH_DSN": dsn,
+        "BENCH_TOKEN_KEY": key.hex(),
+        "BENCH_MCP_URL": url,
+        "BENCH_DIRECT_CALLS": "1" if direct else "0",
+    }
+    server = subprocess.Popen([sys.executable, "-m", "bench.mcp_latency", "serve", str(port)], env=env)
+    stack.callback(server.wait, 10)
+    stack.callback(server.terminate)
+    _wait_until_up(url)
+    return url, server.pid
 
 
 async def _run(measurement: Awaitable[tuple[float, list[float]]]) -> tuple[float, list[float]]:

@@ -17,7 +17,6 @@ its ``Authorization`` header: nothing downstream can read, log or forward the to
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 from starlette.requests import Request
 
+from mcp_server._asgi import respond_json
 from mcp_server.auth import (
     ASGIApp,
     Message,
@@ -44,7 +44,7 @@ from mcp_server.auth import (
 )
 from mcp_server.evidence import scope_for_uri
 from mcp_server.limits import Admission
-from mcp_server.rpc import RESOURCES_READ, TOOLS_CALL, BodyRejected, Target, parse_target
+from mcp_server.rpc import RESOURCES_READ, TOOLS_CALL, BodyRejected, Target, decode, target_of
 from mcp_server.tokens import RESOURCE_READER, TaskClaims, TaskTokens, TokenInvalid
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class DirectAnswers(Protocol):
+    """Requests answered past the SDK once every check has passed (``stateless_call.StatelessCalls``)."""
+
+    async def answer(self, scope: Scope, headers: Mapping[str, str], message: Any, send: Send) -> bool: ...
+
+
 class McpGuard:
     """See the module docstring for the checks and their order."""
 
@@ -92,8 +98,10 @@ class McpGuard:
         scope_of_tool: Mapping[str, str],
         admission: Admission,
         replay: TokenUses,
+        direct: DirectAnswers | None = None,
     ) -> None:
-        """``tokens=None`` switches authentication off: for the conformance suite on loopback only."""
+        """``tokens=None`` switches authentication off: for the conformance suite on loopback only. ``direct``
+        answers the requests it takes once every check has passed; the SDK answers the rest."""
         self._app = app
         self._tokens = tokens
         self._rebinding = TransportSecurityMiddleware(security)
@@ -101,6 +109,7 @@ class McpGuard:
         self._scope_of_tool = dict(scope_of_tool)
         self._admission = admission
         self._replay = replay
+        self._direct = direct
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,7 +126,7 @@ class McpGuard:
                 await self._guarded(scope, receive, send)
             except _Refusal as refusal:
                 span.set_attribute("http.response.status_code", refusal.status)
-                await _respond(send, refusal.status, refusal.body, refusal.headers)
+                await respond_json(send, refusal.status, refusal.body, refusal.headers)
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._tokens is None and not is_loopback(str((scope.get("server") or ("",))[0])):
@@ -139,7 +148,8 @@ class McpGuard:
             raise _Refusal(400, {"jsonrpc": "2.0", "id": None, "error": error})
         body = await self._read_body(scope, receive)
         try:
-            target = parse_target(body)
+            message = decode(body) if body.strip() else None
+            target = target_of(message) if body.strip() else Target(method=None)
             span = trace.get_current_span()
             span.update_name(f"mcp {target.method or scope['method']} {target.tool or ''}".strip())
             if target.tool:
@@ -148,7 +158,7 @@ class McpGuard:
             error = {"code": exc.code, "message": exc.message}
             raise _Refusal(400, {"jsonrpc": "2.0", "id": exc.request_id, "error": error}) from None
         if self._tokens is None:
-            await self._forward(scope, body, receive, send, claims=None)
+            await self._forward(scope, body, message, receive, send, claims=None)
             return
         claims = self._authenticate(scope)
         self._authorize(claims, target)
@@ -167,7 +177,7 @@ class McpGuard:
         try:
             if target.method == TOOLS_CALL:
                 await self._first_use(claims)
-            await self._forward(scope, body, receive, send, claims=claims)
+            await self._forward(scope, body, message, receive, send, claims=claims)
         finally:
             self._admission.leave(claims.tenant_id)
 
@@ -243,7 +253,14 @@ class McpGuard:
             )
 
     async def _forward(
-        self, scope: Scope, body: bytes, receive: Receive, send: Send, *, claims: TaskClaims | None
+        self,
+        scope: Scope,
+        body: bytes,
+        message: Any,
+        receive: Receive,
+        send: Send,
+        *,
+        claims: TaskClaims | None,
     ) -> None:
         pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -256,9 +273,16 @@ class McpGuard:
             for name, value in scope.get("headers", [])
             if name != b"authorization"
         ]
+        forwarded = {**scope, "headers": headers}
         reset = current_claims.set(claims)
         try:
-            await self._app({**scope, "headers": headers}, replay, send)
+            if self._direct is not None and claims is not None:
+                named: dict[str, str] = {}
+                for name, value in headers:  # the first of a repeated header, as Starlette reads one
+                    named.setdefault(bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
+                if await self._direct.answer(forwarded, named, message, send):
+                    return
+            await self._app(forwarded, replay, send)
         finally:
             current_claims.reset(reset)
 
@@ -270,19 +294,3 @@ def _insufficient(claims: TaskClaims, scope: str, description: str) -> None:
         {"error": "insufficient_scope", "scope": scope, "error_description": description},
         {"www-authenticate": insufficient_scope_challenge(scope, description)},
     )
-
-
-async def _respond(send: Send, status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                *((name.encode(), value.encode("latin-1", "replace")) for name, value in headers.items()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})

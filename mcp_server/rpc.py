@@ -48,12 +48,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def parse_target(body: bytes) -> Target:
     """The message ``body`` carries. An empty body (a GET or DELETE) has no method."""
-    if not body.strip():
-        return Target(method=None)
+    return target_of(decode(body)) if body.strip() else Target(method=None)
+
+
+def decode(body: bytes) -> Any:
+    """The JSON value of a non-empty ``body``; refused if it is not unambiguous JSON."""
     try:
-        message = json.loads(body, object_pairs_hook=_no_duplicates)
+        return json.loads(body, object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError):
         raise BodyRejected(PARSE_ERROR, "the body is not valid JSON") from None
+
+
+def target_of(message: Any) -> Target:
+    """What a decoded body asks for."""
     if not isinstance(message, dict):
         raise BodyRejected(INVALID_REQUEST, "Body must be a single JSON-RPC request or notification object")
     method = message.get("method")

@@ -31,6 +31,7 @@ from mcp_server.guard import McpGuard, is_loopback
 from mcp_server.limits import Admission, TenantLimits
 from mcp_server.replay import ReplayCache
 from mcp_server.resources import case_resources, register_evidence
+from mcp_server.stateless_call import StatelessCalls
 from mcp_server.tokens import TaskTokens
 from mcp_server.tools import Backend, ToolBinding, caseops_bindings, guarded_tool
 
@@ -74,6 +75,10 @@ class ToolServerConfig:
     """Per tenant and per server replica: requests in flight and the request rate (429 beyond)."""
     replay_prune_interval_s: float = 30.0
     """How often expired rows leave the replay cache."""
+    direct_calls: bool = True
+    """Answer plain 2026-07-28 ``tools/call`` requests past the SDK's per-request plumbing
+    (``mcp_server.stateless_call``); ``False`` sends every request through the SDK, which the benchmark and
+    the differential test compare it with."""
     insecure_disable_auth_for_tests: bool = False
     """Serve without task tokens, for the conformance suite, which cannot send one. Tools and resources then
     refuse every call and read. Only with loopback ``allowed_hosts``, and only on a loopback socket."""
@@ -113,8 +118,14 @@ class _CaseopsServer(MCPServer[Any]):
             subscriptions=False,  # nothing here changes at run time; no long-lived listen streams
         )
         self._backend = backend
+        self.tools = tuple(tools)
         self._tool_names = frozenset(tool.name for tool in tools)
         register_evidence(self, backend)
+
+    @property
+    def server_info_stamp(self) -> dict[str, Any]:
+        """The ``serverInfo`` the SDK stamps on this server's 2026-07-28 answers."""
+        return self._lowlevel_server.server_info_stamp
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -156,6 +167,11 @@ class ToolServer:
             max_request_body_size=config.max_body_bytes,
         )
         self._replay = ReplayCache(self._backend.live_pool)
+        self._direct = (
+            StatelessCalls(self.mcp, self.mcp.tools, self.mcp.server_info_stamp, MCP_PATH)
+            if config.direct_calls
+            else None
+        )
         self.asgi: ASGIApp = McpGuard(
             inner,
             tokens=None if config.insecure_disable_auth_for_tests else config.tokens,
@@ -164,6 +180,7 @@ class ToolServer:
             scope_of_tool={contract.name: contract.scope for contract, _ in bindings},
             admission=Admission(config.tenant_limits),
             replay=self._replay,
+            direct=self._direct,
         )
 
     @property
@@ -182,6 +199,11 @@ class ToolServer:
             latency_ms=latency_ms,
             faults={tool: backend.calls[tool] + count for tool, count in (faults or {}).items()},
         )
+
+    @property
+    def direct_answers(self) -> int:
+        """Requests answered past the SDK (``ToolServerConfig.direct_calls``)."""
+        return self._direct.answered if self._direct is not None else 0
 
     @property
     def executions(self) -> dict[tuple[str, str, str], int]:

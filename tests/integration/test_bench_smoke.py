@@ -29,7 +29,7 @@ TABLES = {
     "control-plane": ["Control plane, chain of", "Control plane, lattice"],
     "large-outputs": ["Large outputs"],
     "storage": ["Bytes stored per node"],
-    "mcp": ["MCP tool-call latency", "Server throughput"],
+    "mcp": ["MCP tool-call latency", "Server throughput", "Tool server CPU per call"],
     "load": ["Load through Serve", "Where a run's time goes under load", "CPU by process while loaded"],
     "serve-parallel": ["Parallel efficiency through Serve"],
     "streaming": ["Streamed plans"],
