@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import uuid
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
@@ -89,7 +91,11 @@ def _reachable_from_a_task(server: HttpServer | StdioServer) -> bool:
     return isinstance(server, HttpServer) and isinstance(server.auth, RaydagTokenAuth)
 
 
-def _worker_failed(started: datetime, exc: BaseException) -> ToolOutcome:
+EXCHANGES_PER_CALLER = 1000
+"""Exchanges a caller holds at once (``CallerPoolExecutor``): cheap waits, one or two per run stepping."""
+
+
+def worker_failed(started: datetime, exc: BaseException) -> ToolOutcome:
     """The process making the call died or the call could not run: its effect is unknown, retry may help."""
     from actors.mcp_client import ToolOutcome
 
@@ -127,7 +133,7 @@ class RayToolExecutor:
             ray.cancel(ref)
             raise
         except RayError as exc:
-            return _worker_failed(started, exc)
+            return worker_failed(started, exc)
 
 
 CALLER_REST_S = 5.0
@@ -138,14 +144,47 @@ CALLS_PER_CALLER = 32
 ``RAYDAG_TOOL_CALLERS``) stay under the MCP server's per-tenant limit (128 in flight per replica): past it the
 server answers 429, the calls are retried, and under heavy load runs fail on it (docs/BENCHMARKS.md)."""
 
+MAX_NAMED_CALLS = 8
+"""How many of its calls an exchange's task name lists; the rest are counted."""
+
+
+def exchange_name(calls: Sequence[ToolCall]) -> str:
+    """The dashboard name of an exchange: ``tool:<tool>:<node>`` for each call it hands over (at most
+    ``MAX_NAMED_CALLS``, then how many more), or ``tool results`` for one that only collects outcomes."""
+    if not calls:
+        return "tool results"
+    named = " ".join(f"tool:{call.tool}:{call.node_id}" for call in calls[:MAX_NAMED_CALLS])
+    more = len(calls) - MAX_NAMED_CALLS
+    return f"{named} +{more} more" if more > 0 else named
+
+
+@dataclass
+class _Lane:
+    """One caller as the pool sees it: calls waiting to be handed over, calls handed over and not landed, and
+    the exchanges in flight."""
+
+    outbox: list[tuple[int, ToolCall]] = field(default_factory=list)
+    cancels: list[int] = field(default_factory=list)
+    waiting: dict[int, asyncio.Future[ToolOutcome]] = field(default_factory=dict)
+    exchanges: int = 0
+    flush_due: bool = False
+
 
 class CallerPoolExecutor:
-    """Calls round-robin over ``size`` ``ToolCaller`` actors, each running up to ``max_concurrency`` at once.
+    """Calls round-robin over ``size`` ``ToolCaller`` actors, handed over in batches.
+
+    A Ray actor call per tool call costs ~1.5–3 ms of CPU between the two processes and ~1 ms of latency each
+    (docs/BENCHMARKS.md, "Control-plane cost per node"): sixteen calls ready at once queued ~20 ms behind one
+    another before the last one left. So the calls a step makes ready go to each caller in one actor call,
+    an *exchange*, which starts them and waits until one of this pool's calls has landed on that caller, then
+    brings back every outcome that has. While calls are in flight on a caller, one exchange at least waits
+    there: the outcomes of a layer come back in a few exchanges, not one each; a chain's node still costs one.
+    Each exchange is an actor task named for the calls it hands over (``exchange_name``). A cancelled call is
+    cancelled in the caller by the next exchange.
 
     The actors belong to the supervisor that creates them (they end with it), take no CPU reservation (they
-    wait on I/O) and are restarted by Ray if their process dies; a call in flight on a dead caller becomes a
-    ``WORKER_FAILED`` outcome, as a dead task's does. Each call is an actor task named
-    ``tool:<tool>:<node>``; ``ray.cancel`` on it cancels the call's coroutine in the actor.
+    wait on I/O) and are restarted by Ray if their process dies; the calls handed to a caller whose exchange
+    fails (it died, or is restarting) become ``WORKER_FAILED`` outcomes, as a dead task's does.
     """
 
     def __init__(
@@ -158,7 +197,8 @@ class CallerPoolExecutor:
         namespace: str = "raydag",
         servers: Sequence[HttpServer | StdioServer] = (),
     ) -> None:
-        """``servers``: the toolset servers calls may name; each caller starts its own stdio servers."""
+        """``servers``: the toolset servers calls may name; each caller starts its own stdio servers.
+        ``max_concurrency``: the calls each caller makes at once."""
         if size < 1 or max_concurrency < 1:
             raise ValueError("a caller pool needs at least one caller, each allowed at least one call")
         self._catalogue = catalogue
@@ -171,7 +211,12 @@ class CallerPoolExecutor:
         self._next = itertools.cycle(self._names)
         self._servers = tuple(servers)
         self._resting: dict[str, float] = {}
-        """Callers whose last call failed in Ray (dead or restarting), until when they get no new calls."""
+        """Callers whose last exchange failed in Ray (dead or restarting), until when they get no new calls."""
+        self._session = uuid.uuid4().hex
+        """This pool's calls on the callers: a caller hands each exchange only its own pool's outcomes."""
+        self._tickets = itertools.count(1)
+        self._lanes = {name: _Lane() for name in self._names}
+        self._receiving: set[asyncio.Task[None]] = set()
 
     @property
     def names(self) -> list[str]:
@@ -203,43 +248,103 @@ class CallerPoolExecutor:
                     namespace=self._namespace,
                     get_if_exists=True,
                     num_cpus=0,
-                    max_concurrency=self._max_concurrency,
+                    # Exchanges wait for outcomes without making calls; the calls are limited by the caller.
+                    max_concurrency=EXCHANGES_PER_CALLER,
                     max_restarts=-1,
                     max_task_retries=0,  # retries are the supervisor's decision
                 )
-                .remote(self._servers)
+                .remote(self._servers, calls_at_once=self._max_concurrency)
             )
             self._started[name] = handle.start.remote()  # its stdio servers start now, not on the first call
             caller = self._callers[name] = handle
         return caller
 
     async def run(self, call: ToolCall) -> ToolOutcome:
-        import ray
-        from ray.exceptions import ActorDiedError, RayError
-
         name = self._pick()
-        started = datetime.now(UTC)
+        lane = self._lanes[name]
+        ticket = next(self._tickets)
+        landed: asyncio.Future[ToolOutcome] = asyncio.get_running_loop().create_future()
+        lane.waiting[ticket] = landed
+        lane.outbox.append((ticket, call))
+        self._flush_soon(name)
+        try:
+            return await landed
+        except asyncio.CancelledError:
+            lane.waiting.pop(ticket, None)
+            queued = [entry for entry in lane.outbox if entry[0] != ticket]
+            if len(queued) == len(lane.outbox):  # handed over already: the caller must stop it
+                lane.cancels.append(ticket)
+                self._flush_soon(name)
+            lane.outbox = queued
+            raise
+
+    def _flush_soon(self, name: str) -> None:
+        """Hand the lane's calls over once the calls a step has started have all been queued: they run their
+        first steps one after another in this turn of the loop, and the flush comes after them."""
+        lane = self._lanes[name]
+        if not lane.flush_due:
+            lane.flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush, name)
+
+    def _flush(self, name: str) -> None:
+        from ray.exceptions import RayError
+
+        lane = self._lanes[name]
+        lane.flush_due = False
+        calls, lane.outbox = lane.outbox, []
+        cancels, lane.cancels = lane.cancels, []
+        if not calls and not cancels and (lane.exchanges or not lane.waiting):
+            return  # an exchange waits for the calls in flight already, or none are
+        handed = [call for _, call in calls]
+        contracts = {call.tool: self._catalogue[call.tool] for call in handed}
+        upto = max(lane.waiting, default=0)  # everything waiting has been handed over by now
         try:
             ref = (
                 self._caller(name)
-                .call.options(name=f"tool:{call.tool}:{call.node_id}")
-                .remote(call, self._catalogue[call.tool])
+                .exchange.options(name=exchange_name(handed))
+                .remote(self._session, calls, contracts, cancels)
             )
         except RayError as exc:
             self._callers.pop(name, None)
-            self._rest(name)
-            return _worker_failed(started, exc)
+            self._fail(name, exc, upto=upto)
+            return
+        lane.exchanges += 1
+        receiving = asyncio.ensure_future(self._receive(name, ref, upto=upto))
+        self._receiving.add(receiving)
+        receiving.add_done_callback(self._receiving.discard)
+
+    async def _receive(self, name: str, ref: Any, *, upto: int) -> None:
+        """Deliver what an exchange brings back; if calls are still in flight there and no other exchange
+        waits for them, send one that does. ``upto``: the last ticket handed over by the time it was sent."""
+        from ray.exceptions import ActorDiedError, RayError
+
+        lane = self._lanes[name]
         try:
-            outcome: ToolOutcome = await ref
-            return outcome
-        except asyncio.CancelledError:
-            ray.cancel(ref)
-            raise
+            landed: list[tuple[int, ToolOutcome]] = await ref
         except RayError as exc:
             if isinstance(exc, ActorDiedError):  # gone for good (not restarting): the next call makes another
                 self._callers.pop(name, None)
-            self._rest(name)
-            return _worker_failed(started, exc)
+            self._fail(name, exc, upto=upto)
+            landed = []
+        finally:
+            lane.exchanges -= 1
+        for ticket, outcome in landed:
+            future = lane.waiting.pop(ticket, None)
+            if future is not None and not future.done():
+                future.set_result(outcome)
+        if lane.waiting and not lane.exchanges:
+            self._flush_soon(name)
+
+    def _fail(self, name: str, exc: BaseException, *, upto: int) -> None:
+        """The calls handed to ``name`` up to ticket ``upto`` are lost with its process: ``WORKER_FAILED``."""
+        self._rest(name)
+        lane = self._lanes[name]
+        queued = {ticket for ticket, _ in lane.outbox}
+        started = datetime.now(UTC)
+        for ticket in [ticket for ticket in lane.waiting if ticket <= upto and ticket not in queued]:
+            future = lane.waiting.pop(ticket)
+            if not future.done():
+                future.set_result(worker_failed(started, exc))
 
     def _pick(self) -> str:
         """The next caller in turn that is not resting after a failure; any caller if all of them are."""

@@ -6,6 +6,9 @@ concurrently in one process, over one ``McpConnections`` (keep-alive connections
 server URL). Each call still carries its own token and its node's trace context, and returns an outcome the
 supervisor applies.
 
+Calls come in *exchanges* (``actors.executor.CallerPoolExecutor``): one actor call hands over the calls a step
+made ready and waits for outcomes, so a layer of calls costs a few actor calls rather than one each.
+
 A caller owns the stdio servers of the toolsets it is given: each runs as a child process of the actor,
 started with it, restarted when it dies, and stopped with it (``actors.mcp_client.stdio``).
 """
@@ -14,10 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from actors.executor import CALLS_PER_CALLER, worker_failed
 from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool
 from actors.toolsets.config import HttpServer, StdioServer
 from actors.toolsets.discovery import TokenFor, discover
@@ -26,15 +33,31 @@ from actors.tracing import configure_tracing
 from dag.contracts import ToolContract
 
 
-class ToolCaller:
-    """Calls tools for the supervisor that created it; cancelling a call's actor task cancels the call."""
+@dataclass
+class _Session:
+    """One pool's calls on this caller: those in flight by ticket, and the outcomes not yet taken."""
 
-    def __init__(self, servers: Sequence[HttpServer | StdioServer] = ()) -> None:
+    calls: dict[int, asyncio.Task[ToolOutcome]] = field(default_factory=dict)
+    landed: list[tuple[int, ToolOutcome]] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ToolCaller:
+    """Calls tools for the supervisor that created it; a call cancelled by its pool is cancelled here."""
+
+    def __init__(
+        self, servers: Sequence[HttpServer | StdioServer] = (), *, calls_at_once: int = CALLS_PER_CALLER
+    ) -> None:
         configure_tracing("raydag-tool-caller")
         self._servers = {server.name: server for server in servers}
         self._connections: McpConnections | None = None
+        self._calls_at_once = calls_at_once
+        self._gate: asyncio.Semaphore | None = None
+        self._sessions: dict[str, _Session] = {}
         self._in_flight = 0
         self._calls = 0
+        self._exchanges = 0
+        self._largest_handover = 0
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -45,6 +68,7 @@ class ToolCaller:
         if self._connections is None:  # built inside the actor's event loop, which it serves
             self._connections = McpConnections(list(self._servers.values()))
             self._connections.start()
+            self._gate = asyncio.Semaphore(self._calls_at_once)
         return self._connections
 
     async def start(self) -> None:
@@ -54,12 +78,58 @@ class ToolCaller:
     async def call(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """One call. The contract travels with it so the output is checked against the tool's schema."""
         connections = self._open()
-        self._in_flight += 1
-        self._calls += 1
-        try:
-            return await call_tool(call, {contract.name: contract}, connections)
-        finally:
-            self._in_flight -= 1
+        assert self._gate is not None
+        async with self._gate:
+            self._in_flight += 1
+            self._calls += 1
+            try:
+                return await call_tool(call, {contract.name: contract}, connections)
+            finally:
+                self._in_flight -= 1
+
+    async def exchange(
+        self,
+        session: str,
+        calls: Sequence[tuple[int, ToolCall]],
+        contracts: Mapping[str, ToolContract],
+        cancels: Sequence[int],
+    ) -> list[tuple[int, ToolOutcome]]:
+        """Cancel the calls ``cancels`` names, start ``calls`` (by ticket; ``contracts`` their tools'), then
+        wait until one of ``session``'s calls has landed or none is in flight, and hand over every outcome of
+        ``session`` that has landed. At most ``calls_at_once`` calls run at once; the rest wait their turn."""
+        self._exchanges += 1
+        self._largest_handover = max(self._largest_handover, len(calls))
+        state = self._sessions.setdefault(session, _Session())
+        for ticket in cancels:
+            task = state.calls.pop(ticket, None)
+            if task is not None:
+                task.cancel()
+        if cancels:  # an exchange waiting for the calls just cancelled must not wait for them
+            state.changed.set()
+        for ticket, call in calls:
+            task = asyncio.get_running_loop().create_task(self.call(call, contracts[call.tool]))
+            state.calls[ticket] = task
+            task.add_done_callback(functools.partial(self._landed, state, ticket))
+        while not state.landed and state.calls:
+            state.changed.clear()
+            await state.changed.wait()
+        landed, state.landed = state.landed, []
+        if not state.calls and self._sessions.get(session) is state:
+            del self._sessions[session]
+        return landed
+
+    def _landed(self, state: _Session, ticket: int, task: asyncio.Task[ToolOutcome]) -> None:
+        if state.calls.get(ticket) is not task:
+            return  # cancelled by its pool, which wants no outcome
+        del state.calls[ticket]
+        if task.cancelled():  # the actor is stopping
+            outcome = worker_failed(datetime.now(UTC), asyncio.CancelledError())
+        elif task.exception() is not None:  # a call never raises for its own failure: raydag's machinery did
+            outcome = worker_failed(datetime.now(UTC), task.exception() or RuntimeError())
+        else:
+            outcome = task.result()
+        state.landed.append((ticket, outcome))
+        state.changed.set()
 
     async def list_tools(self, server: str, token: str | None = None) -> ServerListing:
         """What ``server`` lists now, over this caller's own connection to it (a pin re-check)."""
@@ -74,11 +144,14 @@ class ToolCaller:
             await connections.aclose()
 
     async def ping(self) -> dict[str, Any]:
-        """Its process, the calls it is making now and those it has taken, and its stdio servers."""
+        """Its process, the calls it is making now and those it has taken, the exchanges they came in (and the
+        most calls one handed over), and its stdio servers."""
         stdio = self._connections.stdio_status() if self._connections is not None else {}
         return {
             "pid": os.getpid(),
             "in_flight": self._in_flight,
             "calls": self._calls,
+            "exchanges": self._exchanges,
+            "largest_handover": self._largest_handover,
             "stdio": {name: dataclasses.asdict(status) for name, status in stdio.items()},
         }

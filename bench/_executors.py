@@ -3,19 +3,30 @@
 - ``mcp``: ``RayToolExecutor`` (``RAYDAG_TOOL_EXECUTOR=tasks``): a Ray task per call, calling the tool over MCP.
 - ``callers``: ``CallerPoolExecutor``: two async ``ToolCaller`` actors make the calls, many at once each.
 - ``supervisor``: ``InlineExecutor`` (``RAYDAG_TOOL_EXECUTOR=supervisor``): the supervisor's own loop makes them.
+- ``callers-per-call``: the same ``ToolCaller`` actors, each call its own actor task (what
+  ``callers`` shipped until exchanges batched them): the comparison for the batching.
 - ``ray``: a Ray task per call that answers without calling the tool server.
 - ``inline``: the call is answered inside the supervisor: what remains is the control plane alone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import ray
 
-from actors.executor import CallerPoolExecutor, InlineExecutor, RayToolExecutor, ToolExecutor
+from actors.executor import (
+    CALLS_PER_CALLER,
+    CallerPoolExecutor,
+    InlineExecutor,
+    RayToolExecutor,
+    ToolExecutor,
+)
 from actors.mcp_client import ToolCall, ToolOutcome
 from bench._synthetic import CATALOGUE, WaitOutput
 
@@ -44,10 +55,43 @@ class RayInstantExecutor:
         return outcome
 
 
+class PerCallCallers:
+    """Two ``ToolCaller`` actors, each call an actor task of its own, round-robin: ``callers`` before its
+    calls were handed over in exchanges."""
+
+    def __init__(self, size: int = 2) -> None:
+        from actors.tool_caller import ToolCaller
+
+        prefix = f"bench-per-call-caller-{uuid.uuid4().hex[:8]}"
+        self._callers: list[Any] = [
+            ray.remote(ToolCaller)
+            .options(
+                name=f"{prefix}-{index}", num_cpus=0, max_concurrency=CALLS_PER_CALLER, max_task_retries=0
+            )
+            .remote()
+            for index in range(size)
+        ]
+        self._next = itertools.cycle(self._callers)
+
+    async def run(self, call: ToolCall) -> ToolOutcome:
+        ref = (
+            next(self._next)
+            .call.options(name=f"tool:{call.tool}:{call.node_id}")
+            .remote(call, CATALOGUE[call.tool])
+        )
+        try:
+            outcome: ToolOutcome = await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)
+            raise
+        return outcome
+
+
 EXECUTORS: dict[str, Callable[[], ToolExecutor]] = {
     "mcp": lambda: RayToolExecutor(CATALOGUE),
     "callers": lambda: CallerPoolExecutor(CATALOGUE, name_prefix=f"bench-tool-caller-{uuid.uuid4().hex[:8]}"),
     "supervisor": lambda: InlineExecutor(CATALOGUE),
+    "callers-per-call": PerCallCallers,
     "ray": RayInstantExecutor,
     "inline": InstantExecutor,
 }

@@ -35,15 +35,24 @@ WIDE_NODES = sized(256, 4)
 CHAIN_GOAL_MS = 5.0
 WIDE_GOAL_PER_S = 300.0
 
-EXECUTORS = {
+ALL_EXECUTORS = {
     "inline": "control plane alone (no Ray, no MCP)",
     "ray": "+ Ray task per call (no MCP)",
     "mcp": "+ Ray task + MCP (RAYDAG_TOOL_EXECUTOR=tasks)",
+    "callers-per-call": "caller actors + MCP, one actor call per tool call (before exchanges)",
     "callers": "caller actors + MCP (RAYDAG_TOOL_EXECUTOR=callers)",
     "supervisor": "supervisor's loop + MCP (RAYDAG_TOOL_EXECUTOR=supervisor)",
 }
-WIDE_PARALLEL = {"inline": (16, 64), "ray": (16,), "mcp": (16,), "callers": (16, 64), "supervisor": (16, 64)}
-"""A Ray task per call in flight needs a worker process each: at 64 the tasks mostly wait for new workers."""
+EXECUTORS = {
+    key: ALL_EXECUTORS[key]
+    for key in os.environ.get("BENCH_EXECUTORS", "inline,ray,mcp,callers-per-call,callers,supervisor").split(
+        ","
+    )
+}
+"""The arms, ``BENCH_EXECUTORS`` to choose (keys of ``ALL_EXECUTORS``, in order)."""
+WIDE_PARALLEL = {"ray": (16,), "mcp": (16,)}
+"""At 16 and 64 in flight, but a Ray task per call in flight needs a worker process each: at 64 the tasks
+mostly wait for new workers."""
 
 
 def chain(nodes: int) -> Shape:
@@ -69,15 +78,19 @@ def _phases(times: RunTimes) -> dict[str, float]:
 async def _measure(
     bench: Bench,
 ) -> tuple[dict[tuple[str, str, int | None], list[RunTimes]], dict[str, list[float]]]:
-    line, wide = chain(CHAIN_NODES), lattice(WIDE_NODES, 1)
+    line, wide = chain(CHAIN_NODES), lattice(WIDE_NODES, 1, ms=0)
     runs: dict[tuple[str, str, int | None], list[RunTimes]] = defaultdict(list)
     # The same calls from the benchmark process, with no control plane: one after another, or 16 at a time.
     bare: dict[str, list[float]] = defaultdict(list)
     cases: list[tuple[Shape, str, int | None]] = [(line, executor, None) for executor in EXECUTORS]
-    cases += [(wide, executor, parallel) for executor, limits in WIDE_PARALLEL.items() for parallel in limits]
+    cases += [
+        (wide, executor, parallel)
+        for executor in EXECUTORS
+        for parallel in WIDE_PARALLEL.get(executor, (16, 64))
+    ]
     for shape, executor, parallel in sized(cases, []):  # warm-up
         await bench.raydag(
-            shape if shape is line else lattice(16, 1), max_parallel=parallel, executor=executor
+            shape if shape is line else lattice(16, 1, ms=0), max_parallel=parallel, executor=executor
         )
     for sample in range(SAMPLES):
         shift = sample % len(cases)
@@ -100,7 +113,7 @@ def main() -> None:
     with bench_runtime() as bench:
         runs, bare = asyncio.run(_measure(bench))
     line = chain(CHAIN_NODES).name
-    wide = lattice(WIDE_NODES, 1).name
+    wide = lattice(WIDE_NODES, 1, ms=0).name
     print(f"\n### Control plane, {line} zero-latency nodes (median of {SAMPLES})\n")
     phases = list(_phases(runs[(line, "inline", None)][0]))
     print("| executor | ms per node | best run | supervisor CPU ms per node | " + " | ".join(phases) + " |")
@@ -125,7 +138,7 @@ def main() -> None:
     print("| executor | max_parallel | nodes/s | makespan ms | supervisor CPU ms per node |")
     print("|---|---|---|---|---|")
     for executor, label in EXECUTORS.items():
-        for parallel in WIDE_PARALLEL[executor]:
+        for parallel in WIDE_PARALLEL.get(executor, (16, 64)):
             samples = runs[(wide, executor, parallel)]
             rate = _median([WIDE_NODES / times.makespan_ms * 1000 for times in samples])
             makespan = _median([times.makespan_ms for times in samples])

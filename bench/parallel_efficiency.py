@@ -1,14 +1,16 @@
-"""Parallel efficiency: makespan ÷ critical path of the same DAGs under six schedulers, side by side.
+"""Parallel efficiency: makespan ÷ critical path of the same DAGs under several schedulers, side by side.
 
 Every arm calls the same ``bench_wait`` tool on the same MCP server over HTTP, each call with its own task token:
 
 - ``raydag (caller actors, as shipped)``: the supervisor dispatches each node the moment it is ready, after
   validating, authorizing and recording it in PostgreSQL, to its two ``ToolCaller`` actors
-  (``RAYDAG_TOOL_EXECUTOR=callers``, the default).
+  (``RAYDAG_TOOL_EXECUTOR=callers``, the default), the calls a step makes ready in one exchange per caller.
+- ``raydag, an actor call per tool call``: the same actors, each call an actor task of its own (the shipped
+  path before exchanges; ``BENCH_PARALLEL_ARMS`` to add it).
 - ``raydag, calls in the supervisor's loop``: the same supervisor making the calls itself
   (``RAYDAG_TOOL_EXECUTOR=supervisor``): no Ray actor call each way.
 - ``raydag, a Ray task per call``: the same supervisor with ``RAYDAG_TOOL_EXECUTOR=tasks``: a Ray task (and so
-  a worker process) per call in flight.
+  a worker process) per call in flight (``BENCH_PARALLEL_ARMS`` to add it).
 - ``one at a time``: the shipped runtime with ``max_parallel=1``: one node after another, as a ReAct loop runs.
 - ``asyncio waves``: the benchmark process gathers each layer of the DAG, then the next.
 - ``LangGraph``: one graph node per DAG node, one edge per dependency (its supersteps are barriers).
@@ -40,13 +42,29 @@ GOAL = 1.10
 GOAL_MAX_WIDTH = 16
 
 TASKS = "raydag, a Ray task per call"
+PER_CALL = "raydag, an actor call per tool call (before exchanges)"
+E2E = "raydag e2e (submit → finished run)"
 CALLERS = "raydag (caller actors, as shipped)"
 SUPERVISOR = "raydag, calls in the supervisor's loop"
 ONE_AT_A_TIME = "one at a time"
 WAVES = "asyncio waves"
 LANGGRAPH = "LangGraph"
-ARMS = (TASKS, CALLERS, SUPERVISOR, WAVES) + ((LANGGRAPH,) if not SMOKE or langgraph_installed() else ())
-"""A smoke run leaves LangGraph out unless the ``bench`` extra is installed (``make bench`` installs it)."""
+ARM_KEYS = {
+    "tasks": TASKS,
+    "callers": CALLERS,
+    "supervisor": SUPERVISOR,
+    "waves": WAVES,
+    "langgraph": LANGGRAPH,
+}
+ARMS = tuple(
+    ARM_KEYS[key]
+    for key in os.environ.get("BENCH_PARALLEL_ARMS", "callers,supervisor,waves,langgraph").split(",")
+    if key != "langgraph" or not SMOKE or langgraph_installed()
+)
+"""``BENCH_PARALLEL_ARMS`` chooses them (keys of ``ARM_KEYS``). A Ray task per call is left out unless asked
+for: its worker processes, started by the dozen and reaped after a second idle, land their whole CPU time on
+whichever arm runs when Ray reaps them. A smoke run leaves LangGraph out unless the ``bench`` extra is
+installed (``make bench`` installs it)."""
 
 
 def shapes() -> list[tuple[Shape, int]]:
@@ -80,6 +98,7 @@ async def _measure(
 
         runs = {
             TASKS: lambda: raydag("mcp", None),
+            PER_CALL: lambda: raydag("callers-per-call", None),
             CALLERS: lambda: raydag("callers", None),
             SUPERVISOR: lambda: raydag("supervisor", None),
             ONE_AT_A_TIME: lambda: raydag("callers", 1),
@@ -107,8 +126,8 @@ async def _measure(
                 nodes_run[name] += len(shape.nodes)
                 critical = shape.critical_path_ms()
                 ratios[(shape.name, name)].append(makespan_ms / critical)
-                if e2e_ms is not None and name == TASKS:
-                    ratios[(shape.name, "raydag e2e")].append(e2e_ms / critical)
+                if e2e_ms is not None and name == CALLERS:
+                    ratios[(shape.name, E2E)].append(e2e_ms / critical)
     await bench.close()
     return ratios, cpu, nodes_run, quiet
 
@@ -117,7 +136,11 @@ def main() -> None:
     with bench_runtime() as bench:
         ratios, cpu, nodes_run, quiet = asyncio.run(_measure(bench))
     cases = shapes()
-    columns = [TASKS, "raydag e2e", CALLERS, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH]
+    columns = [
+        name
+        for name in (CALLERS, E2E, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
+        if any(ratios[(shape.name, name)] for shape, _ in cases)
+    ]
     print("\n### Parallel efficiency: makespan ÷ critical path (median)\n")
     print("| shape | nodes | critical path ms | " + " | ".join(columns) + " | barrier bound |")
     print("|---|---|---|" + "---|" * len(columns) + "---|")
@@ -137,7 +160,7 @@ def main() -> None:
     )
     if LANGGRAPH not in ARMS:
         print(f"- {LANGGRAPH}: not run (smoke run without the `bench` extra, which `make bench` installs)")
-    for name in (name for name in (TASKS, CALLERS, SUPERVISOR, WAVES, LANGGRAPH) if name in ARMS):
+    for name in (name for name in (CALLERS, PER_CALL, SUPERVISOR, WAVES, LANGGRAPH, TASKS) if name in ARMS):
         worst = max(
             (statistics.median(ratios[(shape.name, name)]), shape.name)
             for shape, width in cases
@@ -148,11 +171,28 @@ def main() -> None:
             f"- {name}: worst at width ≤ {GOAL_MAX_WIDTH} is {worst[0]:.2f} ({worst[1]}): "
             f"{verdict} the goal ≤ {GOAL:.2f}"
         )
+    peers = [name for name in (WAVES, LANGGRAPH) if name in ARMS]
+    if CALLERS in ARMS and peers:
+        behind = [
+            shape.name
+            for shape, _ in cases
+            if any(
+                statistics.median(ratios[(shape.name, CALLERS)])
+                >= statistics.median(ratios[(shape.name, peer)])
+                for peer in peers
+            )
+        ]
+        print(
+            f"- {CALLERS} ahead of {' and '.join(peers)} on {len(cases) - len(behind)} of {len(cases)} shapes"
+            + (f"; not on {', '.join(behind)}" if behind else "")
+        )
     print("\n### CPU per node, by process (ms, all shapes)\n")
     print("| arm | " + " | ".join(ROLES) + " | total |")
     print("|---|" + "---|" * (len(ROLES) + 1))
     for name in (
-        name for name in (TASKS, CALLERS, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH) if nodes_run[name]
+        name
+        for name in (CALLERS, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
+        if nodes_run[name]
     ):
         per_node = {role: cpu[name][role] * 1000 / nodes_run[name] for role in ROLES}
         print(

@@ -248,6 +248,46 @@ async def test_a_caller_killed_mid_call_is_a_worker_failure_and_the_next_call_su
     assert again.error is None, again.error
 
 
+async def test_calls_made_ready_together_are_handed_to_a_caller_in_one_exchange(
+    ray_cluster: None, tool_server: RunningToolServer
+) -> None:
+    executor, prefix = _executor(ExecutorKind.CALLERS)
+
+    outcomes = await asyncio.gather(
+        *(executor.run(_snapshot_call(tool_server, timeout_s=30)) for _ in range(8))
+    )
+
+    assert [outcome.error for outcome in outcomes] == [None] * 8
+    ping = await _caller(prefix).ping.remote()
+    assert (ping["calls"], ping["largest_handover"]) == (8, 8)
+    assert ping["exchanges"] <= 8  # one handed them over; the outcomes came back in it and in polls
+
+
+async def test_an_outcome_landing_after_its_exchange_returned_still_arrives_after_a_cancellation(
+    ray_cluster: None, start_tool_server: Any, hanging: RunningToolServer, tool_server: RunningToolServer
+) -> None:
+    executor, prefix = _executor(ExecutorKind.CALLERS)
+    slow: RunningToolServer = start_tool_server(latency_ms=300)
+    abandoned = asyncio.create_task(executor.run(_snapshot_call(hanging, timeout_s=30)))
+    await eventually(lambda: _exists(prefix, suffix="-0"), "the caller exists")
+    caller = _caller(prefix)
+    await eventually(lambda: _in_flight_is([caller], 1), "the hanging call is in flight")
+    abandoned.cancel()  # the exchange that handed it over was waiting for it
+    await eventually(lambda: _in_flight_is([caller], 0), "the caller stopped the call", timeout_s=5)
+
+    # Handed over together: the fast one comes back first; the slow one needs another exchange.
+    fast, late = await asyncio.wait_for(
+        asyncio.gather(
+            executor.run(_snapshot_call(tool_server, timeout_s=30)),
+            executor.run(_snapshot_call(slow, timeout_s=30)),
+        ),
+        10,
+    )
+
+    assert (fast.error, late.error) == (None, None)
+    assert abandoned.cancelled()
+
+
 def _caller(prefix: str) -> Any:
     import ray
 
