@@ -205,6 +205,12 @@ class RunDriver:
                 state = run.state
                 rounds.enter(state.round)
                 match state.status:
+                    case RunStatus.PENDING if cancel.is_set():  # cancelled while it waited for its turn
+                        await run.finish(
+                            RunStatus.CANCELLED,
+                            StopReason.CANCELLED,
+                            "the run was cancelled before it started",
+                        )
                     case RunStatus.PENDING:
                         await run.record(PlanningStarted(at=now(), round=state.round + 1))
                     case RunStatus.PLANNING:

@@ -167,6 +167,7 @@ def local_runtime(
             outbox_webhook_url=settings.outbox_webhook_url,
             tool_executor=settings.tool_executor,
             tool_callers=settings.tool_callers,
+            max_active_runs=settings.max_active_runs,
             toolsets=_declared(settings, toolsets, mcp_url),
         )
         supervisor = get_or_create_supervisor(

@@ -18,6 +18,7 @@ from actors.executor import ToolExecutor
 from actors.metrics import NO_METRICS, RunMetrics, report
 from actors.recording import LeaseLost, now
 from actors.runner import RunDriver
+from actors.settings import MAX_ACTIVE_RUNS
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import Leases
 from actors.store.resilience import DatabaseUnavailable
@@ -155,8 +156,10 @@ class RunService:
         toolsets: Toolsets | None = None,
         pins: Mapping[str, str] | None = None,
         listed: asyncio.Event | None = None,
+        max_active_runs: int = MAX_ACTIVE_RUNS,
     ) -> None:
-        """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone)."""
+        """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone).
+        ``max_active_runs``: how many runs are driven at once; the others wait their turn, oldest first."""
         self._pool = pool
         self._toolsets = toolsets
         self._pins: Mapping[str, str] = pins if pins is not None else {}
@@ -193,6 +196,8 @@ class RunService:
             else {}
         )
         self._runs: dict[str, asyncio.Task[Any]] = {}
+        self._turns = asyncio.Semaphore(max_active_runs)
+        self._driving = 0
         self._cancels: dict[str, asyncio.Event] = {}
         self._creating: set[str] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -386,14 +391,47 @@ class RunService:
     ) -> None:
         cancel = asyncio.Event()
         task = asyncio.create_task(
-            self._driver.drive(
-                state, last_seq=last_seq, cancel=cancel, recovered=recovered, checked_plan=checked_plan
-            ),
-            name=f"run:{state.run_id}",
+            self._drive_in_turn(state, last_seq, cancel, recovered, checked_plan), name=f"run:{state.run_id}"
         )
         self._runs[state.run_id] = task
         self._cancels[state.run_id] = cancel
         task.add_done_callback(self._forget)
+
+    async def _drive_in_turn(
+        self,
+        state: RunState,
+        last_seq: int,
+        cancel: asyncio.Event,
+        recovered: tuple[str, str | None] | None,
+        checked_plan: Plan | None,
+    ) -> RunState:
+        """Drive the run once one of the ``max_active_runs`` turns is free. Owning more runs than it drives
+        keeps the supervisor's loop (and its pool) short of work, so that a submission is answered within the
+        API's deadline under any load; the runs waiting are owned and leased all the same. A run cancelled
+        while it waits is driven at once, to record its cancellation; one waiting when the supervisor hands
+        over is handed over as it is."""
+        turn = asyncio.ensure_future(self._turns.acquire())
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({turn, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            turn.cancel()
+            raise
+        finally:
+            cancelled.cancel()
+        self._driving += 1
+        try:
+            if self._driver.handover.is_set() and not recovered:
+                raise HandedOver(f"run {state.run_id} handed over before its turn came")
+            return await self._driver.drive(
+                state, last_seq=last_seq, cancel=cancel, recovered=recovered, checked_plan=checked_plan
+            )
+        finally:
+            self._driving -= 1
+            if turn.done() and not turn.cancelled():
+                self._turns.release()
+            else:
+                turn.cancel()
 
     # ---------------------------------------------------------------- ownership, in the background
 
@@ -490,7 +528,12 @@ class RunService:
         return Cancellation.CANCELLED if status == RunStatus.CANCELLED else Cancellation.ALREADY_FINISHED
 
     def active_runs(self) -> int:
+        """Runs this process owns: driven, or waiting for their turn."""
         return len(self._runs)
+
+    def waiting_runs(self) -> int:
+        """Runs this process owns that wait for a turn to be driven (``max_active_runs`` are)."""
+        return len(self._runs) - self._driving
 
     @property
     def handing_over(self) -> bool:

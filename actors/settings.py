@@ -39,6 +39,10 @@ DEV_API_KEYS: dict[str, ApiKeyGrant] = {
 }
 
 
+MAX_ACTIVE_RUNS = 64
+"""Runs a supervisor drives at once (``RAYDAG_MAX_ACTIVE_RUNS``); more are accepted and wait their turn."""
+
+
 class Settings(BaseSettings):
     """All of raydag's settings. Each field ``x`` is read from ``RAYDAG_X``."""
 
@@ -65,6 +69,8 @@ class Settings(BaseSettings):
     ``supervisor`` (in the supervisor's own event loop: cheaper, but the calls are not Ray tasks)."""
     tool_callers: int = Field(default=2, ge=1, le=64)
     """How many caller actors each supervisor starts with ``RAYDAG_TOOL_EXECUTOR=callers``."""
+    max_active_runs: int = Field(default=MAX_ACTIVE_RUNS, ge=1, le=10_000)
+    """How many runs each supervisor drives at once; more are accepted and wait their turn, oldest first."""
     planners: str = ""
     """Comma-separated ``package.module:ClassName`` planners offered beside the built-in ones."""
     outbox_webhook_url: str | None = None

@@ -14,6 +14,7 @@ import ray
 from actors.executor import CallerPoolExecutor, ExecutorKind, ToolExecutor, build_executor
 from actors.metrics import RayRunMetrics
 from actors.service import Cancellation, Drained, RunRequest, RunService, SubmitResult
+from actors.settings import MAX_ACTIVE_RUNS
 from actors.store.database import create_pool
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
 from actors.toolsets.config import HttpServer, Toolsets, caseops_toolsets, load_toolsets
@@ -56,6 +57,8 @@ class SupervisorConfig:
     """How tool calls run: on the supervisor's ``ToolCaller`` actors, a Ray task each, or in its own loop."""
     tool_callers: int = 2
     """How many ``ToolCaller`` actors the supervisor starts when ``tool_executor`` is ``callers``."""
+    max_active_runs: int = MAX_ACTIVE_RUNS
+    """How many runs it drives at once; the others it owns wait their turn, oldest first."""
     toolsets: Toolsets | str | None = None
     """The MCP servers whose tools runs may use: parsed, or the path of a toolsets file; ``None``: the shipped
     caseops toolset at ``mcp_url``. Load a file before (``load_toolsets``) to fail where a person reads it."""
@@ -165,6 +168,7 @@ class RunSupervisor:
                     outbox_sink=config.outbox_sink(),
                     metrics=RayRunMetrics(),
                     toolsets=self._catalogue.toolsets,
+                    max_active_runs=config.max_active_runs,
                 )
             return self._service
 

@@ -10,6 +10,7 @@ from actors.api._outcomes import (
     database_unavailable,
     install_problem_handlers,
     raise_for_submission,
+    submissions,
     supervisor_unavailable,
 )
 from actors.api._problem import (
@@ -37,6 +38,7 @@ __all__ = [
     "nests_deeper_than",
     "problem_responses",
     "raise_for_submission",
+    "submissions",
     "supervisor_unavailable",
     "unfit_values",
     "with_problem_schema",

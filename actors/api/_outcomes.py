@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from actors.api._problem import Problem, with_problem_schema
 from actors.service import Submission, SubmitResult
-from actors.store.resilience import QUEUE_S, DatabaseBusy, DatabaseUnavailable, remaining_s, within
+from actors.store.resilience import QUEUE_S, DatabaseBusy, DatabaseUnavailable, Line, remaining_s, within
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,60 @@ def supervisor_unavailable() -> Problem:
     )
 
 
-async def ask(call: Callable[[], Awaitable[Any]], *, within_s: float | None = None) -> Any:
+class SupervisorSilent(Exception):
+    """The supervisor left a submission unanswered: those in line for it leave at once."""
+
+
+class SupervisorBusy(SupervisorSilent):
+    """The supervisor answers, but this replica's submissions in flight to it stayed at the limit."""
+
+
+SUBMISSIONS_AT_ONCE = 8
+"""Submissions one API replica has in flight to the supervisor; more wait their turn (``submissions``)."""
+
+
+def submissions() -> Line:
+    """The line for a replica's submissions: a burst of POST /runs waits its turn at the supervisor (up to
+    ``QUEUE_S``, not counted in the request's deadline) instead of asking it all at once. The supervisor
+    answers a submission within the deadline while it is not also taking a hundred others; under load the
+    queue forms here, where waiting is cheap, rather than as deadlines missed there (each a 503 that a client
+    retries at once, and a run that may have been created all the same)."""
+    return Line(
+        SUBMISSIONS_AT_ONCE,
+        resource="the supervisor",
+        slot="submission slot",
+        unavailable=SupervisorSilent,
+        busy=SupervisorBusy,
+    )
+
+
+async def ask(
+    call: Callable[[], Awaitable[Any]], *, within_s: float | None = None, line: Line | None = None
+) -> Any:
     """The supervisor's answer to ``call`` (a ``handle.method.remote(...)``), by ``within_s`` or what is left
-    of the request's deadline; 503 ``supervisor-unavailable`` if its actor is dead, restarting or silent."""
+    of the request's deadline; 503 ``supervisor-unavailable`` if its actor is dead, restarting or silent.
+    With a ``line``, ``call`` first waits its turn there, and the deadline starts once it has it."""
+    if line is None:
+        return await _answer(call, within_s)
+    try:
+        async with line.turn("a submission"):
+            try:
+                answer = await _answer(call, within_s)
+            except Problem:
+                line.unreachable()
+                raise
+            line.answered()
+            return answer
+    except SupervisorBusy as exc:
+        detail = f"the supervisor's submissions stayed at {SUBMISSIONS_AT_ONCE} for {QUEUE_S:g}s; nothing was accepted"
+        raise Problem(
+            503, "supervisor-busy", detail, headers={"Retry-After": str(SUPERVISOR_RETRY_AFTER_S)}
+        ) from exc
+    except SupervisorSilent as exc:
+        raise supervisor_unavailable() from exc
+
+
+async def _answer(call: Callable[[], Awaitable[Any]], within_s: float | None) -> Any:
     try:
         return await within(call, remaining_s() if within_s is None else within_s)
     except (RayActorError, TimeoutError) as exc:

@@ -41,15 +41,16 @@ from actors.api import (
     install_problem_handlers,
     problem_responses,
     raise_for_submission,
+    submissions,
     unfit_values,
 )
 from actors.executor import ExecutorKind
 from actors.ports import refuse_shared_listener
 from actors.runtime import database, prepare_database
 from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
-from actors.settings import ApiKeyGrant, Settings, load_settings
+from actors.settings import MAX_ACTIVE_RUNS, ApiKeyGrant, Settings, load_settings
 from actors.store.database import create_pool
-from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, deadline, within
+from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, Line, deadline, within
 from actors.store.runs import MAX_SEQ, RunStore
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from actors.toolsets.config import Toolsets
@@ -100,6 +101,7 @@ class ApiConfig:
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     tool_executor: ExecutorKind = ExecutorKind.CALLERS
     tool_callers: int = 2
+    max_active_runs: int = MAX_ACTIVE_RUNS
     toolsets: Toolsets | None = None
     """The MCP servers runs may use (``RAYDAG_TOOLSETS``); ``None``: the caseops tools at ``mcp_url``."""
 
@@ -127,6 +129,7 @@ class ApiConfig:
             lease_s=settings.lease_s,
             tool_executor=settings.tool_executor,
             tool_callers=settings.tool_callers,
+            max_active_runs=settings.max_active_runs,
             toolsets=settings.toolset_declarations(mcp_url),
         )
 
@@ -144,6 +147,7 @@ class ApiConfig:
             lease_s=self.lease_s,
             tool_executor=self.tool_executor,
             tool_callers=self.tool_callers,
+            max_active_runs=self.max_active_runs,
             toolsets=self.toolsets,
         )
 
@@ -216,6 +220,7 @@ class _AppState:
 
     store: RunStore = field(init=False)
     supervisor: Any = field(init=False)
+    submissions: Line = field(default_factory=submissions)
 
 
 def tool_server_for(config: ApiConfig) -> ToolServer:
@@ -363,7 +368,9 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             idempotency_key=idempotency_key,
             trace=carrier(),
         )
-        submitted: SubmitResult = await ask(lambda: state.supervisor.submit.remote(request))
+        submitted: SubmitResult = await ask(
+            lambda: state.supervisor.submit.remote(request), line=state.submissions
+        )
         span = trace.get_current_span()
         if submitted.run_id is not None:
             span.set_attribute("raydag.run_id", submitted.run_id)

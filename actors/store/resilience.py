@@ -62,23 +62,43 @@ class DatabaseBusy(DatabaseUnavailable):
 
 
 class Line:
-    """Turns at a pool's connections for requests' statements, first come, first served.
+    """Turns at a shared resource (a pool's connections, the supervisor's intake) for requests, first come,
+    first served.
 
-    Waiting for a turn while PostgreSQL answers is queueing, not unavailability: it does not count against
-    a request's deadline, and may last ``QUEUE_S``. Once a statement finds the database unreachable, the
-    line is in an outage until a statement is answered: whoever waits leaves at once, and so does whoever
+    Waiting for a turn while the resource answers is queueing, not unavailability: it does not count against
+    a request's deadline, and may last ``QUEUE_S``. Once a holder of a turn finds the resource unreachable,
+    the line is in an outage until a holder is answered: whoever waits leaves at once, and so does whoever
     arrives to find no free turn, so that a burst during an outage still gets its 503 on time. Those who
     hold a turn go on trying, and the first of them to be answered ends the outage.
     """
 
-    def __init__(self, turns: int) -> None:
+    def __init__(
+        self,
+        turns: int,
+        *,
+        resource: str = "PostgreSQL",
+        slot: str = "connection",
+        unavailable: type[Exception] = DatabaseUnavailable,
+        busy: type[Exception] = DatabaseBusy,
+    ) -> None:
+        """``unavailable`` is raised to those in line during an outage, ``busy`` to one whose turn did not
+        come within ``QUEUE_S``; ``resource`` and ``slot`` name what they wait for, in their messages."""
         self._free = turns
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._outage = False
+        self._resource = resource
+        self._slot = slot
+        self._unavailable = unavailable
+        self._busy = busy
 
     @asynccontextmanager
     async def turn(self, what: str) -> AsyncIterator[None]:
+        """Hold a turn for the block; the request's ``deadline`` is moved on by the time spent in line."""
+        queued_at = time.monotonic()
         await self._take(what)
+        request_end = _deadline.get()
+        if request_end is not None:
+            _deadline.set(request_end + time.monotonic() - queued_at)
         try:
             yield
         finally:
@@ -92,14 +112,18 @@ class Line:
         while self._waiting:
             waiter = self._waiting.popleft()
             if not waiter.done():
-                waiter.set_exception(DatabaseUnavailable("PostgreSQL became unreachable while this waited"))
+                waiter.set_exception(
+                    self._unavailable(f"{self._resource} became unreachable while this waited")
+                )
 
     async def _take(self, what: str) -> None:
         if self._free > 0 and not self._waiting:
             self._free -= 1
             return
         if self._outage:
-            raise DatabaseUnavailable(f"{what}: PostgreSQL is unreachable and every connection is in use")
+            raise self._unavailable(
+                f"{what}: {self._resource} is unreachable and every {self._slot} is in use"
+            )
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
         try:
@@ -111,7 +135,7 @@ class Line:
             raise
         if not waiter.done():
             waiter.cancel()  # _give_back and unreachable skip it
-            raise DatabaseBusy(f"{what}: every connection stayed in use for {QUEUE_S:g}s")
+            raise self._busy(f"{what}: every {self._slot} stayed in use for {QUEUE_S:g}s")
         waiter.result()
 
     def _give_back(self) -> None:
@@ -154,11 +178,7 @@ async def retrying(
     """
     if line is None:
         return await _retrying(operation, window_s=window_s, what=what)
-    queued_at = time.monotonic()
     async with line.turn(what):
-        request_end = _deadline.get()
-        if request_end is not None:
-            _deadline.set(request_end + time.monotonic() - queued_at)
         try:
             result = await _retrying(operation, window_s=window_s, what=what)
         except DatabaseUnavailable:
