@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, assert_never
 
@@ -356,7 +355,7 @@ def serve(toolsets: ToolsetsOption = None) -> None:
     try:
         run_api(
             settings,
-            lambda dsn: build_app(ApiConfig.from_settings(settings, dsn)),
+            lambda app_settings, dsn: build_app(ApiConfig.from_settings(app_settings, dsn)),
             say=lambda line: errors.print(escape(line)),
         )
     except (PortTaken, PortShared) as exc:
@@ -379,9 +378,8 @@ def mcp(
     refuses new connections and finishes the calls in flight (RAYDAG_STOP_GRACE_S at most).
     """
     from actors.ports import PortTaken
-    from actors.servers import serve_tool_server
-    from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-    from mcp_server.tokens import TaskTokens, load_token_key
+    from actors.servers import serve_tool_server, tool_server_config
+    from mcp_server.server import MCP_PATH, ToolServer
 
     settings = _settings()
     if settings.database_url is None:
@@ -391,17 +389,7 @@ def mcp(
         )
         raise typer.Exit(EXIT_BAD_INPUT)
     audience = settings.mcp_url or f"http://{host}:{port}{MCP_PATH}"
-    token_key = load_token_key(
-        settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
-    )
-    config = ToolServerConfig(
-        dsn=settings.database_url.get_secret_value(),
-        tokens=TaskTokens(key=token_key, audience=audience),
-        latency_ms=settings.tool_latency_ms,
-        pool_size=settings.db_pool_size,
-    )
-    if (hosts := settings.mcp_hosts()) is not None:
-        config = replace(config, allowed_hosts=hosts[0], allowed_origins=hosts[1])
+    config = tool_server_config(settings, settings.database_url.get_secret_value(), audience=audience)
     import asyncpg
 
     from actors.runtime import prepare_database

@@ -11,17 +11,23 @@ stops.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from actors.ports import SERVE_SETUP_HOOK, PortTaken, bind_exclusively, ensure_exclusive, ensure_free
 from actors.runtime import database, hand_over, local_ray
 from actors.settings import Settings
 from actors.shutdown import Interrupted, Steps, catch_stop_signals, interrupted, stop_descendants
 from actors.supervisor import NAMESPACE
+
+if TYPE_CHECKING:
+    from mcp_server.server import ToolServerConfig
 
 APP_NAME = "raydag"
 """The Serve application ``raydag serve`` runs (``serve_config.yaml`` names it the same)."""
@@ -55,45 +61,128 @@ def start_serve(settings: Settings) -> bool:
     return True
 
 
-def run_api(settings: Settings, build: Callable[[str], Any], *, say: Callable[[str], None]) -> Interrupted:
-    """``raydag serve`` until SIGINT or SIGTERM; ``build(dsn)`` is the Serve application. Returns the signal
-    that stopped it once everything it started has stopped, and says how long each step of the stop took.
-    ``PortTaken`` / ``PortShared`` when it cannot own its port (after stopping what it had started; a Serve
-    it found running in a cluster it joined is left as it was)."""
+def run_api(
+    settings: Settings, build: Callable[[Settings, str], Any], *, say: Callable[[str], None]
+) -> Interrupted:
+    """``raydag serve`` until SIGINT or SIGTERM; ``build(settings, dsn)`` is the Serve application. Returns the
+    signal that stopped it once everything it started has stopped, and says how long each step of the stop
+    took. ``PortTaken`` / ``PortShared`` when it cannot own its port (after stopping what it had started; a
+    Serve it found running in a cluster it joined is left as it was).
+
+    With a Ray of its own and no ``RAYDAG_MCP_URL``, the supervisor's tool calls go to a tool server in this
+    process (``tool_server_beside``), not through the Serve proxy to the app's ``/mcp`` (which stays, for any
+    other MCP client): the settings ``build`` gets name it as ``mcp_url``."""
     from ray import serve
 
-    if not os.environ.get("RAY_ADDRESS"):  # a Ray of its own: refuse a taken port before starting anything
+    own_ray = not os.environ.get("RAY_ADDRESS")
+    if own_ray:  # refuse a taken port before starting anything
         ensure_free(settings.host, settings.port)
     steps = Steps()
     stop: Interrupted | None = None
     try:
         with database(settings) as dsn:
-            with local_ray(dashboard=settings.dashboard, setup_hook=SERVE_SETUP_HOOK):
-                started = deployed = False
-                try:
-                    started = start_serve(settings)
-                    ensure_exclusive(settings.host, settings.port)
-                    serve.run(build(dsn), name=APP_NAME, route_prefix="/", blocking=False)
-                    deployed = True
-                    say(f"raydag API on http://{settings.host}:{settings.port}; Ctrl-C or SIGTERM stops it")
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt as signalled:
-                    stop = interrupted(signalled)
-                    say(f"{stop.name}: stopping")
-                    steps.start()
-                    _hand_over_runs(settings)
-                    steps.mark("runs handed over")
-                finally:
-                    _stop_serve(app=deployed or started, serve_too=started)
-                    steps.mark("Serve shut down")
-            steps.mark("Ray stopped")
+            beside = own_ray and settings.mcp_url is None
+            with tool_server_beside(settings, dsn) if beside else nullcontext(settings.mcp_url) as mcp_url:
+                app_settings = settings.model_copy(update={"mcp_url": mcp_url})
+                with local_ray(dashboard=settings.dashboard, setup_hook=SERVE_SETUP_HOOK):
+                    started = deployed = False
+                    try:
+                        started = start_serve(settings)
+                        ensure_exclusive(settings.host, settings.port)
+                        serve.run(build(app_settings, dsn), name=APP_NAME, route_prefix="/", blocking=False)
+                        deployed = True
+                        say(
+                            f"raydag API on http://{settings.host}:{settings.port}"
+                            + (f"; tool calls to {mcp_url}" if beside else "")
+                            + "; Ctrl-C or SIGTERM stops it"
+                        )
+                        while True:
+                            time.sleep(3600)
+                    except KeyboardInterrupt as signalled:
+                        stop = interrupted(signalled)
+                        say(f"{stop.name}: stopping")
+                        steps.start()
+                        _hand_over_runs(settings)
+                        steps.mark("runs handed over")
+                    finally:
+                        _stop_serve(app=deployed or started, serve_too=started)
+                        steps.mark("Serve shut down")
+                steps.mark("Ray stopped")
+            if beside:
+                steps.mark("tool server stopped")
         steps.mark("database stopped")
     except KeyboardInterrupt as signalled:  # during start-up, before Serve ran
         stop = interrupted(signalled)
     assert stop is not None  # serve only returns when a signal stopped it
     say("stopped: " + steps.summary())
     return stop
+
+
+TOOL_SERVER_START_S = 30.0
+"""How long ``tool_server_beside`` waits for its server to listen before it gives up."""
+
+
+def tool_server_config(settings: Settings, dsn: str, *, audience: str) -> ToolServerConfig:
+    """The caseops tool server's configuration from ``RAYDAG_*``: its database, the token key and the
+    ``audience`` its task tokens must name."""
+    from dataclasses import replace
+
+    from mcp_server.server import ToolServerConfig
+    from mcp_server.tokens import TaskTokens, load_token_key
+
+    token_key = load_token_key(
+        settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+    )
+    config = ToolServerConfig(
+        dsn=dsn,
+        tokens=TaskTokens(key=token_key, audience=audience),
+        latency_ms=settings.tool_latency_ms,
+        pool_size=settings.db_pool_size,
+    )
+    if (hosts := settings.mcp_hosts()) is not None:
+        config = replace(config, allowed_hosts=hosts[0], allowed_origins=hosts[1])
+    return config
+
+
+@contextmanager
+def tool_server_beside(settings: Settings, dsn: str) -> Iterator[str]:
+    """The caseops tool server in a thread of this process, on a loopback port of its own (owned exclusively);
+    yields its URL. Tool calls to it skip the Serve proxy, which took ~4× the CPU per run of the calls
+    themselves (docs/BENCHMARKS.md, "Load through Serve"). On leaving, it stops accepting connections and
+    finishes the calls in flight (``RAYDAG_STOP_GRACE_S`` at most)."""
+    import uvicorn
+
+    from actors.runtime import prepare_database
+    from mcp_server.server import MCP_PATH, ToolServer
+
+    asyncio.run(prepare_database(dsn, caseops=True))  # its tables, before its first call
+    sock = bind_exclusively("127.0.0.1", 0, setting="(a free port)")
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}{MCP_PATH}"
+    config = tool_server_config(settings, dsn, audience=url)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            ToolServer(config).asgi_app(),
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=int(settings.stop_grace_s) or 1,
+        )
+    )
+    # Not the main thread: uvicorn leaves the signals to it, and the stop to should_exit below.
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="raydag-tool-server")
+    thread.start()
+    try:
+        deadline = time.monotonic() + TOOL_SERVER_START_S
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the tool server stopped while starting (see the log above)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the tool server did not start within {TOOL_SERVER_START_S:g}s")
+            time.sleep(0.02)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=settings.stop_grace_s + 5)
+        sock.close()
 
 
 def _hand_over_runs(settings: Settings) -> None:

@@ -6,7 +6,7 @@ listing), so all twelve wait for it. Every tool answers after ``BENCH_SERVE_LATE
 path is two calls, 200 ms.
 
 Each layout (``bench.load``'s ``serve``, the tool server mounted in the API app; ``app``, the tool server a
-Serve application of its own; ``process``, a tool server in a process of its own, past the proxy) runs in
+Serve application of its own; ``process``, a tool server past the proxy, as ``raydag serve`` ships) runs in
 the same Serve, redeployed with a supervisor of its own, one after the other, round by round
 (``BENCH_SERVE_ROUNDS``); each posts ``POST /runs?wait=60`` one run at a time. The makespan is read from
 ``GET /runs/{id}/nodes``: the first node's ``dispatched_at`` to the last node's ``finished_at``. Efficiency =

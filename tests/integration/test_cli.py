@@ -174,15 +174,17 @@ def raydag_serve(
             server.wait(timeout=30)
 
 
-def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_interrupt(
+def test_serve_answers_runs_over_http_calling_its_tools_beside_the_proxy_and_stops_on_interrupt(
     dsn: str, home: Path
 ) -> None:
+    import re
     import signal
 
     import httpx
+    import psutil
 
     with raydag_serve(dsn, home) as (server, base):
-        # No RAYDAG_MCP_URL: the supervisor calls the app's own /mcp, through the Serve proxy.
+        # No RAYDAG_MCP_URL: the supervisor calls a tool server in raydag serve's own process, not /mcp.
         response = httpx.post(
             base + "/runs",
             params={"wait": 60},
@@ -194,10 +196,23 @@ def test_serve_answers_runs_over_http_with_its_own_mcp_endpoint_and_stops_on_int
         assert response.status_code == 201, response.text
         assert response.json()["status"] == "completed"
         assert response.json()["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+        log = (home / "serve.log").read_text(errors="replace")
+        found = re.search(r"tool calls to http://127\.0\.0\.1:(\d+)/mcp", log)
+        assert found, log[-2000:]
+        tools_port = int(found.group(1))
+        # The callers keep their connections to it open: the calls were made there, past the proxy.
+        connected = [
+            link
+            for link in psutil.Process(server.pid).net_connections(kind="tcp")
+            if link.laddr.port == tools_port and link.status == psutil.CONN_ESTABLISHED
+        ]
+        assert connected, "no caller is connected to the tool server beside the proxy"
         port = int(base.rsplit(":", 1)[1])
         assert not can_bind_beside("127.0.0.1", port), "another process could bind beside raydag serve"
+        assert not can_bind_beside("127.0.0.1", tools_port), "another process could bind beside its tools"
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=60) == 0
+        assert "tool server stopped" in (home / "serve.log").read_text(errors="replace")
 
 
 def test_mcp_serves_the_tools_alone_and_a_run_pointed_at_it_calls_it(dsn: str, home: Path) -> None:
