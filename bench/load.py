@@ -6,7 +6,7 @@ dashboard) and the Serve app on loopback. Each level runs every arm, one after t
 
 - executor ``tasks`` (a Ray task per call) or ``callers`` (the supervisor's caller actors);
 - mcp ``serve``: the tool server mounted at the app's own ``/mcp``, as ``serve run`` deploys it (and
-  ``raydag serve`` did until 2026-12-01), so tool calls cross the Serve proxy and share the replica with the
+  ``raydag serve`` did until 2026-12-02), so tool calls cross the Serve proxy and share the replica with the
   API; ``app``: the tool server as a Serve application of its own at ``/mcp`` beside the API's
   (``actors.api.app.layout``): the same proxy, a replica of its own; ``process``: a tool server in a process
   of its own, past the proxy (what ``raydag serve`` does now, in its own process, and what ``RAYDAG_MCP_URL``
@@ -92,7 +92,7 @@ DRAIN_S = 120.0
 GOAL_RUNS_PER_S = 40.0
 GOAL_P99_MS = 1000.0
 MCP_PLACES = {
-    "serve": "mounted in the API app (`serve run`; `raydag serve` before 2026-12-01)",
+    "serve": "mounted in the API app (`serve run`; `raydag serve` before 2026-12-02)",
     "app": "own Serve app",
     "process": "own process, past the proxy (as `raydag serve` ships)",
 }
