@@ -51,6 +51,7 @@ WAVES = "asyncio waves"
 LANGGRAPH = "LangGraph"
 ARM_KEYS = {
     "tasks": TASKS,
+    "callers-per-call": PER_CALL,
     "callers": CALLERS,
     "supervisor": SUPERVISOR,
     "waves": WAVES,

@@ -61,9 +61,17 @@ class Refused(Exception):
         """The response's ``WWW-Authenticate`` (an insufficient scope says so there)."""
 
 
+KEEPALIVE_S = 4.0
+"""How long an idle connection is kept for the next call: under the 5 s after which uvicorn (the tool server's
+host, and a common one) closes an idle connection. Kept longer (aiohttp's default is 15 s), a call could be
+sent on a connection the server was closing at that moment, and fail as CONNECTION_FAILED; it cannot be
+sent again on another, since its single-use token may already have been recorded."""
+
+
 def open_session(ssl_context: ssl.SSLContext) -> aiohttp.ClientSession:
     """The kept-alive HTTP session one-POST calls share; open it on the event loop that uses it."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_context), timeout=_TIMEOUT)
+    connector = aiohttp.TCPConnector(ssl=ssl_context, keepalive_timeout=KEEPALIVE_S)
+    return aiohttp.ClientSession(connector=connector, timeout=_TIMEOUT)
 
 
 async def post_tool_call(

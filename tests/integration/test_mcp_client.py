@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool
+from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool, stateless_post
 from actors.tool_task import _WorkerLoop
 from dag.contracts import Risk, ToolContract
 from dag.events import ErrorKind
@@ -84,6 +84,21 @@ async def test_2026_calls_share_one_connection_and_are_one_request_each(
     assert all(outcome.ok for outcome in outcomes)
     assert recorder.methods == ["tools/call"] * 5
     assert len(recorder.connections) == 1
+
+
+async def test_a_connection_idle_past_the_keep_alive_is_not_reused_for_the_next_call(
+    recorded: tuple[RunningToolServer, Recorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Shortened from 4 s so the test need not wait: the server here keeps idle connections for 5 s.
+    monkeypatch.setattr(stateless_post, "KEEPALIVE_S", 0.2)
+    server, recorder = recorded
+    async with McpConnections() as connections:
+        first = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)
+        await asyncio.sleep(0.6)  # idle past the client's keep-alive, not the server's
+        second = await connections.call(call_of(server, SNAPSHOT), CASEOPS_TOOLS)
+
+    assert (first.ok, second.ok) == (True, True)
+    assert len(recorder.connections) == 2  # a connection of its own for the call after the pause
 
 
 async def test_2026_calls_through_the_sdk_client_share_one_connection_and_list_the_tools_once(
