@@ -371,27 +371,19 @@ async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_anot
         detail="d",
     )
     state = fold([created, finished])
-    async with empty_database(admin_dsn) as fresh:
-        await prepare_database(fresh)
-        pool = await create_pool(fresh, max_size=2)
-        try:
-            store = RunStore(pool, owner="a")
-            _, run_id = await store.create_run(created, idempotency_key=None, request_hash="h")
-            await store.append(state, 2, [finished])
-            await store.append(
-                state, 2, [finished]
-            )  # retried after a lost acknowledgement: not written twice
-            with pytest.raises(LeaseLost, match="owned by 'a', not 'b'"):
-                await RunStore(pool, owner="b").append(state, 3, [finished])
-            with pytest.raises(LeaseLost, match="at seq 2, expected 4"):
-                await store.append(state, 5, [finished])
-            async with pool.acquire() as connection:
-                run = await connection.fetchrow("SELECT status, stop_reason, last_seq, finished_at FROM runs")
-                kinds = await connection.fetch("SELECT seq, kind FROM run_events ORDER BY seq")
-                audit = await connection.fetch("SELECT action, data, at FROM audit_events")
-                outbox = await connection.fetch("SELECT topic, payload, created_at FROM outbox")
-        finally:
-            await pool.close()
+    async with _fresh_store(admin_dsn) as (store, pool):
+        _, run_id = await store.create_run(created, idempotency_key=None, request_hash="h")
+        await store.append(state, 2, [finished])
+        await store.append(state, 2, [finished])  # retried after a lost acknowledgement: not written twice
+        with pytest.raises(LeaseLost, match="owned by 'a', not 'b'"):
+            await RunStore(pool, owner="b").append(state, 3, [finished])
+        with pytest.raises(LeaseLost, match="at seq 2, expected 4"):
+            await store.append(state, 5, [finished])
+        async with pool.acquire() as connection:
+            run = await connection.fetchrow("SELECT status, stop_reason, last_seq, finished_at FROM runs")
+            kinds = await connection.fetch("SELECT seq, kind FROM run_events ORDER BY seq")
+            audit = await connection.fetch("SELECT action, data, at FROM audit_events")
+            outbox = await connection.fetch("SELECT topic, payload, created_at FROM outbox")
 
     assert dict(run) == {
         "status": "failed",
@@ -407,6 +399,18 @@ async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_anot
     assert (event["topic"], event["created_at"]) == ("run.finished", finished.at)
     assert event["payload"]["run_id"] == run_id
     assert event["payload"]["resource"] == {"repo": "r"}
+
+
+@contextlib.asynccontextmanager
+async def _fresh_store(admin_dsn: str) -> AsyncIterator[tuple[RunStore, asyncpg.Pool]]:
+    """Owner "a"'s run store on a migrated database of the test's own, and its pool."""
+    async with empty_database(admin_dsn) as fresh:
+        await prepare_database(fresh)
+        pool = await create_pool(fresh, max_size=2)
+        try:
+            yield RunStore(pool, owner="a"), pool
+        finally:
+            await pool.close()
 
 
 @contextlib.asynccontextmanager
@@ -490,3 +494,36 @@ async def test_a_lease_renewal_holds_a_run_that_just_finished_and_reports_one_ta
     assert after["live"] > before["live"]
     assert after["finished"] == before["finished"]
     assert after["taken"] == before["taken"]  # another owner's lease is not this one's to extend
+
+
+async def test_large_values_are_compressed_with_lz4_where_the_server_has_it(admin_dsn: str) -> None:
+    """Migration 0009: a run's large values (its events, its result, the outbox's copy) are compressed with lz4 by
+    a server built with it, and with pglz by one built without (the embedded PostgreSQL); read back the same."""
+    from dag.events import RunFinished
+    from dag.run_state import fold
+    from dag.states import RunStatus, StopReason
+
+    created = _created(goal="g", resource={"repo": "r"})
+    finished = RunFinished(
+        at=datetime.now().astimezone(),
+        status=RunStatus.STOPPED,  # a run stopped at its deadline keeps what it had: here one large output
+        stop_reason=StopReason.DEADLINE_EXCEEDED,
+        result={"outputs": {"read": "the same line of a file, again and again\n" * 10_000}},
+    )
+    async with _fresh_store(admin_dsn) as (store, pool):
+        _, run_id = await store.create_run(created, idempotency_key=None, request_hash="h")
+        await store.append(fold([created, finished]), 2, [finished])
+        events = await store.events(run_id)
+        async with pool.acquire() as connection:
+            has_lz4 = await connection.fetchval(
+                "SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+            )
+            compressed = await connection.fetchrow(
+                """SELECT (SELECT pg_column_compression(data) FROM run_events WHERE seq = 2) AS event,
+                          (SELECT pg_column_compression(result) FROM runs) AS result,
+                          (SELECT pg_column_compression(payload) FROM outbox) AS outbox"""
+            )
+
+    method = "lz4" if has_lz4 else "pglz"
+    assert dict(compressed) == {"event": method, "result": method, "outbox": method}
+    assert [stored.event for stored in events] == [created, finished]
