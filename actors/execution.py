@@ -186,6 +186,7 @@ class RoundExecution:
                 if self._handover.is_set():
                     await self._record_landed()
                     await self._land_in_flight()
+                    await self._run.flush()
                     raise HandedOver(f"run {self._run.state.run_id} handed over by a stopping supervisor")
                 remaining = (self._deadline - now()).total_seconds()
                 if remaining <= 0:
@@ -201,10 +202,9 @@ class RoundExecution:
                     return progress
                 if progress:
                     continue
-                streaming = self._plan_changed is not None and self._run.state.plan_open
-                waiting_on_a_tool = self._alarm is not None  # a ready node waits for its tool's circuit
-                if not (self._calls or self._timers or self._due or streaming or waiting_on_a_tool):
+                if self._idle():
                     return None
+                streaming = self._plan_changed is not None and self._run.state.plan_open
                 waiting: set[asyncio.Future[Any]] = {*self._calls, *self._timers, cancelled, handover}
                 if self._alarm is not None:
                     waiting.add(self._alarm)
@@ -237,6 +237,12 @@ class RoundExecution:
             for span in self._spans.values():  # calls abandoned by a cancellation or a hard limit
                 span.set_attribute("raydag.abandoned", True)
                 span.end()
+
+    def _idle(self) -> bool:
+        """Nothing in flight, due, resting (a ready node waiting for its tool's circuit) or still streaming in:
+        unless a step makes something ready, the round has drained."""
+        streaming = self._plan_changed is not None and self._run.state.plan_open
+        return not (self._calls or self._timers or self._due or self._alarm is not None or streaming)
 
     async def _land_in_flight(self) -> None:
         """Wait for the calls in flight and record their outcomes; dispatch nothing new (a handover)."""
@@ -413,7 +419,10 @@ class RoundExecution:
                     assert_never(step)
         if not events:
             return retried
-        await self._run.record(*events)
+        if calls or not self._idle():
+            await self._run.record(*events)
+        else:  # nothing starts, nothing is in flight: the round is ending, and its end stores these with it
+            await self._run.stage(*events)
         for call, contract in calls:
             self._start(call, contract)
         return True

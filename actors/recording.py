@@ -33,37 +33,70 @@ def now() -> datetime:
 
 class RunRecorder:
     """A run's state and its event cursor. Nothing acts on a transition before it is stored — metrics
-    included: they count what was stored, and only what this recorder stored."""
+    included: they count what was stored, and only what this recorder stored. ``state`` includes what was
+    staged (``stage``), which is stored with the next ``record``."""
 
     def __init__(
         self, state: RunState, last_seq: int, sink: EventSink, metrics: RunMetrics = NO_METRICS
     ) -> None:
         self.state = state
         self.last_seq = last_seq
+        self._stored = state  # ``state`` without what is staged
         self._sink = sink
         self._metrics = metrics
         self._lock = asyncio.Lock()  # a streamed plan records while its round executes
+        self._staged: list[Transition] = []
 
     async def record(self, *events: RunEvent) -> None:
-        if not events:
-            return
+        """Apply ``events`` and store them, after whatever was staged, in one append; then adopt them."""
+        if events:
+            await self._store(events)
+
+    async def flush(self) -> None:
+        """Store what was staged, if anything: before this process lets the run go (a handover)."""
+        await self._store(())
+
+    async def _store(self, events: Sequence[RunEvent]) -> None:
         async with self._lock:
+            if not events and not self._staged:
+                return
             state = self.state
-            transitions: list[Transition] = []
+            transitions = list(self._staged)
             for event in events:
                 after = apply(state, event)  # raises IllegalTransition before anything is written
                 transitions.append((state, event, after))
                 state = after
+            written = [event for _, event, _ in transitions]
             attributes: dict[str, str | int] = {
                 "raydag.run_id": state.run_id,
                 "raydag.first_seq": self.last_seq + 1,
-                "raydag.events": len(events),
+                "raydag.events": len(written),
             }
-            with tracer().start_as_current_span("checkpoint", attributes=attributes):
-                await self._sink.append(state, self.last_seq + 1, events)
-            self.state = state
-            self.last_seq += len(events)
+            try:
+                with tracer().start_as_current_span("checkpoint", attributes=attributes):
+                    await self._sink.append(state, self.last_seq + 1, written)
+            except BaseException:
+                self.state, self._staged = self._stored, []  # what was staged went down with this append
+                raise
+            self.state = self._stored = state
+            self._staged = []
+            self.last_seq += len(written)
             report(self._metrics, transitions)
+
+    async def stage(self, *events: RunEvent) -> None:
+        """Apply ``events`` now and store them with the next ``record``, ahead of its events.
+
+        For transitions nothing acts on until a later one is recorded: a plan accepted is acted on only
+        through the dispatches the next step records, so both are stored in one append. If no record
+        follows (the process stops first), they are lost and nothing was done on them; a supervisor that
+        resumes the run takes them again from the state it finds."""
+        async with self._lock:
+            state = self.state
+            for event in events:
+                after = apply(state, event)
+                self._staged.append((state, event, after))
+                state = after
+            self.state = state
 
     async def finish(
         self,

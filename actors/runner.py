@@ -201,6 +201,7 @@ class RunDriver:
         try:
             while not run.state.status.terminal:
                 if self.handover.is_set():
+                    await run.flush()  # a plan accepted is not asked for again by whoever resumes the run
                     raise HandedOver(f"run {run.state.run_id} handed over by a stopping supervisor")
                 state = run.state
                 rounds.enter(state.round)
@@ -211,6 +212,9 @@ class RunDriver:
                             StopReason.CANCELLED,
                             "the run was cancelled before it started",
                         )
+                    case RunStatus.PENDING if state.proposal is not None:
+                        # The run's own plan: no planner is asked, so planning is stored with what follows.
+                        await run.stage(PlanningStarted(at=now(), round=state.round + 1))
                     case RunStatus.PENDING:
                         await run.record(PlanningStarted(at=now(), round=state.round + 1))
                     case RunStatus.PLANNING:
@@ -293,7 +297,7 @@ class RunDriver:
         if round_number == 1 and state.proposal is not None:
             checked = self._checked.pop(state.run_id, None)
             if checked is not None:
-                await run.record(PlanAccepted(at=now(), round=1, plan=checked.to_json()))
+                await run.stage(PlanAccepted(at=now(), round=1, plan=checked.to_json()))
             else:  # a recovered run: the catalogue may have changed since its submission
                 await self._accept(run, state.proposal)
             return None
@@ -346,7 +350,8 @@ class RunDriver:
                 RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"replan {round_number}: {exc}"
             )
             return
-        await run.record(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
+        # Acted on only through the dispatches of the round's first step, which store it with them.
+        await run.stage(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
 
     def _unavailable_tool(self, plan: Plan) -> Withdrawal | None:
         """Why a tool the plan names cannot be offered now (its server was never listed), if one cannot."""

@@ -51,6 +51,7 @@ from dag.events import (
     NodeReused,
     NodeSucceeded,
     PlanAccepted,
+    PlanningStarted,
     RunEvent,
     RunFinished,
 )
@@ -645,7 +646,8 @@ async def test_a_sink_failing_to_record_dispatches_fails_the_run_and_nothing_is_
     assert final.stop_reason is StopReason.INTERNAL_ERROR
     assert executor.calls == []  # an unrecorded dispatch must never run
     assert sink.of(NodeDispatched) == []
-    assert {node.status for node in final.nodes.values()} == {NodeStatus.CANCELLED}
+    assert sink.of(PlanAccepted) == []  # stored with the first dispatches, it went down with them
+    assert final.nodes == {}
     executor.assert_done()
     assert_log_rebuilds(sink, created, final)
 
@@ -670,6 +672,71 @@ async def test_the_recorded_log_has_contiguous_seqs_and_folds_into_the_final_sta
     assert kinds[:2] == ["planning_started", "plan_accepted"]
     assert kinds[-2:] == ["join_started", "run_finished"]
     executor.assert_done()
+
+
+def _appended_kinds(sink: RecordingSink) -> list[list[str]]:
+    return [[event.kind for event in events] for _, events, _ in sink.appends]
+
+
+async def test_an_accepted_plan_is_stored_with_its_first_dispatches_and_the_last_outcome_with_the_join() -> (
+    None
+):
+    sink, executor = RecordingSink(), ScriptedExecutor(c102_script())
+
+    final = await drive(driver(sink, executor), run_created())
+
+    appends = _appended_kinds(sink)
+    assert appends[0] == ["planning_started"]  # the planner is asked once this is stored
+    assert appends[1][0] == "plan_accepted"
+    assert appends[1].count("node_dispatched") == 3  # case, policy, docs: the plan is acted on through them
+    assert appends[-2] == [
+        "node_succeeded",
+        "group_settled",
+        "join_started",
+    ]  # the last outcome, the round's end
+    assert appends[-1] == ["run_finished"]
+    assert final.status is RunStatus.COMPLETED
+    executor.assert_done()
+
+
+async def test_a_run_with_a_plan_of_its_own_stores_planning_acceptance_and_dispatches_in_one_append() -> None:
+    proposal = {"nodes": [snapshot_node("case")]}
+    planner = ScriptedPlanner(Decide(Final({"checked": True}, citations=[])))
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
+    created = run_created(planner="scripted", proposal=proposal)
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert _appended_kinds(sink) == [
+        ["planning_started", "plan_accepted", "node_dispatched"],
+        ["node_succeeded", "join_started"],
+        ["run_finished"],
+    ]
+    assert final.status is RunStatus.COMPLETED
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_failed_append_takes_the_staged_events_with_it_and_the_state_is_what_is_stored() -> None:
+    from actors.recording import RunRecorder
+
+    def always(events: Sequence[RunEvent]) -> bool:
+        return True
+
+    sink = RecordingSink(fail_on=always, failures=1)
+    created = run_created(proposal={"nodes": [snapshot_node("case")]})
+    run = RunRecorder(fold([created]), 1, sink)
+    await run.stage(PlanningStarted(at=created.at, round=1))
+    assert run.state.status is RunStatus.PLANNING  # applied at once, stored later
+
+    with pytest.raises(SinkDown):
+        await run.record(PlanAccepted(at=created.at, round=1, plan=created.proposal or {}))
+    assert run.state == fold([created])
+    assert run.last_seq == 1
+
+    await run.flush()  # nothing left staged: nothing is written
+    await run.record(PlanningStarted(at=created.at, round=1))
+    assert _appended_kinds(sink) == [["planning_started"]]
+    assert sink.state == run.state
 
 
 async def test_a_planner_is_not_shown_a_tool_whose_resource_key_the_run_lacks() -> None:

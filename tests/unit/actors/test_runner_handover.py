@@ -146,3 +146,30 @@ async def test_a_planner_still_answering_at_the_handover_is_asked_again_by_the_n
         await asyncio.wait_for(driving, WAIT_S)
 
     assert fold([created, *sink.events]).status is RunStatus.PLANNING
+
+
+async def test_a_plan_accepted_just_before_the_handover_is_stored_and_not_asked_for_again() -> None:
+    plan = {"nodes": [snapshot_node("case")]}
+
+    class HandsOverAsItAnswers:
+        name = "scripted"
+        stopping = asyncio.Event()
+
+        async def propose(self, context: object) -> dict[str, object]:
+            self.stopping.set()  # the supervisor starts stopping while the planner answers
+            return plan
+
+        async def decide(self, context: object, observations: object) -> object:
+            raise AssertionError("never asked")
+
+    planner = HandsOverAsItAnswers()
+    sink, executor = RecordingSink(), ScriptedExecutor({})
+    run = driver(sink, executor, planner)
+    planner.stopping = run.handover
+    created = run_created(planner="scripted")
+    with pytest.raises(HandedOver):
+        await asyncio.wait_for(run.drive(apply(None, created), last_seq=1), WAIT_S)
+
+    assert [event.kind for event in sink.events] == ["planning_started", "plan_accepted"]
+    assert fold([created, *sink.events]).status is RunStatus.RUNNING  # resumed without asking a planner
+    assert executor.calls == []
