@@ -47,6 +47,7 @@ from dag.policy import effective_tools
 from dag.retry import RetryPolicy
 from dag.run_state import RunState
 from dag.states import RunStatus, StopReason
+from dag.storable import unfit_values
 from dag.validate import PlanValidator, validate_plan
 from dag.verify import unsupported_citations
 from mcp_server.tokens import TaskTokens
@@ -275,6 +276,10 @@ class RunDriver:
             await self._planner_failed(run, planner, exc)
             return
         await self._record_usage(run, context, "join")
+        unstorable = _unstorable(decision)
+        if unstorable is not None:
+            await self._planner_failed(run, planner, PlannerContractViolation(unstorable))
+            return
         if not isinstance(decision, Final) and await self._out_of_model_budget(run):
             return  # an answer completes the run even past its budget; anything else stops here
         await self._conclude(run, decision)
@@ -580,6 +585,21 @@ class _RoundSpans:
             self._span.end()
             otel_context.detach(self._attached)
             self._span = None
+
+
+def _unstorable(decision: JoinDecision) -> str | None:
+    """Why ``decision`` cannot be recorded, if it cannot: a model may write a NUL, a lone surrogate or a
+    non-finite number into its answer."""
+    match decision:
+        case Final(result=result, citations=citations):
+            written: dict[str, Any] = {"result": dict(result), "citations": list(citations)}
+        case NeedsHuman(detail=detail, result=result):
+            written = {"detail": detail, "result": dict(result) if result is not None else None}
+        case Replan(reason=reason):
+            written = {"reason": reason}
+    for pointer, problem in unfit_values(written):
+        return f"the planner's answer cannot be recorded: {pointer}: {problem}"
+    return None
 
 
 def _interruption_of(state: RunState) -> Interruption | None:

@@ -6,11 +6,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator, model_validator
 
 from dag.budget import Budgets
 from dag.policy import Decision
 from dag.states import RunStatus, StopReason
+from dag.storable import storable_text
 
 
 class ErrorKind(StrEnum):
@@ -46,6 +47,13 @@ class NodeError(BaseModel):
     kind: ErrorKind
     code: str
     message: str
+
+    @field_validator("code", "message")
+    @classmethod
+    def _storable(cls, text: str) -> str:
+        """A tool writes its own codes and messages, and may put in them what no event can hold (NUL, a lone
+        surrogate): those characters become U+FFFD, so the failure is recorded like any other."""
+        return storable_text(text)
 
     @property
     def runtime_failure(self) -> bool:

@@ -15,6 +15,7 @@ from dag.errors import PlanErrorCode, PlanInvalid
 from dag.plan import EARLIER_ROUND_REF, NODE_ID_PATTERN, Plan, PlanNode
 from dag.refs import ItemRef, Path, check_pointer, format_path, iter_references
 from dag.schemas import validator as schema_validator
+from dag.storable import unfit_values
 
 FORBIDDEN_ARGUMENT_KEYS = frozenset(
     {
@@ -123,9 +124,21 @@ class PlanValidator:
                 location=f"{location}/tool",
             )
         _check_no_identity_fields(node, location)
+        _check_storable(node, location)
         _check_references(node, self._seen, self._announced, self._earlier, self._round, location)
         _check_static_arguments(node, contract, location)
         self._seen.add(node.id)
+
+
+def _check_storable(node: PlanNode, location: str) -> None:
+    """Arguments a run can record: a model may write a NUL, a lone surrogate or a non-finite number."""
+    for pointer, reason in unfit_values(node.args):
+        raise PlanInvalid(
+            PlanErrorCode.INVALID_ARGUMENTS,
+            f"node {node.id!r}: {reason}",
+            node_id=node.id,
+            location=f"{location}/args{pointer}",
+        )
 
 
 def _check_no_identity_fields(node: PlanNode, location: str) -> None:

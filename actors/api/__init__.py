@@ -1,7 +1,7 @@
 """The run API's HTTP plumbing: problems and how OpenAPI declares them, the request guard and deadline, and
 what the supervisor's answers mean over HTTP. ``actors.api.app`` assembles the routes from these."""
 
-from actors.api._body import nests_deeper_than, unfit_values
+from actors.api._body import nests_deeper_than
 from actors.api._middleware import SECURITY_HEADERS, RequestDeadline, RequestGuard
 from actors.api._outcomes import (
     DATABASE_RETRY_AFTER_S,
@@ -40,6 +40,5 @@ __all__ = [
     "raise_for_submission",
     "submissions",
     "supervisor_unavailable",
-    "unfit_values",
     "with_problem_schema",
 ]

@@ -42,7 +42,6 @@ from actors.api import (
     problem_responses,
     raise_for_submission,
     submissions,
-    unfit_values,
 )
 from actors.executor import ExecutorKind
 from actors.ports import refuse_shared_listener
@@ -65,6 +64,7 @@ from dag.run_resource import (
     MAX_RESOURCE_VALUE_LENGTH,
     RESOURCE_KEY_PATTERN,
 )
+from dag.storable import unfit_values
 from mcp_server.contracts import CaseId
 from mcp_server.server import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens, load_token_key

@@ -55,6 +55,7 @@ from actors.toolsets.listing import ServerListing
 from actors.tracing import context_of, tracer
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.events import ErrorKind, NodeError
+from dag.storable import unfit_values
 
 _SSL_CONTEXT = ssl.create_default_context()
 """Loading CA certificates costs ~35 ms; a worker builds the context once, not per call."""
@@ -417,6 +418,16 @@ def _classify_result(
     problem = contract.output_problem(output)
     if problem is not None:
         return None, _output_mismatch(call.tool, problem)
+    unfit = next(unfit_values(output), None)
+    if unfit is not None:  # JSON it may be, but no run can record it: not an answer raydag can act on
+        pointer, reason = unfit
+        return None, NodeError(
+            kind=ErrorKind.PROTOCOL,
+            code="OUTPUT_UNSTORABLE",
+            message=f"{call.tool} answered with a value no run can record, at {pointer or '/'}: {reason}"[
+                :500
+            ],
+        )
     return contract.with_lines(output), None
 
 

@@ -358,6 +358,53 @@ async def test_an_output_outside_the_pinned_output_schema_is_a_protocol_error_on
     assert after.status.value != "completed"
 
 
+async def test_a_tool_answering_or_failing_with_nul_fails_its_node_not_the_run(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    store: RunStore,
+    name: str,
+) -> None:
+    """No run can record a NUL in an output (PostgreSQL's JSON refuses it): the answer is a protocol error on
+    its node. A failure's message is recorded with U+FFFD in its place. Either way the run ends as runs do."""
+    import ray
+
+    toolsets = toy_toolsets(
+        extra_tools=(
+            "      with_nul: {scope: toy:read, risk: read_only}\n"
+            "      failing_with_nul: {scope: toy:read, risk: read_only}\n"
+        )
+    )
+    supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets, tool_callers=1)
+    plan = {
+        "nodes": [
+            {"id": "answer", "tool": "with_nul", "args": {"text": "bin"}},
+            {"id": "failure", "tool": "failing_with_nul", "args": {"text": "bin"}},
+            {"id": "echo", "tool": "echo", "args": {"text": "fine"}},
+        ]
+    }
+    try:
+        state = await run_to_end(supervisor, store, plan, planner="outputs")
+    finally:
+        ray.kill(supervisor)
+
+    answer, failure = state.nodes["answer"], state.nodes["failure"]
+    assert answer.error is not None
+    assert (answer.status.value, answer.error.kind.value, answer.error.code) == (
+        "failed",
+        "protocol",
+        "OUTPUT_UNSTORABLE",
+    )
+    assert "/text" in answer.error.message
+    assert answer.attempts == 1  # the same answer again would be no better
+    assert failure.error is not None
+    assert failure.status.value == "failed"
+    assert "bin\ufffdbin" in failure.error.message
+    assert state.nodes["echo"].status.value == "succeeded"
+    assert (state.status.value, state.stop_reason) == ("stopped", "EVIDENCE_INCOMPLETE")
+
+
 async def test_a_run_resumed_by_another_supervisor_is_held_to_the_definitions_it_was_created_with(
     ray_cluster: None,
     dsn: str,

@@ -1,6 +1,6 @@
 """A small MCP server of the tests' own, over stdio (``python tests/integration/toy_mcp_server.py``) or as an
 ASGI app behind a bearer check (``bearer_app``): a slow tool to die under, one that waits for a file, an
-echo, and its pid.
+echo, and its pid; an answer and a failure holding NUL.
 ``TOY_ECHO_DESCRIPTION`` changes the echo tool's description (a server changing a tool under a run)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
 
@@ -71,6 +72,14 @@ def build() -> MCPServer[Any]:
     async def sleep(seconds: float) -> Echoed:
         await asyncio.sleep(seconds)
         return Echoed(text="slept", pid=os.getpid())
+
+    @server.tool(description="Answer with the text around a NUL, as a tool reading a binary file might.")
+    async def with_nul(text: str) -> Echoed:
+        return Echoed(text=f"{text}\x00{text}", pid=os.getpid())
+
+    @server.tool(description="Fail, naming the text around a NUL.")
+    async def failing_with_nul(text: str) -> Echoed:
+        raise ToolError(f"cannot read {text}\x00{text}")
 
     return server
 

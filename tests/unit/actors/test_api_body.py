@@ -1,14 +1,13 @@
-"""The API's body checks: nesting read from raw text without parsing, and values PostgreSQL cannot store."""
+"""The API's body check: nesting read from raw text without parsing (what a body may hold: test_dag_storable)."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.api import nests_deeper_than, unfit_values
+from actors.api import nests_deeper_than
 
 
 def depth_of(value: object) -> int:
@@ -44,23 +43,3 @@ def test_a_nesting_far_past_any_recursion_limit_is_read_without_recursing() -> N
 def test_an_unterminated_string_of_escapes_is_read_in_linear_time() -> None:
     # Each escaped quote restarts no scan: two megabytes of them take one pass, not a quadratic one.
     assert not nests_deeper_than(b'"' + b'\\"' * 1_000_000 + b"[" * 40, 32)
-
-
-@pytest.mark.parametrize(
-    ("value", "found"),
-    [
-        ({"goal": "a\x00b"}, [("/goal", "NUL")]),
-        ({"goal": "a\ud800"}, [("/goal", "surrogate")]),
-        ({"plan": {"x": [1, float("nan")]}}, [("/plan/x/1", "finite")]),
-        ({"plan": {"x": float("inf")}}, [("/plan/x", "finite")]),
-        ({"plan": {"a/b~c\x00": 1}}, [("/plan/a~1b~0c\x00", "NUL")]),
-        ({"plan": {"ok": ["text", 1.5, None, True, {"日本": "語"}]}}, []),
-    ],
-    ids=["nul", "surrogate", "nan", "infinity", "key", "fine"],
-)
-def test_unfit_values_are_named_by_json_pointer(value: object, found: list[tuple[str, str]]) -> None:
-    unfit = list(unfit_values(value))
-
-    assert [pointer for pointer, _ in unfit] == [pointer for pointer, _ in found]
-    for (_, reason), (_, word) in zip(unfit, found, strict=True):
-        assert word in reason

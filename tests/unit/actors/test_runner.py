@@ -674,6 +674,30 @@ async def test_the_recorded_log_has_contiguous_seqs_and_folds_into_the_final_sta
     executor.assert_done()
 
 
+@pytest.mark.parametrize(
+    "decision",
+    [
+        Final({"answer": "complete\x00"}, citations=[]),
+        Final({"score": float("nan")}, citations=[]),
+        Replan("look again \ud800"),
+    ],
+    ids=["nul-in-the-result", "nan-in-the-result", "surrogate-in-the-reason"],
+)
+async def test_an_answer_no_run_can_record_is_the_planner_breaking_its_contract(decision: object) -> None:
+    planner = ScriptedPlanner(Decide(decision))  # type: ignore[arg-type]
+    sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
+    created = run_created(planner="scripted", proposal={"nodes": [snapshot_node("case")]})
+
+    final = await drive(driver(sink, executor, planner), created)
+
+    assert (final.status, final.stop_reason) == (RunStatus.NEEDS_HUMAN, StopReason.PLANNER_CONTRACT_VIOLATION)
+    assert final.detail is not None
+    assert "cannot be recorded" in final.detail
+    assert final.result is None
+    planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
 def _appended_kinds(sink: RecordingSink) -> list[list[str]]:
     return [[event.kind for event in events] for _, events, _ in sink.appends]
 

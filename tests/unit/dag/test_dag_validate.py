@@ -350,3 +350,18 @@ def test_a_trailing_newline_passes_the_published_pattern_but_not_the_dispatch_ch
 
     assert problem is not None
     assert problem.startswith("/args/case_id")
+
+
+@pytest.mark.parametrize(
+    ("document_id", "location"),
+    [
+        ({"$ref": "docs", "pointer": "/documents/0/document_id\x00"}, "/nodes/1/args/document_id/pointer"),
+        ("DOC\ud800", "/nodes/1/args/document_id"),
+    ],
+    ids=["nul-in-a-reference", "lone-surrogate"],
+)
+def test_an_argument_no_run_can_record_is_rejected_where_it_is(document_id: object, location: str) -> None:
+    error = rejection(node("docs", DOCUMENTS_TOOL), resolve_node("resolve", document_id))
+
+    assert where(error) == (PlanErrorCode.INVALID_ARGUMENTS, "resolve", location)
+    assert "NUL" in error.message or "surrogate" in error.message

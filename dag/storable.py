@@ -1,0 +1,71 @@
+"""Values a run can record: JSON whose every string PostgreSQL can store and whose every number is finite.
+
+JSON allows ``"\\u0000"`` and unpaired surrogate escapes, and Python's parser reads ``NaN`` and ``Infinity``;
+none of them can be stored (``jsonb`` refuses NUL, UTF-8 has no encoding for a lone surrogate, JSON has no
+such numbers). Values that come from outside — a request body, a tool's output — are checked here before
+anything records them; a diagnostic a tool wrote is made storable instead (``storable_text``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unfit_values(value: object) -> Iterator[tuple[str, str]]:
+    """``(json pointer, reason)`` for each number that is not finite and each string (or key) that cannot be
+    stored, in document order. Iterative: a value of any depth is walked without recursion."""
+    pending: list[tuple[str, object, str | None]] = [("", value, None)]
+    while pending:
+        pointer, item, key_problem = pending.pop()
+        if key_problem is not None:
+            yield pointer, f"this key: {key_problem}"
+        match item:
+            case float() if not math.isfinite(item):
+                yield pointer, "numbers must be finite (no NaN, Infinity or overflowing literals)"
+            case str():
+                problem = _unstorable(item)
+                if problem is not None:
+                    yield pointer, problem
+            case dict():
+                children = [
+                    (f"{pointer}/{_escape(str(key))}", child, _unstorable(str(key)))
+                    for key, child in item.items()
+                ]
+                pending.extend(reversed(children))
+            case list():
+                pending.extend(
+                    (f"{pointer}/{index}", child, None) for index, child in reversed(list(enumerate(item)))
+                )
+            case _:
+                pass
+
+
+def storable_text(text: str) -> str:
+    """``text`` with NUL and lone surrogates replaced by U+FFFD: for messages, whose exact bytes matter less
+    than recording them."""
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    if not text.isascii():
+        text = _SURROGATE.sub(REPLACEMENT, text)
+    return text
+
+
+def _unstorable(text: str) -> str | None:
+    if "\x00" in text:
+        return "text must not contain NUL (\\u0000)"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "text must be valid Unicode (a lone surrogate is not)"
+    return None
+
+
+def _escape(key: str) -> str:
+    """A key as a JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
