@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import functools
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,6 +33,9 @@ from actors.toolsets.listing import ServerListing
 from actors.tracing import configure_tracing
 from dag.contracts import ToolContract
 
+CANCEL_MEMORY_S = 60.0
+"""How long a cancel for a call this caller has not seen is remembered, in case its call is still to come."""
+
 
 @dataclass
 class _Session:
@@ -40,6 +44,23 @@ class _Session:
     calls: dict[int, asyncio.Task[ToolOutcome]] = field(default_factory=dict)
     landed: list[tuple[int, ToolOutcome]] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled_unseen: dict[int, float] = field(default_factory=dict)
+    """Tickets cancelled before their call arrived, by when to forget them. Ray runs an async actor's calls out
+    of order: the exchange carrying a cancel can run before the one carrying the call it cancels. (The call may
+    also have landed already: then its ticket is forgotten after ``CANCEL_MEMORY_S``.)"""
+
+    def cancel(self, tickets: Sequence[int], now: float) -> None:
+        """Cancel the calls ``tickets`` name; remember those not seen yet (and forget old ones)."""
+        if self.cancelled_unseen:
+            self.cancelled_unseen = {
+                ticket: until for ticket, until in self.cancelled_unseen.items() if until > now
+            }
+        for ticket in tickets:
+            task = self.calls.pop(ticket, None)
+            if task is not None:
+                task.cancel()
+            else:
+                self.cancelled_unseen[ticket] = now + CANCEL_MEMORY_S
 
 
 class ToolCaller:
@@ -100,13 +121,12 @@ class ToolCaller:
         self._exchanges += 1
         self._largest_handover = max(self._largest_handover, len(calls))
         state = self._sessions.setdefault(session, _Session())
-        for ticket in cancels:
-            task = state.calls.pop(ticket, None)
-            if task is not None:
-                task.cancel()
+        state.cancel(cancels, time.monotonic())
         if cancels:  # an exchange waiting for the calls just cancelled must not wait for them
             state.changed.set()
         for ticket, call in calls:
+            if state.cancelled_unseen.pop(ticket, None) is not None:
+                continue  # cancelled by an exchange that ran before this one: never started
             task = asyncio.get_running_loop().create_task(self.call(call, contracts[call.tool]))
             state.calls[ticket] = task
             task.add_done_callback(functools.partial(self._landed, state, ticket))
@@ -114,7 +134,7 @@ class ToolCaller:
             state.changed.clear()
             await state.changed.wait()
         landed, state.landed = state.landed, []
-        if not state.calls and self._sessions.get(session) is state:
+        if not state.calls and not state.cancelled_unseen and self._sessions.get(session) is state:
             del self._sessions[session]
         return landed
 

@@ -1,0 +1,39 @@
+"""The ToolCaller's exchanges, driven in-process: what a cancel does whichever exchange Ray runs first."""
+
+from __future__ import annotations
+
+from actors.mcp_client import ToolCall
+from actors.tool_caller import ToolCaller
+from mcp_server.contracts import CASEOPS_TOOLS
+
+SNAPSHOT = "caseops_get_case_snapshot"
+
+
+def unreachable_call() -> ToolCall:
+    return ToolCall(
+        run_id="caller-test",
+        node_id="case",
+        attempt=1,
+        tool=SNAPSHOT,
+        args={"case_id": "C-102"},
+        mcp_url="http://127.0.0.1:9/mcp",  # nothing listens there: a started call would land as a failure
+        token="t",
+        timeout_s=5,
+    )
+
+
+async def test_a_call_cancelled_by_an_exchange_that_ran_before_it_arrived_never_starts() -> None:
+    # Ray runs an async actor's calls out of order: the pool's cancel can overtake the call it cancels.
+    caller = ToolCaller()
+    contracts = {SNAPSHOT: CASEOPS_TOOLS[SNAPSHOT]}
+    try:
+        assert await caller.exchange("pool", [], {}, cancels=[7]) == []
+        landed = await caller.exchange("pool", [(7, unreachable_call())], contracts, cancels=[])
+        other = await caller.exchange("pool", [(8, unreachable_call())], contracts, cancels=[])
+        status = await caller.ping()
+    finally:
+        await caller.stop()
+
+    assert landed == []
+    assert [ticket for ticket, _ in other] == [8]  # the next call runs as usual, and lands
+    assert (status["calls"], status["in_flight"]) == (1, 0)
