@@ -39,13 +39,17 @@ class RunRecorder:
     def __init__(
         self, state: RunState, last_seq: int, sink: EventSink, metrics: RunMetrics = NO_METRICS
     ) -> None:
-        self.state = state
         self.last_seq = last_seq
-        self._stored = state  # ``state`` without what is staged
+        self._stored = state
+        self._staged: list[Transition] = []
         self._sink = sink
         self._metrics = metrics
         self._lock = asyncio.Lock()  # a streamed plan records while its round executes
-        self._staged: list[Transition] = []
+
+    @property
+    def state(self) -> RunState:
+        """What is stored, then what is staged on it."""
+        return self._staged[-1][2] if self._staged else self._stored
 
     async def record(self, *events: RunEvent) -> None:
         """Apply ``events`` and store them, after whatever was staged, in one append; then adopt them."""
@@ -75,11 +79,9 @@ class RunRecorder:
             try:
                 with tracer().start_as_current_span("checkpoint", attributes=attributes):
                     await self._sink.append(state, self.last_seq + 1, written)
-            except BaseException:
-                self.state, self._staged = self._stored, []  # what was staged went down with this append
-                raise
-            self.state = self._stored = state
-            self._staged = []
+            finally:
+                self._staged = []  # stored now, or gone down with this append
+            self._stored = state
             self.last_seq += len(written)
             report(self._metrics, transitions)
 
@@ -96,7 +98,6 @@ class RunRecorder:
                 after = apply(state, event)
                 self._staged.append((state, event, after))
                 state = after
-            self.state = state
 
     async def finish(
         self,

@@ -276,9 +276,9 @@ class RunDriver:
             await self._planner_failed(run, planner, exc)
             return
         await self._record_usage(run, context, "join")
-        unstorable = _unstorable(decision)
-        if unstorable is not None:
-            await self._planner_failed(run, planner, PlannerContractViolation(unstorable))
+        unrecordable = _unrecordable(decision)
+        if unrecordable is not None:
+            await self._planner_failed(run, planner, PlannerContractViolation(unrecordable))
             return
         if not isinstance(decision, Final) and await self._out_of_model_budget(run):
             return  # an answer completes the run even past its budget; anything else stops here
@@ -587,7 +587,7 @@ class _RoundSpans:
             self._span = None
 
 
-def _unstorable(decision: JoinDecision) -> str | None:
+def _unrecordable(decision: JoinDecision) -> str | None:
     """Why ``decision`` cannot be recorded, if it cannot: a model may write a NUL, a lone surrogate or a
     non-finite number into its answer."""
     match decision:

@@ -96,7 +96,12 @@ def iter_references(
 
 def format_path(path: Path) -> str:
     """A JSON Pointer naming ``path`` inside a node's ``args``."""
-    return "/args" + "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+    return "/args" + "".join("/" + pointer_token(part) for part in path)
+
+
+def pointer_token(part: str | int) -> str:
+    """A key or index as a JSON Pointer reference token (RFC 6901)."""
+    return str(part).replace("~", "~0").replace("/", "~1")
 
 
 def resolve_pointer(document: Any, pointer: str, *, node_id: str | None) -> Any:

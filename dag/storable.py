@@ -12,7 +12,9 @@ import math
 import re
 from collections.abc import Iterator
 
-REPLACEMENT = "\ufffd"
+from dag.refs import pointer_token
+
+_REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -33,7 +35,7 @@ def unfit_values(value: object) -> Iterator[tuple[str, str]]:
                     yield pointer, problem
             case dict():
                 children = [
-                    (f"{pointer}/{_escape(str(key))}", child, _unstorable(str(key)))
+                    (f"{pointer}/{pointer_token(str(key))}", child, _unstorable(str(key)))
                     for key, child in item.items()
                 ]
                 pending.extend(reversed(children))
@@ -49,9 +51,9 @@ def storable_text(text: str) -> str:
     """``text`` with NUL and lone surrogates replaced by U+FFFD: for messages, whose exact bytes matter less
     than recording them."""
     if "\x00" in text:
-        text = text.replace("\x00", REPLACEMENT)
+        text = text.replace("\x00", _REPLACEMENT)
     if not text.isascii():
-        text = _SURROGATE.sub(REPLACEMENT, text)
+        text = _SURROGATE.sub(_REPLACEMENT, text)
     return text
 
 
@@ -64,8 +66,3 @@ def _unstorable(text: str) -> str | None:
         except UnicodeEncodeError:
             return "text must be valid Unicode (a lone surrogate is not)"
     return None
-
-
-def _escape(key: str) -> str:
-    """A key as a JSON pointer token (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")

@@ -421,13 +421,8 @@ def _classify_result(
     unfit = next(unfit_values(output), None)
     if unfit is not None:  # JSON it may be, but no run can record it: not an answer raydag can act on
         pointer, reason = unfit
-        return None, NodeError(
-            kind=ErrorKind.PROTOCOL,
-            code="OUTPUT_UNSTORABLE",
-            message=f"{call.tool} answered with a value no run can record, at {pointer or '/'}: {reason}"[
-                :500
-            ],
-        )
+        message = f"{call.tool} answered with a value no run can record, at {pointer or '/'}: {reason}"
+        return None, NodeError(kind=ErrorKind.PROTOCOL, code="OUTPUT_UNSTORABLE", message=message[:500])
     return contract.with_lines(output), None
 
 
