@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 import anyio
 import httpx2
+import pydantic
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -55,7 +56,7 @@ from actors.toolsets.listing import ServerListing
 from actors.tracing import context_of, tracer
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.events import ErrorKind, NodeError
-from dag.storable import unfit_values
+from dag.storable import MAX_DEPTH, unfit_values
 
 _SSL_CONTEXT = ssl.create_default_context()
 """Loading CA certificates costs ~35 ms; a worker builds the context once, not per call."""
@@ -415,14 +416,15 @@ def _classify_result(
                 block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content
             ]
         }
-    problem = contract.output_problem(output)
-    if problem is not None:
-        return None, _output_mismatch(call.tool, problem)
+    # Before the schema: a value nested past every limit is not handed to a recursive validator.
     unfit = next(unfit_values(output), None)
     if unfit is not None:  # JSON it may be, but no run can record it: not an answer raydag can act on
         pointer, reason = unfit
         message = f"{call.tool} answered with a value no run can record, at {pointer or '/'}: {reason}"
         return None, NodeError(kind=ErrorKind.PROTOCOL, code="OUTPUT_UNSTORABLE", message=message[:500])
+    problem = contract.output_problem(output)
+    if problem is not None:
+        return None, _output_mismatch(call.tool, problem)
     return contract.with_lines(output), None
 
 
@@ -492,6 +494,18 @@ def _classify_exception(exc: BaseException) -> NodeError:
     transport_errors = httpx2.TransportError | aiohttp.ClientConnectionError | aiohttp.ClientPayloadError
     if isinstance(exc, transport_errors | ConnectionError | TimeoutError):
         return NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message=type(exc).__name__)
+    if isinstance(exc, RecursionError):  # only a server's answer nests past the parser's frames
+        return NodeError(
+            kind=ErrorKind.PROTOCOL,
+            code="OUTPUT_UNSTORABLE",
+            message=f"the answer nests too deep to read (a run records no more than {MAX_DEPTH} levels)",
+        )
+    if isinstance(exc, pydantic.ValidationError):  # the answer is JSON-RPC, but not a tool's result
+        return NodeError(
+            kind=ErrorKind.PROTOCOL,
+            code="MALFORMED_ANSWER",
+            message=f"the server's answer is not a tools/call result ({exc.error_count()} problem(s))",
+        )
     if isinstance(exc, RuntimeError) and any(words in str(exc) for words in _SDK_OUTPUT_MISMATCH):
         # The SDK checks outputs against the server's current listing before raydag sees them.
         return NodeError(

@@ -16,6 +16,7 @@ from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool, 
 from actors.tool_task import _WorkerLoop
 from dag.contracts import Risk, ToolContract
 from dag.events import ErrorKind
+from dag.storable import MAX_DEPTH
 from mcp_server.auth import ASGIApp, Receive, Scope, Send
 from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, CaseInput, CaseSnapshot
 from mcp_server.limits import TenantLimits
@@ -385,6 +386,15 @@ def _result(request_id: int) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": {"content": content, "structuredContent": snapshot}}
 
 
+def _nested_answer(request_id: int, depth: int) -> bytes:
+    """The snapshot's answer with one more field, an object ``depth`` levels deep (the whole output one more)."""
+    nested = '{"a":' * (depth - 1) + "{}" + "}" * (depth - 1)
+    answer = json.dumps(_result(request_id)).replace(
+        '"structuredContent": {', f'"structuredContent": {{"x": {nested}, ', 1
+    )
+    return answer.encode()
+
+
 @pytest.mark.parametrize(
     ("status", "content_type", "body", "expected"),
     [
@@ -412,8 +422,39 @@ def _result(request_id: int) -> dict[str, Any]:
         ),
         (503, "text/plain", lambda rid: b"busy", (ErrorKind.TRANSIENT, "HTTP_503")),
         (200, "application/json", lambda rid: b"[1]", (ErrorKind.PROTOCOL, "JSONRPC_-32603")),
+        (
+            200,
+            "application/json",
+            lambda rid: json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"content": "no list"}}).encode(),
+            (ErrorKind.PROTOCOL, "MALFORMED_ANSWER"),
+        ),
+        # Parsed, but nested past what a run records (and reads back): refused before the schema sees it.
+        (
+            200,
+            "application/json",
+            lambda rid: _nested_answer(rid, MAX_DEPTH),
+            (ErrorKind.PROTOCOL, "OUTPUT_UNSTORABLE"),
+        ),
+        # Nested past the parser's own frames.
+        (
+            200,
+            "application/json",
+            lambda rid: _nested_answer(rid, 100_000),
+            (ErrorKind.PROTOCOL, "OUTPUT_UNSTORABLE"),
+        ),
     ],
-    ids=["sse", "sse-without-answer", "400-html", "404-empty", "404-jsonrpc", "503", "not-a-message"],
+    ids=[
+        "sse",
+        "sse-without-answer",
+        "400-html",
+        "404-empty",
+        "404-jsonrpc",
+        "503",
+        "not-a-message",
+        "not-a-result",
+        "nested-past-the-limit",
+        "nested-past-the-parser",
+    ],
 )
 async def test_a_one_post_answer_is_read_whatever_its_framing_and_a_bare_refusal_by_its_status(
     dsn: str, token_key: bytes, status: int, content_type: str, body: Any, expected: Any

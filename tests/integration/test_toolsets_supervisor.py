@@ -24,6 +24,7 @@ from actors.toolsets.config import Toolsets, caseops_toolsets, parse_toolsets
 from dag.budget import Budgets
 from dag.policy import Principal
 from dag.run_state import RunState
+from dag.storable import MAX_DEPTH
 from mcp_server.contracts import ALL_SCOPES
 from tests.integration.conftest import TEST_API_KEYS, RunningToolServer, supervisor_for
 from tests.integration.toolset_servers import toy_toolsets
@@ -358,7 +359,7 @@ async def test_an_output_outside_the_pinned_output_schema_is_a_protocol_error_on
     assert after.status.value != "completed"
 
 
-async def test_a_tool_answering_or_failing_with_nul_fails_its_node_not_the_run(
+async def test_a_tool_answering_with_nul_or_too_deep_or_failing_with_nul_fails_its_node_not_the_run(
     ray_cluster: None,
     dsn: str,
     tool_server: RunningToolServer,
@@ -366,14 +367,16 @@ async def test_a_tool_answering_or_failing_with_nul_fails_its_node_not_the_run(
     store: RunStore,
     name: str,
 ) -> None:
-    """No run can record a NUL in an output (PostgreSQL's JSON refuses it): the answer is a protocol error on
-    its node. A failure's message is recorded with U+FFFD in its place. Either way the run ends as runs do."""
+    """No run can record a NUL in an output (PostgreSQL's JSON refuses it), nor an output nested deeper than
+    ``MAX_DEPTH`` (its views could not be read back): the answer is a protocol error on its node. A failure's
+    message is recorded with U+FFFD in its place. Either way the run ends as runs do."""
     import ray
 
     toolsets = toy_toolsets(
         extra_tools=(
             "      with_nul: {scope: toy:read, risk: read_only}\n"
             "      failing_with_nul: {scope: toy:read, risk: read_only}\n"
+            "      nested: {scope: toy:read, risk: read_only}\n"
         )
     )
     supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets, tool_callers=1)
@@ -382,6 +385,8 @@ async def test_a_tool_answering_or_failing_with_nul_fails_its_node_not_the_run(
             {"id": "answer", "tool": "with_nul", "args": {"text": "bin"}},
             {"id": "failure", "tool": "failing_with_nul", "args": {"text": "bin"}},
             {"id": "echo", "tool": "echo", "args": {"text": "fine"}},
+            {"id": "deepest", "tool": "nested", "args": {"depth": MAX_DEPTH}},
+            {"id": "too_deep", "tool": "nested", "args": {"depth": MAX_DEPTH + 1}},
         ]
     }
     try:
@@ -402,6 +407,11 @@ async def test_a_tool_answering_or_failing_with_nul_fails_its_node_not_the_run(
     assert failure.status.value == "failed"
     assert "bin\ufffdbin" in failure.error.message
     assert state.nodes["echo"].status.value == "succeeded"
+    assert state.nodes["deepest"].status.value == "succeeded"
+    too_deep = state.nodes["too_deep"].error
+    assert too_deep is not None
+    assert (too_deep.kind.value, too_deep.code) == ("protocol", "OUTPUT_UNSTORABLE")
+    assert f"deeper than {MAX_DEPTH}" in too_deep.message
     assert (state.status.value, state.stop_reason) == ("stopped", "EVIDENCE_INCOMPLETE")
 
 

@@ -1,6 +1,6 @@
 """A small MCP server of the tests' own, over stdio (``python tests/integration/toy_mcp_server.py``) or as an
 ASGI app behind a bearer check (``bearer_app``): a slow tool to die under, one that waits for a file, an
-echo, and its pid; an answer and a failure holding NUL.
+echo, and its pid; an answer and a failure holding NUL; an answer nested as deep as asked.
 ``TOY_ECHO_DESCRIPTION`` changes the echo tool's description (a server changing a tool under a run)."""
 
 from __future__ import annotations
@@ -80,6 +80,13 @@ def build() -> MCPServer[Any]:
     @server.tool(description="Fail, naming the text around a NUL.")
     async def failing_with_nul(text: str) -> Echoed:
         raise ToolError(f"cannot read {text}\x00{text}")
+
+    @server.tool(description="Answer with a value nested `depth` levels deep, as a hostile server might.")
+    async def nested(depth: int) -> dict[str, Any]:
+        value: dict[str, Any] = {}
+        for _ in range(depth - 1):
+            value = {"a": value}
+        return value
 
     return server
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dag.events import ErrorKind, NodeError
-from dag.storable import storable_text, unfit_values
+from dag.storable import MAX_DEPTH, storable_text, unfit_values
 
 
 @pytest.mark.parametrize(
@@ -34,19 +34,30 @@ def test_unfit_values_are_named_by_json_pointer_in_document_order(
         assert word in reason
 
 
+def _nested(depth: int, innermost: object, container: type = list) -> object:
+    """``innermost`` inside ``depth`` lists (or objects, each with one key ``k``), built without recursion."""
+    value = innermost
+    for _ in range(depth):
+        value = [value] if container is list else {"k": value}
+    return value
+
+
 def test_a_value_nested_past_any_recursion_limit_is_walked_without_recursing() -> None:
-    deep: list[object] = []
-    innermost = deep
-    for _ in range(100_000):
-        child: list[object] = []
-        innermost.append(child)
-        innermost = child
-    innermost.append("\x00")
+    [(pointer, reason)] = unfit_values(_nested(100_000, "\x00"))
 
-    [(pointer, reason)] = unfit_values(deep)
+    assert pointer == "/0" * MAX_DEPTH  # the first list too deep; nothing inside it is looked at
+    assert str(MAX_DEPTH) in reason
 
-    assert pointer == "/0" * 100_001  # the lists, then the string at index 0 of the innermost
-    assert "NUL" in reason
+
+@pytest.mark.parametrize("container", [list, dict])
+def test_a_value_may_nest_max_depth_arrays_and_objects_and_no_more(container: type) -> None:
+    step = "/0" if container is list else "/k"
+
+    assert [pointer for pointer, _ in unfit_values(_nested(MAX_DEPTH, "\x00", container))] == [
+        step * MAX_DEPTH  # the NUL, inside as many containers as may be
+    ]
+    [(pointer, reason)] = unfit_values({"fine": 1, "deep": _nested(MAX_DEPTH, "\x00", container)})
+    assert (pointer, "nest deeper" in reason) == ("/deep" + step * (MAX_DEPTH - 1), True)
 
 
 @pytest.mark.parametrize(
