@@ -139,10 +139,21 @@ class RayToolExecutor:
 CALLER_REST_S = 5.0
 """How long a caller that failed a call (it died, or is restarting) gets no new calls while others can."""
 
-CALLS_PER_CALLER = 32
-"""How many calls one caller makes at once; more wait in its queue. A supervisor's calls in flight (this ×
-``RAYDAG_TOOL_CALLERS``) stay under the MCP server's per-tenant limit (128 in flight per replica): past it the
+CALLS_IN_FLIGHT = 64
+"""How many calls a supervisor's callers make at once, together (shared evenly among them); more wait in
+their queues. It stays under the MCP server's per-tenant limit (128 in flight per replica): past it the
 server answers 429, the calls are retried, and under heavy load runs fail on it (docs/BENCHMARKS.md)."""
+
+DEFAULT_CALLERS = 1
+"""``RAYDAG_TOOL_CALLERS``' default. One caller makes a supervisor's calls at ~0.8 ms of CPU each, far from
+filling its core; a second process costs more CPU per call than it saves waiting (docs/BENCHMARKS.md, "One
+caller or two")."""
+
+
+def calls_per_caller(callers: int) -> int:
+    """Each of ``callers`` callers' share of ``CALLS_IN_FLIGHT``, rounded up."""
+    return -(-CALLS_IN_FLIGHT // callers)
+
 
 MAX_NAMED_CALLS = 8
 """How many of its calls an exchange's task name lists; the rest are counted."""
@@ -191,18 +202,19 @@ class CallerPoolExecutor:
         self,
         catalogue: ToolCatalogue,
         *,
-        size: int = 2,
-        max_concurrency: int = CALLS_PER_CALLER,
+        size: int = DEFAULT_CALLERS,
+        max_concurrency: int | None = None,
         name_prefix: str = "raydag-tool-caller",
         namespace: str = "raydag",
         servers: Sequence[HttpServer | StdioServer] = (),
     ) -> None:
         """``servers``: the toolset servers calls may name; each caller starts its own stdio servers.
-        ``max_concurrency``: the calls each caller makes at once."""
-        if size < 1 or max_concurrency < 1:
+        ``max_concurrency``: the calls each caller makes at once (its share of ``CALLS_IN_FLIGHT`` unless
+        given)."""
+        if size < 1 or (max_concurrency is not None and max_concurrency < 1):
             raise ValueError("a caller pool needs at least one caller, each allowed at least one call")
         self._catalogue = catalogue
-        self._max_concurrency = max_concurrency
+        self._max_concurrency = max_concurrency or calls_per_caller(size)
         self._names = [f"{name_prefix}-{index}" for index in range(size)]
         self._namespace = namespace
         self._callers: dict[str, Any] = {}

@@ -12,7 +12,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, Vali
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from actors.executor import ExecutorKind
+from actors.executor import DEFAULT_CALLERS, ExecutorKind
 from actors.toolsets.config import Toolsets, load_toolsets
 from dag.budget import Budgets
 from dag.policy import Principal
@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     tool_executor: ExecutorKind = ExecutorKind.CALLERS
     """How tool calls run: ``callers`` (a few async actors per supervisor), ``tasks`` (a Ray task per call) or
     ``supervisor`` (in the supervisor's own event loop: cheaper, but the calls are not Ray tasks)."""
-    tool_callers: int = Field(default=2, ge=1, le=64)
+    tool_callers: int = Field(default=DEFAULT_CALLERS, ge=1, le=64)
     """How many caller actors each supervisor starts with ``RAYDAG_TOOL_EXECUTOR=callers``."""
     max_active_runs: int = Field(default=MAX_ACTIVE_RUNS, ge=1, le=10_000)
     """How many runs each supervisor drives at once; more are accepted and wait their turn, oldest first."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import ray
 
-from actors.executor import CallerPoolExecutor, ExecutorKind, ToolExecutor, build_executor
+from actors.executor import DEFAULT_CALLERS, CallerPoolExecutor, ExecutorKind, ToolExecutor, build_executor
 from actors.metrics import RayRunMetrics
 from actors.service import Cancellation, Drained, RunRequest, RunService, SubmitResult
 from actors.settings import MAX_ACTIVE_RUNS
@@ -55,7 +55,7 @@ class SupervisorConfig:
     """Where the outbox relay POSTs terminal events; ``None`` logs them."""
     tool_executor: ExecutorKind = ExecutorKind.CALLERS
     """How tool calls run: on the supervisor's ``ToolCaller`` actors, a Ray task each, or in its own loop."""
-    tool_callers: int = 2
+    tool_callers: int = DEFAULT_CALLERS
     """How many ``ToolCaller`` actors the supervisor starts when ``tool_executor`` is ``callers``."""
     max_active_runs: int = MAX_ACTIVE_RUNS
     """How many runs it drives at once; the others it owns wait their turn, oldest first."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from actors.executor import CALLS_PER_CALLER, worker_failed
+from actors.executor import CALLS_IN_FLIGHT, worker_failed
 from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool
 from actors.toolsets.config import HttpServer, StdioServer
 from actors.toolsets.discovery import TokenFor, discover
@@ -67,7 +67,7 @@ class ToolCaller:
     """Calls tools for the supervisor that created it; a call cancelled by its pool is cancelled here."""
 
     def __init__(
-        self, servers: Sequence[HttpServer | StdioServer] = (), *, calls_at_once: int = CALLS_PER_CALLER
+        self, servers: Sequence[HttpServer | StdioServer] = (), *, calls_at_once: int = CALLS_IN_FLIGHT
     ) -> None:
         configure_tracing("raydag-tool-caller")
         self._servers = {server.name: server for server in servers}

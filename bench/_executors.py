@@ -1,8 +1,10 @@
 """Executors for the supervisor: the three raydag ships, and two that peel layers off.
 
 - ``mcp``: ``RayToolExecutor`` (``RAYDAG_TOOL_EXECUTOR=tasks``): a Ray task per call, calling the tool over MCP.
-- ``callers``: ``CallerPoolExecutor``: two async ``ToolCaller`` actors make the calls, many at once each.
+- ``callers``: ``CallerPoolExecutor``: an async ``ToolCaller`` actor makes the calls, many at once.
 - ``supervisor``: ``InlineExecutor`` (``RAYDAG_TOOL_EXECUTOR=supervisor``): the supervisor's own loop makes them.
+- ``callers2``: the same with two ``ToolCaller`` actors (``RAYDAG_TOOL_CALLERS=2``, the default until
+  2026-12-02).
 - ``callers-per-call``: the same ``ToolCaller`` actors, each call its own actor task (what
   ``callers`` shipped until exchanges batched them): the comparison for the batching.
 - ``ray``: a Ray task per call that answers without calling the tool server.
@@ -21,11 +23,11 @@ from typing import Any
 import ray
 
 from actors.executor import (
-    CALLS_PER_CALLER,
     CallerPoolExecutor,
     InlineExecutor,
     RayToolExecutor,
     ToolExecutor,
+    calls_per_caller,
 )
 from actors.mcp_client import ToolCall, ToolOutcome
 from bench._synthetic import CATALOGUE, WaitOutput
@@ -66,7 +68,10 @@ class PerCallCallers:
         self._callers: list[Any] = [
             ray.remote(ToolCaller)
             .options(
-                name=f"{prefix}-{index}", num_cpus=0, max_concurrency=CALLS_PER_CALLER, max_task_retries=0
+                name=f"{prefix}-{index}",
+                num_cpus=0,
+                max_concurrency=calls_per_caller(size),
+                max_task_retries=0,
             )
             .remote()
             for index in range(size)
@@ -90,6 +95,9 @@ class PerCallCallers:
 EXECUTORS: dict[str, Callable[[], ToolExecutor]] = {
     "mcp": lambda: RayToolExecutor(CATALOGUE),
     "callers": lambda: CallerPoolExecutor(CATALOGUE, name_prefix=f"bench-tool-caller-{uuid.uuid4().hex[:8]}"),
+    "callers2": lambda: CallerPoolExecutor(
+        CATALOGUE, size=2, name_prefix=f"bench-tool-caller-{uuid.uuid4().hex[:8]}"
+    ),
     "supervisor": lambda: InlineExecutor(CATALOGUE),
     "callers-per-call": PerCallCallers,
     "ray": RayInstantExecutor,

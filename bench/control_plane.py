@@ -40,7 +40,8 @@ ALL_EXECUTORS = {
     "ray": "+ Ray task per call (no MCP)",
     "mcp": "+ Ray task + MCP (RAYDAG_TOOL_EXECUTOR=tasks)",
     "callers-per-call": "caller actors + MCP, one actor call per tool call (before exchanges)",
-    "callers": "caller actors + MCP (RAYDAG_TOOL_EXECUTOR=callers)",
+    "callers": "caller actor + MCP (RAYDAG_TOOL_EXECUTOR=callers, one caller)",
+    "callers2": "two caller actors + MCP (RAYDAG_TOOL_CALLERS=2, the default before 2026-12-02)",
     "supervisor": "supervisor's loop + MCP (RAYDAG_TOOL_EXECUTOR=supervisor)",
 }
 EXECUTORS = {

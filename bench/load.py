@@ -4,7 +4,8 @@ One process brings up a fresh database, a local Ray as ``raydag serve`` starts i
 dashboard) and the Serve app on loopback. Each level runs every arm, one after the other (``BENCH_LOAD_ARMS``,
 ``executor/mcp``):
 
-- executor ``tasks`` (a Ray task per call) or ``callers`` (the supervisor's caller actors);
+- executor ``tasks`` (a Ray task per call) or ``callers`` (the supervisor's caller actors: ``RAYDAG_TOOL_CALLERS``'
+  default, one; ``callers2`` for two, and so on);
 - mcp ``serve``: the tool server mounted at the app's own ``/mcp``, as ``serve run`` deploys it (and
   ``raydag serve`` did until 2026-12-02), so tool calls cross the Serve proxy and share the replica with the
   API; ``app``: the tool server as a Serve application of its own at ``/mcp`` beside the API's
@@ -46,7 +47,7 @@ import httpx
 import psutil
 
 from actors.api.app import TOOLS_NAME
-from actors.executor import ExecutorKind
+from actors.executor import DEFAULT_CALLERS, ExecutorKind
 from actors.settings import DEV_API_KEYS
 from bench._cpu import CpuMeter, machine_busy
 from bench._harness import fresh_database, tool_server_process
@@ -189,6 +190,7 @@ def deploy(
     *,
     own_app: bool,
     tool_latency_ms: int = 0,
+    tool_callers: int = DEFAULT_CALLERS,
 ) -> Any:
     """(Re)deploy the app, as shipped, with a supervisor of its own; the supervisor once the app answers.
     ``own_app``: the default layout (the tool server an application of its own at ``/mcp``); otherwise one
@@ -207,6 +209,7 @@ def deploy(
         supervisor_name=name,
         tool_executor=executor,
         tool_latency_ms=tool_latency_ms,
+        tool_callers=tool_callers,
     )
     if own_app:
         for app_name, (route_prefix, application) in layout(config, Scaling()).items():
@@ -301,13 +304,14 @@ def _measure() -> list[Level]:
         if any(mcp == "process" for _, mcp in ARMS):
             tool_server_url, tool_server_pid = stack.enter_context(tool_server_process(dsn, key))
         cpu = CpuMeter(dsn.rsplit("/", 1)[1].split("?")[0], 0, classify=partial(_role, tool_server_pid))
-        for clients in LEVELS:  # the arms of one level side by side: the neighbours' load drifts
+        for round_, clients in enumerate(LEVELS):  # the arms of a level side by side: the load drifts
             for executor, mcp in ARMS:
                 arm = f"{executor}, MCP {MCP_PLACES[mcp]}"
                 mcp_url = tool_server_url if mcp == "process" else base_url + MCP_PATH
-                name = f"raydag-load-{executor}-{mcp}-{clients}"
+                name = f"raydag-load-{executor}-{mcp}-{clients}-{round_}"
+                kind, callers = _executor(executor)
                 supervisor = deploy(
-                    dsn, base_url, mcp_url, key, name, ExecutorKind(executor), own_app=mcp == "app"
+                    dsn, base_url, mcp_url, key, name, kind, own_app=mcp == "app", tool_callers=callers
                 )
                 level = asyncio.run(
                     _level(
@@ -325,6 +329,12 @@ def _measure() -> list[Level]:
                 errors = dict(error_reasons(level.attempts))
                 print(f"[{arm} × {clients}] {level.runs_per_s():.1f} runs/s, errors {errors}", flush=True)
     return levels
+
+
+def _executor(arm: str) -> tuple[ExecutorKind, int]:
+    """An arm's executor, and its number of caller actors (the default unless the arm names one: ``callers2``)."""
+    kind = arm.rstrip("0123456789")
+    return ExecutorKind(kind), int(arm[len(kind) :]) if arm != kind else DEFAULT_CALLERS
 
 
 def _ms(values: list[float], share: float) -> str:

@@ -45,6 +45,7 @@ TASKS = "raydag, a Ray task per call"
 PER_CALL = "raydag, an actor call per tool call (before exchanges)"
 E2E = "raydag e2e (submit → finished run)"
 CALLERS = "raydag (caller actors, as shipped)"
+TWO_CALLERS = "raydag, two caller actors (before)"
 SUPERVISOR = "raydag, calls in the supervisor's loop"
 ONE_AT_A_TIME = "one at a time"
 WAVES = "asyncio waves"
@@ -53,6 +54,7 @@ ARM_KEYS = {
     "tasks": TASKS,
     "callers-per-call": PER_CALL,
     "callers": CALLERS,
+    "callers2": TWO_CALLERS,
     "supervisor": SUPERVISOR,
     "waves": WAVES,
     "langgraph": LANGGRAPH,
@@ -101,6 +103,7 @@ async def _measure(
             TASKS: lambda: raydag("mcp", None),
             PER_CALL: lambda: raydag("callers-per-call", None),
             CALLERS: lambda: raydag("callers", None),
+            TWO_CALLERS: lambda: raydag("callers2", None),
             SUPERVISOR: lambda: raydag("supervisor", None),
             ONE_AT_A_TIME: lambda: raydag("callers", 1),
             WAVES: lambda: in_process(bench.waves(shape)),
@@ -139,7 +142,7 @@ def main() -> None:
     cases = shapes()
     columns = [
         name
-        for name in (CALLERS, E2E, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
+        for name in (CALLERS, E2E, TWO_CALLERS, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
         if any(ratios[(shape.name, name)] for shape, _ in cases)
     ]
     print("\n### Parallel efficiency: makespan ÷ critical path (median)\n")
@@ -161,7 +164,9 @@ def main() -> None:
     )
     if LANGGRAPH not in ARMS:
         print(f"- {LANGGRAPH}: not run (smoke run without the `bench` extra, which `make bench` installs)")
-    for name in (name for name in (CALLERS, PER_CALL, SUPERVISOR, WAVES, LANGGRAPH, TASKS) if name in ARMS):
+    for name in (
+        name for name in (CALLERS, TWO_CALLERS, PER_CALL, SUPERVISOR, WAVES, LANGGRAPH, TASKS) if name in ARMS
+    ):
         worst = max(
             (statistics.median(ratios[(shape.name, name)]), shape.name)
             for shape, width in cases
@@ -192,7 +197,7 @@ def main() -> None:
     print("|---|" + "---|" * (len(ROLES) + 1))
     for name in (
         name
-        for name in (CALLERS, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
+        for name in (CALLERS, TWO_CALLERS, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
         if nodes_run[name]
     ):
         per_node = {role: cpu[name][role] * 1000 / nodes_run[name] for role in ROLES}

@@ -43,7 +43,7 @@ from actors.api import (
     raise_for_submission,
     submissions,
 )
-from actors.executor import ExecutorKind
+from actors.executor import DEFAULT_CALLERS, ExecutorKind
 from actors.ports import refuse_shared_listener
 from actors.runtime import database, prepare_database
 from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
@@ -100,7 +100,7 @@ class ApiConfig:
     lease_s: float = 15.0
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     tool_executor: ExecutorKind = ExecutorKind.CALLERS
-    tool_callers: int = 2
+    tool_callers: int = DEFAULT_CALLERS
     max_active_runs: int = MAX_ACTIVE_RUNS
     toolsets: Toolsets | None = None
     """The MCP servers runs may use (``RAYDAG_TOOLSETS``); ``None``: the caseops tools at ``mcp_url``."""

@@ -13,7 +13,16 @@ from typing import Any, assert_never
 import psutil
 import pytest
 
-from actors.executor import CallerPoolExecutor, ExecutorKind, InlineExecutor, RayToolExecutor, ToolExecutor
+from actors.executor import (
+    CALLS_IN_FLIGHT,
+    DEFAULT_CALLERS,
+    CallerPoolExecutor,
+    ExecutorKind,
+    InlineExecutor,
+    RayToolExecutor,
+    ToolExecutor,
+    calls_per_caller,
+)
 from actors.mcp_client import ToolCall
 from actors.service import Cancellation, RunRequest, Submission
 from actors.store.runs import RunStore
@@ -42,7 +51,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout_s:
         await asyncio.sleep(0.05)
 
 
-def callers_of(supervisor_name: str, count: int = 2) -> list[Any]:
+def callers_of(supervisor_name: str, count: int = DEFAULT_CALLERS) -> list[Any]:
     import ray
 
     return [ray.get_actor(f"{supervisor_name}-tool-caller-{i}", namespace=NAMESPACE) for i in range(count)]
@@ -102,12 +111,14 @@ async def test_a_supervisor_starts_its_callers_before_its_first_call(
     import ray
 
     name = unique("raydag-test-callers-early")
-    supervisor = supervisor_for(dsn, tool_server, token_key, name, tool_executor=ExecutorKind.CALLERS)
+    supervisor = supervisor_for(
+        dsn, tool_server, token_key, name, tool_executor=ExecutorKind.CALLERS, tool_callers=2
+    )
 
     assert (await supervisor.ping.remote())["active_runs"] == 0
 
     await eventually(lambda: _exists(name, suffix="-tool-caller-1"), "both callers exist", timeout_s=10)
-    pings = [await caller.ping.remote() for caller in callers_of(name)]
+    pings = [await caller.ping.remote() for caller in callers_of(name, 2)]
     assert [ping["calls"] for ping in pings] == [0, 0]
     ray.kill(supervisor)
 
@@ -142,10 +153,12 @@ async def test_cancelling_a_run_cancels_its_calls_in_the_callers(
     import ray
 
     name = unique("raydag-test-callers-cancel")
-    supervisor = supervisor_for(dsn, hanging, token_key, name, tool_executor=ExecutorKind.CALLERS)
+    supervisor = supervisor_for(
+        dsn, hanging, token_key, name, tool_executor=ExecutorKind.CALLERS, tool_callers=2
+    )
     submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}))
     await eventually(lambda: _exists(name, suffix="-tool-caller-1"), "both callers exist")
-    callers = callers_of(name)
+    callers = callers_of(name, 2)
     await eventually(lambda: _in_flight_is(callers, 3), "case, policy and docs in flight")
 
     outcome = await supervisor.cancel.remote(submitted.run_id)
@@ -157,6 +170,34 @@ async def test_cancelling_a_run_cancels_its_calls_in_the_callers(
     assert (row["status"], row["stop_reason"]) == ("cancelled", "CANCELLED")
     kinds = [stored.event.kind for stored in await store.events(submitted.run_id)]
     assert "node_succeeded" not in kinds
+    ray.kill(supervisor)
+
+
+async def test_one_caller_makes_every_call_the_supervisor_has_in_flight_up_to_calls_in_flight(
+    ray_cluster: None, dsn: str, hanging: RunningToolServer, token_key: bytes
+) -> None:
+    """The default is one caller, and it alone makes the calls a supervisor's callers make together: twelve
+    C-102 runs hold 36 first-layer calls in flight at once, more than a caller's share when there were two."""
+    import ray
+
+    runs = 12
+    assert DEFAULT_CALLERS == 1
+    assert calls_per_caller(1) == CALLS_IN_FLIGHT > 3 * runs > calls_per_caller(2)
+    name = unique("raydag-test-one-caller")
+    supervisor = supervisor_for(dsn, hanging, token_key, name, tool_executor=ExecutorKind.CALLERS)
+    submitted = [
+        await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}))
+        for _ in range(runs)
+    ]
+    callers = callers_of(name)
+
+    await eventually(
+        lambda: _in_flight_is(callers, 3 * runs), "every first-layer call in flight", timeout_s=30
+    )
+
+    for submission in submitted:
+        assert await supervisor.cancel.remote(submission.run_id) is Cancellation.CANCELLED
+    await eventually(lambda: _in_flight_is(callers, 0), "the caller stopped the calls", timeout_s=10)
     ray.kill(supervisor)
 
 
