@@ -151,8 +151,9 @@ caller or two")."""
 
 
 def calls_per_caller(callers: int) -> int:
-    """Each of ``callers`` callers' share of ``CALLS_IN_FLIGHT``, rounded up."""
-    return -(-CALLS_IN_FLIGHT // callers)
+    """Each of ``callers`` callers' share of ``CALLS_IN_FLIGHT`` (rounded down, so the shares never add up to
+    more; at least one)."""
+    return max(1, CALLS_IN_FLIGHT // callers)
 
 
 MAX_NAMED_CALLS = 8

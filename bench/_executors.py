@@ -5,7 +5,7 @@
 - ``supervisor``: ``InlineExecutor`` (``RAYDAG_TOOL_EXECUTOR=supervisor``): the supervisor's own loop makes them.
 - ``callers2``: the same with two ``ToolCaller`` actors (``RAYDAG_TOOL_CALLERS=2``, the default until
   2026-12-02).
-- ``callers-per-call``: the same ``ToolCaller`` actors, each call its own actor task (what
+- ``callers-per-call``: two ``ToolCaller`` actors, each call its own actor task (what
   ``callers`` shipped until exchanges batched them): the comparison for the batching.
 - ``ray``: a Ray task per call that answers without calling the tool server.
 - ``inline``: the call is answered inside the supervisor: what remains is the control plane alone.

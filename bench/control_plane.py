@@ -6,8 +6,8 @@ The same supervisor runs each DAG with five executors, interleaved run by run, s
   authorization, the fingerprint gate, token minting and every transition written to PostgreSQL.
 - ``+ Ray task``: each call is a Ray task that answers without calling the tool server.
 - ``+ Ray task + MCP``: ``RAYDAG_TOOL_EXECUTOR=tasks``: a Ray task calling ``bench_wait`` over MCP.
-- ``caller actors + MCP``: ``RAYDAG_TOOL_EXECUTOR=callers``: the supervisor's two ``ToolCaller`` actors make
-  the calls.
+- ``caller actor + MCP``: ``RAYDAG_TOOL_EXECUTOR=callers``: the supervisor's ``ToolCaller`` actor makes the
+  calls (``callers2``: two of them, the default before 2026-12-02).
 - ``supervisor's loop + MCP``: ``RAYDAG_TOOL_EXECUTOR=supervisor``: the supervisor makes them itself.
 
 Chain: milliseconds per node = makespan ÷ nodes, and where a node's time goes (from the supervisor's and

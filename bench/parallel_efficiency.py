@@ -3,8 +3,9 @@
 Every arm calls the same ``bench_wait`` tool on the same MCP server over HTTP, each call with its own task token:
 
 - ``raydag (caller actors, as shipped)``: the supervisor dispatches each node the moment it is ready, after
-  validating, authorizing and recording it in PostgreSQL, to its two ``ToolCaller`` actors
-  (``RAYDAG_TOOL_EXECUTOR=callers``, the default), the calls a step makes ready in one exchange per caller.
+  validating, authorizing and recording it in PostgreSQL, to its ``ToolCaller`` actor
+  (``RAYDAG_TOOL_EXECUTOR=callers``, the default), the calls a step makes ready in one exchange; ``callers2``
+  adds the same with two callers (the default before 2026-12-02).
 - ``raydag, an actor call per tool call``: the same actors, each call an actor task of its own (the shipped
   path before exchanges; ``BENCH_PARALLEL_ARMS`` to add it).
 - ``raydag, calls in the supervisor's loop``: the same supervisor making the calls itself

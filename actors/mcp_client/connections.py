@@ -31,7 +31,6 @@ from typing import Any
 import aiohttp
 import anyio
 import httpx2
-import pydantic
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -42,7 +41,13 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from actors.mcp_client.session import OwnedSession, client_mode, is_modern, list_all_tools, make_client
-from actors.mcp_client.stateless_post import MODERN_PROTOCOL, Refused, open_session, post_tool_call
+from actors.mcp_client.stateless_post import (
+    MODERN_PROTOCOL,
+    MalformedAnswer,
+    Refused,
+    open_session,
+    post_tool_call,
+)
 from actors.mcp_client.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
 from actors.toolsets.config import (
     BearerAuth,
@@ -56,7 +61,7 @@ from actors.toolsets.listing import ServerListing
 from actors.tracing import context_of, tracer
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.events import ErrorKind, NodeError
-from dag.storable import MAX_DEPTH, unfit_values
+from dag.storable import unfit_values
 
 _SSL_CONTEXT = ssl.create_default_context()
 """Loading CA certificates costs ~35 ms; a worker builds the context once, not per call."""
@@ -420,7 +425,7 @@ def _classify_result(
     unfit = next(unfit_values(output), None)
     if unfit is not None:  # JSON it may be, but no run can record it: not an answer raydag can act on
         pointer, reason = unfit
-        message = f"{call.tool} answered with a value no run can record, at {pointer or '/'}: {reason}"
+        message = f"{call.tool} answered with a value no run can record ({reason}), at {pointer or '/'}"
         return None, NodeError(kind=ErrorKind.PROTOCOL, code="OUTPUT_UNSTORABLE", message=message[:500])
     problem = contract.output_problem(output)
     if problem is not None:
@@ -494,18 +499,8 @@ def _classify_exception(exc: BaseException) -> NodeError:
     transport_errors = httpx2.TransportError | aiohttp.ClientConnectionError | aiohttp.ClientPayloadError
     if isinstance(exc, transport_errors | ConnectionError | TimeoutError):
         return NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message=type(exc).__name__)
-    if isinstance(exc, RecursionError):  # only a server's answer nests past the parser's frames
-        return NodeError(
-            kind=ErrorKind.PROTOCOL,
-            code="OUTPUT_UNSTORABLE",
-            message=f"the answer nests too deep to read (a run records no more than {MAX_DEPTH} levels)",
-        )
-    if isinstance(exc, pydantic.ValidationError):  # the answer is JSON-RPC, but not a tool's result
-        return NodeError(
-            kind=ErrorKind.PROTOCOL,
-            code="MALFORMED_ANSWER",
-            message=f"the server's answer is not a tools/call result ({exc.error_count()} problem(s))",
-        )
+    if isinstance(exc, MalformedAnswer):
+        return NodeError(kind=ErrorKind.PROTOCOL, code=exc.code, message=str(exc))
     if isinstance(exc, RuntimeError) and any(words in str(exc) for words in _SDK_OUTPUT_MISMATCH):
         # The SDK checks outputs against the server's current listing before raydag sees them.
         return NodeError(

@@ -38,8 +38,10 @@ from mcp_types import (
     CallToolResult,
 )
 from opentelemetry import propagate
+from pydantic import ValidationError
 
 from actors.mcp_client.session import CLIENT_INFO
+from dag.storable import MAX_DEPTH
 
 MODERN_PROTOCOL = "2026-07-28"
 """Stateless: a call is one HTTP request, no handshake (the only era this path speaks). ``"legacy"`` selects
@@ -59,6 +61,15 @@ class Refused(Exception):
         self.status = status
         self.challenge = challenge
         """The response's ``WWW-Authenticate`` (an insufficient scope says so there)."""
+
+
+class MalformedAnswer(ValueError):
+    """The server answered the call, but not with anything raydag can read: a ``code`` and a message for the
+    node's protocol error (the answer's own text is not repeated)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 KEEPALIVE_S = 4.0
@@ -127,7 +138,13 @@ async def post_tool_call(
         )
     if status >= 400:
         raise Refused(status, challenge)
-    result = CallToolResult.model_validate(message.get("result"))
+    try:
+        result = CallToolResult.model_validate(message.get("result"))
+    except ValidationError as exc:
+        raise MalformedAnswer(
+            "MALFORMED_ANSWER",
+            f"the server's answer is not a tools/call result ({exc.error_count()} problem(s))",
+        ) from None
     if result.result_type != "complete":
         raise MCPError(
             INTERNAL_ERROR, f"the server answered a {result.result_type!r} result, not a complete one"
@@ -137,6 +154,16 @@ async def post_tool_call(
 
 def _answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
     """The JSON-RPC response to ``request_id``: the body itself, or the matching event of an SSE stream."""
+    try:
+        return _parsed_answer(kind, raw, request_id)
+    except RecursionError:  # nested past the parser's frames, and far past what a run records
+        raise MalformedAnswer(
+            "OUTPUT_UNSTORABLE",
+            f"the answer nests too deep to read (a run records no more than {MAX_DEPTH} levels)",
+        ) from None
+
+
+def _parsed_answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
     if kind == "text/event-stream":
         for line in raw.decode().splitlines():
             if line.startswith("data:"):

@@ -442,6 +442,8 @@ def _nested_answer(request_id: int, depth: int) -> bytes:
             lambda rid: _nested_answer(rid, 100_000),
             (ErrorKind.PROTOCOL, "OUTPUT_UNSTORABLE"),
         ),
+        # A refusal whose body cannot be read is a refusal all the same.
+        (404, "application/json", lambda rid: _nested_answer(rid, 100_000), (ErrorKind.PROTOCOL, "HTTP_404")),
     ],
     ids=[
         "sse",
@@ -454,6 +456,7 @@ def _nested_answer(request_id: int, depth: int) -> bytes:
         "not-a-result",
         "nested-past-the-limit",
         "nested-past-the-parser",
+        "404-nested-past-the-parser",
     ],
 )
 async def test_a_one_post_answer_is_read_whatever_its_framing_and_a_bare_refusal_by_its_status(

@@ -42,11 +42,16 @@ def _nested(depth: int, innermost: object, container: type = list) -> object:
     return value
 
 
-def test_a_value_nested_past_any_recursion_limit_is_walked_without_recursing() -> None:
-    [(pointer, reason)] = unfit_values(_nested(100_000, "\x00"))
+def test_a_value_nested_past_any_recursion_limit_is_refused_at_the_limit_and_the_rest_still_walked() -> None:
+    value = {"deep": _nested(100_000, "\x00"), "fits": _nested(MAX_DEPTH - 1, "\x00"), "last": float("nan")}
 
-    assert pointer == "/0" * MAX_DEPTH  # the first list too deep; nothing inside it is looked at
+    [(too_deep, reason), (nul, _), (nan, _)] = unfit_values(value)
+
+    assert too_deep == "/deep" + "/0" * (
+        MAX_DEPTH - 1
+    )  # the first list too deep; nothing inside it is looked at
     assert str(MAX_DEPTH) in reason
+    assert (nul, nan) == ("/fits" + "/0" * (MAX_DEPTH - 1), "/last")
 
 
 @pytest.mark.parametrize("container", [list, dict])
