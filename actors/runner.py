@@ -589,7 +589,7 @@ class _RoundSpans:
 
 def _unrecordable(decision: JoinDecision) -> str | None:
     """Why ``decision`` cannot be recorded, if it cannot: a model may write a NUL, a lone surrogate or a
-    non-finite number into its answer."""
+    non-finite number into its answer, or nest it past ``dag.storable.MAX_DEPTH``."""
     match decision:
         case Final(result=result, citations=citations):
             written: dict[str, Any] = {"result": dict(result), "citations": list(citations)}

@@ -58,6 +58,7 @@ from dag.events import (
 from dag.run_state import fold
 from dag.schemas import JsonSchema
 from dag.states import NodeStatus, RunStatus, StopReason
+from dag.storable import MAX_DEPTH
 from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.planner import (
     CASE_TOOL,
@@ -674,14 +675,22 @@ async def test_the_recorded_log_has_contiguous_seqs_and_folds_into_the_final_sta
     executor.assert_done()
 
 
+def _nested_past_max_depth() -> list[object]:
+    value: list[object] = []
+    for _ in range(MAX_DEPTH - 1):  # inside the result's own object, one level more than a run records
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     "decision",
     [
         Final({"answer": "complete\x00"}, citations=[]),
         Final({"score": float("nan")}, citations=[]),
         Replan("look again \ud800"),
+        Final({"answer": _nested_past_max_depth()}, citations=[]),
     ],
-    ids=["nul-in-the-result", "nan-in-the-result", "surrogate-in-the-reason"],
+    ids=["nul-in-the-result", "nan-in-the-result", "surrogate-in-the-reason", "nested-too-deep"],
 )
 async def test_an_answer_no_run_can_record_is_the_planner_breaking_its_contract(decision: object) -> None:
     planner = ScriptedPlanner(Decide(decision))  # type: ignore[arg-type]
