@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from functools import cache
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -66,7 +67,11 @@ def flush() -> None:
         force_flush()
 
 
+@cache
 def tracer() -> trace.Tracer:
+    """raydag's tracer, got once per process: ``trace.get_tracer`` reads the environment on every call, and
+    before ``configure_tracing`` installs a provider it answers a proxy that follows the provider installed
+    later."""
     return trace.get_tracer("raydag")
 
 
