@@ -51,6 +51,8 @@ SUPERVISOR = "raydag, calls in the supervisor's loop"
 ONE_AT_A_TIME = "one at a time"
 WAVES = "asyncio waves"
 LANGGRAPH = "LangGraph"
+ORDER = (CALLERS, E2E, TWO_CALLERS, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
+"""The order of the columns and lines of every table (each shows the arms it has figures for)."""
 ARM_KEYS = {
     "tasks": TASKS,
     "callers-per-call": PER_CALL,
@@ -141,11 +143,7 @@ def main() -> None:
     with bench_runtime() as bench:
         ratios, cpu, nodes_run, quiet = asyncio.run(_measure(bench))
     cases = shapes()
-    columns = [
-        name
-        for name in (CALLERS, E2E, TWO_CALLERS, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
-        if any(ratios[(shape.name, name)] for shape, _ in cases)
-    ]
+    columns = [name for name in ORDER if any(ratios[(shape.name, name)] for shape, _ in cases)]
     print("\n### Parallel efficiency: makespan ÷ critical path (median)\n")
     print("| shape | nodes | critical path ms | " + " | ".join(columns) + " | barrier bound |")
     print("|---|---|---|" + "---|" * len(columns) + "---|")
@@ -165,9 +163,7 @@ def main() -> None:
     )
     if LANGGRAPH not in ARMS:
         print(f"- {LANGGRAPH}: not run (smoke run without the `bench` extra, which `make bench` installs)")
-    for name in (
-        name for name in (CALLERS, TWO_CALLERS, PER_CALL, SUPERVISOR, WAVES, LANGGRAPH, TASKS) if name in ARMS
-    ):
+    for name in (name for name in ORDER if name in ARMS):
         worst = max(
             (statistics.median(ratios[(shape.name, name)]), shape.name)
             for shape, width in cases
@@ -196,11 +192,7 @@ def main() -> None:
     print("\n### CPU per node, by process (ms, all shapes)\n")
     print("| arm | " + " | ".join(ROLES) + " | total |")
     print("|---|" + "---|" * (len(ROLES) + 1))
-    for name in (
-        name
-        for name in (CALLERS, TWO_CALLERS, PER_CALL, SUPERVISOR, ONE_AT_A_TIME, WAVES, LANGGRAPH, TASKS)
-        if nodes_run[name]
-    ):
+    for name in (name for name in ORDER if nodes_run[name]):
         per_node = {role: cpu[name][role] * 1000 / nodes_run[name] for role in ROLES}
         print(
             f"| {name} | "
