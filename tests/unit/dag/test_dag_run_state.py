@@ -44,7 +44,7 @@ from dag.events import (
     event_to_json,
 )
 from dag.fingerprint import action_fingerprint
-from dag.run_state import RunState, apply, fold
+from dag.run_state import NodeState, RunState, _evolve, apply, fold
 from dag.states import NodeStatus, RunStatus, StopReason
 
 RESOLUTIONS = [
@@ -375,3 +375,27 @@ def test_a_run_created_event_naming_both_a_case_and_a_resource_is_refused() -> N
 
     with pytest.raises(ValueError, match="case_id"):
         event_from_json(both)
+
+
+def test_a_transition_leaves_the_state_it_was_applied_to_as_it_was(example_plan: dict[str, Any]) -> None:
+    """The reducer copies states without re-running their constructors; a copy must never share a changed
+    field with the original: a supervisor keeps the stored state while it applies staged events on top."""
+    before = running(example_plan)
+    nodes_before = dict(before.nodes)
+    after = apply(before, dispatched("case", CASE_TOOL, {"case_id": CASE_ID}))
+    assert before.nodes == nodes_before
+    assert before.nodes["case"].status is NodeStatus.PENDING
+    assert after.nodes["case"].status is NodeStatus.RUNNING
+    assert after.proposals == {after.nodes["case"].fingerprint: 1}
+    assert not before.proposals
+
+
+@pytest.mark.parametrize("cls", [RunState, NodeState])
+def test_the_reducers_states_have_no_post_init_for_their_copies_to_skip(cls: type) -> None:
+    """``_evolve`` copies fields without calling ``__init__``: a ``__post_init__`` added later would be skipped."""
+    assert not hasattr(cls, "__post_init__")
+
+
+def test_copying_a_state_with_a_field_it_does_not_have_is_an_error(example_plan: dict[str, Any]) -> None:
+    with pytest.raises(TypeError, match="no fields"):
+        _evolve(running(example_plan), statsu=RunStatus.RUNNING)
