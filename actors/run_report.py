@@ -48,12 +48,12 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     plan = Table(title=f"plan for {about} (DAG)", title_justify="left")
     for column in ("node", "tool", "waits for"):
         plan.add_column(column)
-    from dag.plan import Plan, dependencies
+    from dag.plan import Plan
 
     if run["plan"]:
         for spec in Plan.parse(run["plan"]).nodes:
             fan = f" (for each of {spec.for_each.ref}{spec.for_each.pointer})" if spec.for_each else ""
-            plan.add_row(spec.id, spec.tool + fan, ", ".join(dependencies(spec)) or "—")
+            plan.add_row(spec.id, spec.tool + fan, ", ".join(spec.dependencies) or "—")
     console.print(plan)
 
     timed = [node for node in nodes if node["started_at"] and node["finished_at"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -57,6 +58,21 @@ class PlanNode(BaseModel):
         _check_json(args, depth=0)
         return args
 
+    @functools.cached_property
+    def dependencies(self) -> tuple[str, ...]:
+        """The names this node waits for: its references, its ``for_each`` source and ``after``, in first-seen
+        order, as the plan writes them (``qualify`` turns them into run node ids). Found once per node: the
+        scheduler asks on every step that looks at it."""
+        seen: dict[str, None] = {}
+        if self.for_each is not None:
+            seen[self.for_each.ref] = None
+        for _, reference in iter_references(self.args, node_id=self.id):
+            if isinstance(reference, NodeRef):
+                seen[reference.node] = None
+        for after in self.after:
+            seen[after] = None
+        return tuple(seen)
+
 
 MAX_JSON_DEPTH = 32
 """How deeply JSON raydag accepts may nest, counted from its root: an API request body (checked on its raw
@@ -106,20 +122,3 @@ class Plan(BaseModel):
             if candidate.id == node_id:
                 return candidate
         raise KeyError(node_id)
-
-
-def dependencies(node: PlanNode) -> tuple[str, ...]:
-    """The names ``node`` waits for: its references, its ``for_each`` source and ``after``, in first-seen order.
-
-    Names are as the plan writes them; ``qualify`` turns them into run node ids.
-    """
-
-    seen: dict[str, None] = {}
-    if node.for_each is not None:
-        seen[node.for_each.ref] = None
-    for _, reference in iter_references(node.args, node_id=node.id):
-        if isinstance(reference, NodeRef):
-            seen[reference.node] = None
-    for after in node.after:
-        seen[after] = None
-    return tuple(seen)

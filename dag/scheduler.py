@@ -12,7 +12,7 @@ from typing import Any
 
 from dag.errors import ReferenceUnresolved
 from dag.fingerprint import action_fingerprint
-from dag.plan import PlanNode, dependencies, qualify
+from dag.plan import PlanNode, qualify
 from dag.refs import resolve_args, resolve_pointer
 from dag.run_state import NodeState, RunState
 from dag.states import NodeStatus
@@ -161,7 +161,7 @@ class Frontier:
             if node.parent is not None:
                 self._waiters[node_id].append(node.parent)  # its group settles when it ends
             else:
-                for name in dependencies(state.spec_of(node)):
+                for name in state.spec_of(node).dependencies:
                     self._waiters[qualify(name, node.round)].append(node_id)
 
 
@@ -174,7 +174,7 @@ def _settle(state: RunState, group: NodeState) -> Settle | None:
 
 
 def _plan_node_step(state: RunState, node: NodeState, spec: PlanNode) -> Candidate | None:
-    for name in dependencies(spec):
+    for name in spec.dependencies:
         dependency = qualify(name, node.round)
         upstream = state.nodes[dependency]
         if not upstream.status.terminal:

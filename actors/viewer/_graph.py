@@ -6,7 +6,7 @@ from typing import Literal
 
 from typing_extensions import TypedDict  # pydantic (FastAPI answers with it) needs this one before 3.12
 
-from dag.plan import dependencies, qualify
+from dag.plan import qualify
 from dag.run_state import RunState
 
 EdgeKind = Literal["depends", "for_each", "expands"]
@@ -23,7 +23,7 @@ class Edge(TypedDict):
 
 def run_edges(state: RunState) -> list[Edge]:
     """Every edge of the run so far, in run order: each plan node's references, ``for_each`` source and
-    ``after`` (``dag.plan.dependencies``, named as the run names them), and each group's children."""
+    ``after`` (``PlanNode.dependencies``, named as the run names them), and each group's children."""
     edges: list[Edge] = []
     for node_id in state.order:
         node = state.nodes[node_id]
@@ -31,7 +31,7 @@ def run_edges(state: RunState) -> list[Edge]:
             edges.append(Edge(source=node.parent, target=node_id, kind="expands"))
             continue
         spec = state.spec_of(node)
-        for name in dependencies(spec):
+        for name in spec.dependencies:
             source = qualify(name, node.round)
             if source not in state.nodes:
                 continue  # validation rejects such plans; a viewer draws what exists

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dag.errors import PlanErrorCode, PlanInvalid
-from dag.plan import Plan, dependencies
+from dag.plan import Plan
 from dag.refs import ITEM_KEY
 
 
@@ -43,7 +43,7 @@ def test_dependencies_list_the_for_each_source_then_references_then_after() -> N
         }
     )
 
-    assert dependencies(plan.nodes[0]) == ("a", "b", "c")
+    assert plan.nodes[0].dependencies == ("a", "b", "c")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dag.errors import PlanErrorCode, PlanInvalid
-from dag.plan import NODE_ID_PATTERN, Plan, dependencies
+from dag.plan import NODE_ID_PATTERN, Plan
 from dag.validate import validate_plan
 from mcp_server.contracts import CASEOPS_TOOLS
 
@@ -67,7 +67,7 @@ def assert_only_earlier_references(plan: Plan) -> None:
         assert NODE_ID_PATTERN.fullmatch(node.id)
         assert node.id not in earlier
         assert node.tool in CASEOPS_TOOLS
-        assert set(dependencies(node)) <= earlier, f"{node.id} depends on a node not listed before it"
+        assert set(node.dependencies) <= earlier, f"{node.id} depends on a node not listed before it"
         earlier.add(node.id)
 
 
