@@ -55,6 +55,12 @@ from dag.states import NodeStatus, StopReason
 from dag.validate import check_arguments
 from mcp_server.tokens import TaskTokens
 
+HELD_AT_MOST_S = 0.05
+"""How long what a round decided and nothing acts on yet (outcomes that make no node ready while other calls
+are out) waits to be stored with the next append. A wide layer's outcomes land a few at a time; one append each
+was several appends the layer's last outcome queued behind. It is stored before anything acts on it, with the
+next dispatch or the round's end, or after this long, so that a run's events lag its calls by no more."""
+
 
 @dataclass(frozen=True)
 class Interruption:
@@ -213,9 +219,11 @@ class RoundExecution:
                     assert self._plan_changed is not None
                     arrival = asyncio.ensure_future(self._plan_changed.wait())
                     waiting.add(arrival)
+                held = self._run.staged_for()
+                timeout = remaining if held is None else min(remaining, max(0.0, HELD_AT_MOST_S - held))
                 try:
                     done, _ = await asyncio.wait(
-                        waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                        waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                     )
                 finally:
                     if arrival is not None:
@@ -225,6 +233,9 @@ class RoundExecution:
                 await self._absorb(
                     cast(set[asyncio.Task[Any]], {task for task in done if task is not arrival})
                 )
+                held = self._run.staged_for()
+                if held is not None and held >= HELD_AT_MOST_S:
+                    await self._run.flush()
         finally:
             cancelled.cancel()
             handover.cancel()
@@ -419,9 +430,9 @@ class RoundExecution:
                     assert_never(step)
         if not events:
             return retried
-        if calls or not self._idle():
+        if calls:
             await self._run.record(*events)
-        else:  # nothing starts, nothing is in flight: the round is ending, and its end stores these with it
+        else:  # nothing starts: stored with the next dispatch, the round's end, or after HELD_AT_MOST_S
             await self._run.stage(*events)
         for call, contract in calls:
             self._start(call, contract)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol
@@ -42,9 +43,15 @@ class RunRecorder:
         self.last_seq = last_seq
         self._stored = state
         self._staged: list[Transition] = []
+        self._staged_at: float | None = None
+        """When (``time.monotonic()``) the oldest staged transition was staged."""
         self._sink = sink
         self._metrics = metrics
         self._lock = asyncio.Lock()  # a streamed plan records while its round executes
+
+    def staged_for(self) -> float | None:
+        """Seconds since the oldest transition not yet stored was staged; ``None`` if none waits."""
+        return None if self._staged_at is None else time.monotonic() - self._staged_at
 
     @property
     def state(self) -> RunState:
@@ -81,6 +88,7 @@ class RunRecorder:
                     await self._sink.append(state, self.last_seq + 1, written)
             finally:
                 self._staged = []  # stored now, or gone down with this append
+                self._staged_at = None
             self._stored = state
             self.last_seq += len(written)
             report(self._metrics, transitions)
@@ -98,6 +106,8 @@ class RunRecorder:
                 after = apply(state, event)
                 self._staged.append((state, event, after))
                 state = after
+            if events and self._staged_at is None:
+                self._staged_at = time.monotonic()
 
     async def finish(
         self,

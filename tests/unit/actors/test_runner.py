@@ -55,7 +55,7 @@ from dag.events import (
     RunEvent,
     RunFinished,
 )
-from dag.run_state import fold
+from dag.run_state import RunState, fold
 from dag.schemas import JsonSchema
 from dag.states import NodeStatus, RunStatus, StopReason
 from dag.storable import MAX_DEPTH
@@ -729,6 +729,56 @@ async def test_an_accepted_plan_is_stored_with_its_first_dispatches_and_the_last
     ]  # the last outcome, the round's end
     assert appends[-1] == ["run_finished"]
     assert final.status is RunStatus.COMPLETED
+    executor.assert_done()
+
+
+async def test_outcomes_that_start_nothing_while_calls_are_out_are_stored_with_the_next_dispatch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """case and policy land while docs is out and start nothing: one append each would only queue docs's
+    outcome behind them. They wait for the append that acts next: docs's outcome with the resolves it starts."""
+    monkeypatch.setattr("actors.execution.HELD_AT_MOST_S", 60.0)  # this test is not about the bound
+    docs = asyncio.Event()
+    sink, executor = RecordingSink(), ScriptedExecutor(c102_script(gates={"docs": docs}))
+    run = asyncio.create_task(drive(driver(sink, executor), run_created()))
+    await asyncio.wait_for(
+        asyncio.gather(executor.settled["case"].wait(), executor.settled["policy"].wait()), 5
+    )
+    for _ in range(10):  # let the run's loop take the two outcomes in
+        await asyncio.sleep(0)
+    docs.set()
+
+    final = await run
+
+    appends = _appended_kinds(sink)
+    landed = next(kinds for kinds in appends if "node_succeeded" in kinds)
+    assert landed == ["node_succeeded"] * 3 + [
+        "node_expanded",
+        "node_dispatched",
+    ]  # and the resolve docs starts
+    assert final.status is RunStatus.COMPLETED
+    executor.assert_done()
+
+
+async def test_outcomes_that_start_nothing_are_stored_within_the_hold_while_a_call_is_still_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("actors.execution.HELD_AT_MOST_S", 0.01)
+    docs = asyncio.Event()
+    sink, executor = RecordingSink(), ScriptedExecutor(c102_script(gates={"docs": docs}))
+    run = asyncio.create_task(drive(driver(sink, executor), run_created()))
+
+    def case_and_policy_stored(state: RunState) -> bool:
+        return all(
+            node in state.nodes and state.nodes[node].status is NodeStatus.SUCCEEDED
+            for node in ("case", "policy")
+        )
+
+    stored = await sink.reached(case_and_policy_stored)
+
+    assert stored.nodes["docs"].status is NodeStatus.RUNNING  # stored by the bound, not by docs's landing
+    docs.set()
+    assert (await run).status is RunStatus.COMPLETED
     executor.assert_done()
 
 
