@@ -22,6 +22,7 @@ BENCHMARKS = {
     "streaming": "bench.streaming",
     "batch": "bench.batch",
     "shipped-cpu": "bench.shipped_cpu",
+    "layer": "bench.layer_timeline",
 }
 """Each benchmark's module; imported only when it runs, after ``--smoke`` has chosen its sizes."""
 
