@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import pickle
 import time
 import uuid
 from collections.abc import Coroutine, Sequence
@@ -154,6 +155,15 @@ def calls_per_caller(callers: int) -> int:
     """Each of ``callers`` callers' share of ``CALLS_IN_FLIGHT`` (rounded down, so the shares never add up to
     more; at least one)."""
     return max(1, CALLS_IN_FLIGHT // callers)
+
+
+def pack(value: Any) -> bytes:
+    """An exchange's arguments, or its answer, as one ``bytes`` (``ToolCaller.packed_exchange``), pickled as
+    Ray pickles arguments: a class defined where it cannot be imported travels by value."""
+    from ray import cloudpickle
+
+    packed: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-untyped-call]
+    return packed
 
 
 MAX_NAMED_CALLS = 8
@@ -314,8 +324,8 @@ class CallerPoolExecutor:
         try:
             ref = (
                 self._caller(name)
-                .exchange.options(name=exchange_name(handed))
-                .remote(self._session, calls, contracts, cancels)
+                .packed_exchange.options(name=exchange_name(handed))
+                .remote(pack((self._session, calls, contracts, cancels)))
             )
         except RayError as exc:
             self._callers.pop(name, None)
@@ -333,7 +343,7 @@ class CallerPoolExecutor:
 
         lane = self._lanes[name]
         try:
-            landed: list[tuple[int, ToolOutcome]] = await ref
+            landed: list[tuple[int, ToolOutcome]] = pickle.loads(await ref)
         except RayError as exc:
             if isinstance(exc, ActorDiedError):  # gone for good (not restarting): the next call makes another
                 self._callers.pop(name, None)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from actors.mcp_client import ToolCall
+import pickle
+
+from actors.executor import pack
+from actors.mcp_client import ToolCall, ToolOutcome
 from actors.tool_caller import ToolCaller
 from mcp_server.contracts import CASEOPS_TOOLS
 
@@ -37,3 +40,19 @@ async def test_a_call_cancelled_by_an_exchange_that_ran_before_it_arrived_never_
     assert landed == []
     assert [ticket for ticket, _ in other] == [8]  # the next call runs as usual, and lands
     assert (status["calls"], status["in_flight"]) == (1, 0)
+
+
+async def test_a_packed_exchange_hands_over_and_brings_back_what_an_exchange_does() -> None:
+    caller = ToolCaller()
+    contracts = {SNAPSHOT: CASEOPS_TOOLS[SNAPSHOT]}
+    try:
+        answer = await caller.packed_exchange(pack(("pool", [(3, unreachable_call())], contracts, [])))
+    finally:
+        await caller.stop()
+
+    landed = pickle.loads(answer)
+    assert [ticket for ticket, _ in landed] == [3]
+    outcome = landed[0][1]
+    assert isinstance(outcome, ToolOutcome)
+    assert outcome.error is not None
+    assert outcome.error.code == "CONNECTION_FAILED"  # the call was made: nothing listens there
