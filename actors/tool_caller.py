@@ -142,8 +142,8 @@ class ToolCaller:
     async def packed_exchange(self, handover: bytes) -> bytes:
         """``exchange`` with its arguments and its answer each packed into one ``bytes`` (``pack``): what the
         pool sends. Ray handles every argument of an actor call on its own way there and back; one ``bytes``
-        instead of four arguments holding calls and contracts took an exchange's round trip from ~2.0 to ~1.6 ms
-        and its submission from 0.43 to 0.28 ms (docs/BENCHMARKS.md, 2026-12-03)."""
+        instead of four arguments holding calls and contracts took an exchange's round trip from ~2.1 to ~1.6 ms
+        and its submission from 0.43 to 0.25 ms (docs/BENCHMARKS.md, 2026-12-03)."""
         session, calls, contracts, cancels = pickle.loads(handover)
         return pack(await self.exchange(session, calls, contracts, cancels))
 
