@@ -63,7 +63,7 @@ def main() -> None:
     with bench_runtime() as bench:
         runs = asyncio.run(_measure(bench))
     critical = lattice(WIDTH, 1).critical_path_ms()
-    print(f"\n### Where a {WIDTH}-wide layer's time goes ({critical} ms tools; median of {RUNS} runs, ms)\n")
+    print(f"\n### A layer's timeline: {WIDTH} calls of {critical} ms tools (median of {RUNS} runs, ms)\n")
     print("| from the layer's dispatch | " + " | ".join(ARMS.values()) + " |")
     print("|---|" + "---|" * len(ARMS))
     for label, measure in MEASURES.items():

@@ -35,7 +35,7 @@ TABLES = {
     "streaming": ["Streamed plans"],
     "batch": ["Batch of wide cases through one supervisor"],
     "shipped-cpu": ["Shipped runtime, CPU per node by process"],
-    "layer": ["Where a"],
+    "layer": ["A layer's timeline"],
 }
 """The headings of the tables each benchmark prints (the start of each ``### `` line)."""
 
