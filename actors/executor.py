@@ -166,6 +166,11 @@ def pack(value: Any) -> bytes:
     return packed
 
 
+def unpack(packed: bytes) -> Any:
+    """What ``pack`` packed (plain ``pickle`` reads what cloudpickle wrote)."""
+    return pickle.loads(packed)
+
+
 MAX_NAMED_CALLS = 8
 """How many of its calls an exchange's task name lists; the rest are counted."""
 
@@ -339,12 +344,12 @@ class CallerPoolExecutor:
     async def _receive(self, name: str, ref: Any, *, upto: int) -> None:
         """Deliver what an exchange brings back; if calls are still in flight there and no other exchange
         waits for them, send one that does. ``upto``: the last ticket handed over by the time it was sent."""
-        from ray.exceptions import ActorDiedError, RayError
+        from ray.exceptions import ActorDiedError
 
         lane = self._lanes[name]
         try:
-            landed: list[tuple[int, ToolOutcome]] = pickle.loads(await ref)
-        except RayError as exc:
+            landed: list[tuple[int, ToolOutcome]] = unpack(await ref)
+        except Exception as exc:  # failed in Ray, or an answer this process cannot unpack: the calls are lost
             if isinstance(exc, ActorDiedError):  # gone for good (not restarting): the next call makes another
                 self._callers.pop(name, None)
             self._fail(name, exc, upto=upto)

@@ -19,14 +19,13 @@ import asyncio
 import dataclasses
 import functools
 import os
-import pickle
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from actors.executor import CALLS_IN_FLIGHT, pack, worker_failed
+from actors.executor import CALLS_IN_FLIGHT, pack, unpack, worker_failed
 from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool
 from actors.toolsets.config import HttpServer, StdioServer
 from actors.toolsets.discovery import TokenFor, discover
@@ -144,7 +143,7 @@ class ToolCaller:
         pool sends. Ray handles every argument of an actor call on its own way there and back; one ``bytes``
         instead of four arguments holding calls and contracts took an exchange's round trip from ~2.1 to ~1.6 ms
         and its submission from 0.43 to 0.25 ms (docs/BENCHMARKS.md, 2026-12-03)."""
-        session, calls, contracts, cancels = pickle.loads(handover)
+        session, calls, contracts, cancels = unpack(handover)
         return pack(await self.exchange(session, calls, contracts, cancels))
 
     def _landed(self, state: _Session, ticket: int, task: asyncio.Task[ToolOutcome]) -> None:

@@ -62,7 +62,8 @@ class PlanNode(BaseModel):
     def dependencies(self) -> tuple[str, ...]:
         """The names this node waits for: its references, its ``for_each`` source and ``after``, in first-seen
         order, as the plan writes them (``qualify`` turns them into run node ids). Found once per node: the
-        scheduler asks on every step that looks at it."""
+        scheduler asks on every step that looks at it. (Kept with the node: ``model_copy(update=...)``, which
+        validates nothing, would keep it too; a changed node is parsed anew.)"""
         seen: dict[str, None] = {}
         if self.for_each is not None:
             seen[self.for_each.ref] = None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
-from actors.executor import pack
+from actors.executor import CallerPoolExecutor, pack
 from actors.mcp_client import ToolCall, ToolOutcome
 from actors.tool_caller import ToolCaller
+from dag.events import RuntimeFailure
 from mcp_server.contracts import CASEOPS_TOOLS
 
 SNAPSHOT = "caseops_get_case_snapshot"
@@ -56,3 +58,24 @@ async def test_a_packed_exchange_hands_over_and_brings_back_what_an_exchange_doe
     assert isinstance(outcome, ToolOutcome)
     assert outcome.error is not None
     assert outcome.error.code == "CONNECTION_FAILED"  # the call was made: nothing listens there
+
+
+async def test_an_exchange_answer_the_pool_cannot_unpack_fails_its_calls_rather_than_leaving_them_waiting() -> (
+    None
+):
+    pool = CallerPoolExecutor(CASEOPS_TOOLS)
+    [name] = pool.names
+    lane = pool._lanes[name]
+    waiting = asyncio.get_running_loop().create_future()
+    lane.waiting[1] = waiting
+    lane.exchanges = 1
+
+    async def garbled() -> bytes:
+        return b"not a pickle"
+
+    await pool._receive(name, garbled(), upto=1)
+
+    outcome = waiting.result()
+    assert outcome.error is not None
+    assert outcome.error.code == RuntimeFailure.WORKER_FAILED  # transient: the supervisor retries the call
+    assert lane.exchanges == 0
