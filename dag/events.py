@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -288,6 +289,12 @@ def event_from_json(data: Any) -> RunEvent:
 
 def event_to_json(event: RunEvent) -> dict[str, Any]:
     return event.model_dump(mode="json")
+
+
+def events_to_json_text(events: Sequence[RunEvent]) -> str:
+    """``events`` as the text of one JSON array: the values of ``event_to_json``, encoded by pydantic's own
+    serialiser, which costs a third to a fifth of building the dicts and passing them to ``json.dumps``."""
+    return f"[{','.join(event.model_dump_json() for event in events)}]"
 
 
 def event_node_id(event: RunEvent) -> str | None:

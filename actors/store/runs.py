@@ -27,6 +27,7 @@ from dag.events import (
     event_from_json,
     event_node_id,
     event_to_json,
+    events_to_json_text,
 )
 from dag.fingerprint import sha256_hex
 from dag.policy import Principal
@@ -52,10 +53,19 @@ class StoredEvent:
     recorded_at: datetime
 
 
+_AS_JSON_TEXT = frozenset({"p_events"})
+"""Arguments passed as JSON text already encoded, cast to ``jsonb`` by the statement: the pool's ``jsonb``
+codec would encode a string as a JSON string."""
+
+
 @functools.cache
 def _append_statement(names: tuple[str, ...]) -> str:
     """``SELECT raydag_append(p_run_id => $1, …)`` for arguments passed in the order of ``names``."""
-    return f"SELECT raydag_append({', '.join(f'{name} => ${index}' for index, name in enumerate(names, 1))})"
+    arguments = (
+        f"{name} => ${index}::text::jsonb" if name in _AS_JSON_TEXT else f"{name} => ${index}"
+        for index, name in enumerate(names, 1)
+    )
+    return f"SELECT raydag_append({', '.join(arguments)})"
 
 
 class RunStore:
@@ -163,7 +173,7 @@ class RunStore:
             "p_first_seq": first_seq,
             "p_kinds": [event.kind for event in events],
             "p_node_ids": [event_node_id(event) for event in events],
-            "p_events": [event_to_json(event) for event in events],
+            "p_events": events_to_json_text(events),
             "p_status": state.status.value,
             "p_stop_reason": state.stop_reason.value if state.stop_reason else None,
             "p_detail": state.detail,
