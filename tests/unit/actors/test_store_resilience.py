@@ -78,6 +78,41 @@ async def test_a_runs_transition_is_not_cut_short_by_a_request_deadline() -> Non
         assert await retrying(flaky, window_s=RUN_WINDOW_S, what="an append") == "appended"
 
 
+async def test_a_statement_that_fails_once_is_retried_once_and_logged_as_the_second_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    attempts = 0
+
+    async def dropped_once() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise ConnectionResetError
+        return "appended"
+
+    with caplog.at_level("WARNING", logger=resilience.__name__):
+        assert await retrying(dropped_once, window_s=RUN_WINDOW_S, what="an append") == "appended"
+
+    assert attempts == 2
+    assert [record.getMessage() for record in caplog.records] == [
+        "retrying an append after a database connection error (attempt 2)"
+    ]
+
+
+async def test_a_statement_that_fails_for_any_other_reason_is_not_retried() -> None:
+    attempts = 0
+
+    async def rejected() -> None:
+        nonlocal attempts
+        attempts += 1
+        raise ValueError("a unique violation, say")
+
+    with pytest.raises(ValueError, match="unique violation"):
+        await retrying(rejected, window_s=RUN_WINDOW_S, what="an insert")
+
+    assert attempts == 1
+
+
 async def test_a_nested_deadline_gives_a_fresh_budget_and_the_outer_one_returns() -> None:
     with deadline(0.0):
         assert remaining_s() == 0.0
