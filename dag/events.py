@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, field_validator, model_validator
+from pydantic_core import PydanticSerializationError
 
 from dag.budget import Budgets
 from dag.policy import Decision
@@ -68,7 +70,9 @@ class NodeError(BaseModel):
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN and Infinity encode as ``json.dumps`` writes them (and PostgreSQL refuses), not as ``null``: a
+    # number that cannot be stored fails its append instead of being recorded as something else.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     at: datetime
 
@@ -294,7 +298,16 @@ def event_to_json(event: RunEvent) -> dict[str, Any]:
 def events_to_json_text(events: Sequence[RunEvent]) -> str:
     """``events`` as the text of one JSON array: the values of ``event_to_json``, encoded by pydantic's own
     serialiser, which costs a third to a fifth of building the dicts and passing them to ``json.dumps``."""
-    return f"[{','.join(event.model_dump_json() for event in events)}]"
+    return f"[{','.join(_event_json_text(event) for event in events)}]"
+
+
+def _event_json_text(event: RunEvent) -> str:
+    try:
+        return event.model_dump_json()
+    except PydanticSerializationError:
+        # Pydantic's JSON serialiser stops one level short of what its validator builds (a value 254 arrays
+        # deep, which resolved arguments can reach); ``json.dumps`` goes on, as it did for every event before.
+        return json.dumps(event_to_json(event), ensure_ascii=False, separators=(",", ":"))
 
 
 def event_node_id(event: RunEvent) -> str | None:

@@ -66,3 +66,25 @@ def test_times_numbers_and_text_keep_their_values() -> None:
 
 def test_no_events_make_an_empty_array() -> None:
     assert decoded([]) == []
+
+
+def test_a_number_that_cannot_be_stored_is_written_as_itself_not_as_null() -> None:
+    # PostgreSQL refuses NaN and Infinity in jsonb, so the append fails rather than record something else.
+    events: list[RunEvent] = [
+        succeeded("n", {"x": float("inf")}),
+        succeeded("m", [float("-inf"), float("nan")]),
+    ]
+
+    text = events_to_json_text(events)
+
+    assert "null" not in text
+    assert decoded(events)[0]["output"] == {"x": float("inf")}  # type: ignore[index]
+
+
+def test_a_value_nested_as_deep_as_an_event_can_hold_is_encoded_all_the_same() -> None:
+    deepest: JsonValue = 1
+    for _ in range(254):  # arguments whose reference resolved to a deep output can reach this
+        deepest = [deepest]
+    events: list[RunEvent] = [dispatched("n", "tool", {"a": deepest})]
+
+    assert decoded(events) == [event_to_json(event) for event in events]
