@@ -42,6 +42,10 @@ DEV_API_KEYS: dict[str, ApiKeyGrant] = {
 MAX_ACTIVE_RUNS = 64
 """Runs a supervisor drives at once (``RAYDAG_MAX_ACTIVE_RUNS``); more are accepted and wait their turn."""
 
+MAX_USD_PER_MTOK = 1_000_000.0
+"""The highest model price a setting may give, in USD per million tokens: far above any model's, and far below
+what a run's token counts could multiply past a float (a cost of Infinity no event can record)."""
+
 
 class Settings(BaseSettings):
     """All of raydag's settings. Each field ``x`` is read from ``RAYDAG_X``."""
@@ -90,8 +94,8 @@ class Settings(BaseSettings):
     model_answer: str | None = None
     """``package.module:Model``, the pydantic model the openai planner's final answer must fit (for caseops'
     document check: ``mcp_server.planner:DocumentCheckResult``); unset, a summary with its findings."""
-    model_input_usd_per_mtok: float = Field(default=0.40, ge=0)
-    model_output_usd_per_mtok: float = Field(default=1.60, ge=0)
+    model_input_usd_per_mtok: float = Field(default=0.40, ge=0, le=MAX_USD_PER_MTOK, allow_inf_nan=False)
+    model_output_usd_per_mtok: float = Field(default=1.60, ge=0, le=MAX_USD_PER_MTOK, allow_inf_nan=False)
     mcp_allowed_hosts: str | None = None
     """Comma-separated Host values the MCP endpoint accepts (``name:*`` for any port); unset, loopback only."""
     mcp_allowed_origins: str | None = None

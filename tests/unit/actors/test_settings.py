@@ -52,3 +52,15 @@ def test_a_rejected_secret_is_not_echoed(given: dict[str, object], variable: str
     message = describe_errors(raised.value)
     assert message.startswith(f"{variable}: ")
     assert "4242" not in message
+
+
+@pytest.mark.parametrize("price", ["inf", "nan", "1e308", "-1"])
+def test_a_model_price_no_cost_could_be_recorded_with_is_refused(
+    monkeypatch: pytest.MonkeyPatch, price: str
+) -> None:
+    monkeypatch.setenv("RAYDAG_MODEL_INPUT_USD_PER_MTOK", price)
+
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings()
+
+    assert str(raised.value).startswith("RAYDAG_MODEL_INPUT_USD_PER_MTOK: ")
