@@ -306,7 +306,8 @@ def _event_json_text(event: RunEvent) -> str:
         return event.model_dump_json()
     except PydanticSerializationError:
         # Pydantic's JSON serialiser stops one level short of what its validator builds (a value 254 arrays
-        # deep, which resolved arguments can reach); ``json.dumps`` goes on, as it did for every event before.
+        # deep). What a run builds stays within ``MAX_DEPTH``, but a proposal naming a tool whose server is not
+        # listed yet is recorded as the caller sent it; ``json.dumps`` goes on, as it did for every event.
         return json.dumps(event_to_json(event), ensure_ascii=False, separators=(",", ":"))
 
 

@@ -16,6 +16,7 @@ from dag.plan import PlanNode, qualify
 from dag.refs import resolve_args, resolve_pointer
 from dag.run_state import NodeState, RunState
 from dag.states import NodeStatus
+from dag.storable import MAX_DEPTH, nests_deeper_than
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class Skip:
 
 @dataclass(frozen=True)
 class Unresolvable:
-    """A reference or ``for_each`` names data the upstream output does not have."""
+    """A reference or ``for_each`` names data the upstream output does not have, or the arguments it resolves
+    to nest deeper than a run can record."""
 
     node_id: str
     code: str
@@ -208,6 +210,15 @@ def _ready(
             args = resolve_args(spec.args, outputs, node_id=node.node_id)
     except ReferenceUnresolved as exc:
         return Unresolvable(node.node_id, "REFERENCE_UNRESOLVED", str(exc))
+    # The plan's arguments and each output are within MAX_DEPTH on their own; a reference nested in the
+    # arguments adds its depth to the output's.
+    if nests_deeper_than(args):
+        return Unresolvable(
+            node.node_id,
+            "ARGUMENTS_TOO_DEEP",
+            f"the arguments of {node.node_id!r} nest deeper than {MAX_DEPTH} arrays and objects once their "
+            "references are resolved",
+        )
     return Ready(node.node_id, spec.tool, args, action_fingerprint(spec.tool, args))
 
 

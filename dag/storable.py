@@ -61,6 +61,22 @@ def unfit_values(value: object) -> Iterator[tuple[str, str]]:
                 pass
 
 
+def nests_deeper_than(value: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` holds an array or object more than ``limit`` levels deep (``value`` itself is the
+    first). Iterative, and only containers are visited: cheaper than ``unfit_values`` for a value already
+    known to hold nothing else unfit, such as arguments whose parts were each checked on their own."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth == limit:
+            return True
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def storable_text(text: str) -> str:
     """``text`` with NUL and lone surrogates replaced by U+FFFD: for messages, whose exact bytes matter less
     than recording them."""

@@ -369,7 +369,8 @@ async def test_a_tool_answering_with_nul_or_too_deep_or_failing_with_nul_fails_i
 ) -> None:
     """No run can record a NUL in an output (PostgreSQL's JSON refuses it), nor an output nested deeper than
     ``MAX_DEPTH`` (its views could not be read back): the answer is a protocol error on its node. A failure's
-    message is recorded with U+FFFD in its place. Either way the run ends as runs do."""
+    message is recorded with U+FFFD in its place. Arguments that a reference to the deepest output makes one
+    level too deep fail their node before any call. Either way the run ends as runs do."""
     import ray
 
     toolsets = toy_toolsets(
@@ -387,6 +388,8 @@ async def test_a_tool_answering_with_nul_or_too_deep_or_failing_with_nul_fails_i
             {"id": "echo", "tool": "echo", "args": {"text": "fine"}},
             {"id": "deepest", "tool": "nested", "args": {"depth": MAX_DEPTH}},
             {"id": "too_deep", "tool": "nested", "args": {"depth": MAX_DEPTH + 1}},
+            # The deepest output a run records, one level inside arguments: one level too deep for them.
+            {"id": "deeper_args", "tool": "echo", "args": {"text": {"$ref": "deepest"}}},
         ]
     }
     try:
@@ -412,6 +415,14 @@ async def test_a_tool_answering_with_nul_or_too_deep_or_failing_with_nul_fails_i
     assert too_deep is not None
     assert (too_deep.kind.value, too_deep.code) == ("protocol", "OUTPUT_UNSTORABLE")
     assert f"deeper than {MAX_DEPTH}" in too_deep.message
+    deeper_args = state.nodes["deeper_args"]
+    assert deeper_args.error is not None
+    assert (deeper_args.status.value, deeper_args.error.kind.value, deeper_args.error.code) == (
+        "failed",
+        "contract",
+        "ARGUMENTS_TOO_DEEP",
+    )
+    assert deeper_args.attempts == 0  # refused before any call
     assert (state.status.value, state.stop_reason) == ("stopped", "EVIDENCE_INCOMPLETE")
 
 

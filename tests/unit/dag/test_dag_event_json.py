@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from dag.events import NodeFailed, RunEvent, RunFinished, event_from_json, event_to_json, events_to_json_text
+from dag.events import (
+    NodeFailed,
+    RunCreated,
+    RunEvent,
+    RunFinished,
+    event_from_json,
+    event_to_json,
+    events_to_json_text,
+)
 from dag.states import RunStatus, StopReason
 from dag.storable import unfit_values
 
@@ -83,8 +91,10 @@ def test_a_number_that_cannot_be_stored_is_written_as_itself_not_as_null() -> No
 
 def test_a_value_nested_as_deep_as_an_event_can_hold_is_encoded_all_the_same() -> None:
     deepest: JsonValue = 1
-    for _ in range(254):  # arguments whose reference resolved to a deep output can reach this
+    for _ in range(254):  # the deepest the event's validator builds
         deepest = [deepest]
-    events: list[RunEvent] = [dispatched("n", "tool", {"a": deepest})]
+    # A proposal is recorded as the caller sent it when its tool's server is not listed yet.
+    proposed = RunCreated.model_validate({**run_created().model_dump(), "proposal": {"a": deepest}})
+    events: list[RunEvent] = [proposed]
 
     assert decoded(events) == [event_to_json(event) for event in events]

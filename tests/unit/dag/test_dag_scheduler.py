@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from dag_run_builders import (
     AT,
     CASE_ID,
@@ -29,6 +30,7 @@ from dag.fingerprint import action_fingerprint
 from dag.policy import Decision
 from dag.run_state import fold
 from dag.scheduler import Expand, Ready, Settle, Skip, Unresolvable, next_steps
+from dag.storable import MAX_DEPTH
 
 
 def ready(node_id: str, tool: str, args: dict[str, Any]) -> Ready:
@@ -252,6 +254,32 @@ def test_an_end_of_list_pointer_is_unresolvable_rather_than_a_crash() -> None:
 
     assert isinstance(step, Unresolvable)
     assert (step.node_id, step.code) == ("last", "REFERENCE_UNRESOLVED")
+
+
+@pytest.mark.parametrize(
+    ("pointer", "fits"), [("/deep", True), ("", False)], ids=["inner-part", "whole-output"]
+)
+def test_arguments_a_reference_makes_deeper_than_a_run_records_are_unresolvable(
+    pointer: str, fits: bool
+) -> None:
+    """The plan's arguments and the output are each within ``MAX_DEPTH``; put together they need not be."""
+    deep: Any = 1
+    for _ in range(MAX_DEPTH - 1):
+        deep = [deep]
+    output = {"deep": deep}  # MAX_DEPTH levels, as deep as an output may be
+    plan = plan_of(
+        {"id": "use", "tool": RESOLVE_TOOL, "args": {"value": {"$ref": "docs", "pointer": pointer}}}
+    )
+    state = running(plan, dispatched("docs", DOCUMENTS_TOOL, {"case_id": CASE_ID}), succeeded("docs", output))
+
+    [step] = next_steps(state)
+
+    if fits:
+        assert step == ready("use", RESOLVE_TOOL, {"value": deep})
+    else:
+        assert isinstance(step, Unresolvable)
+        assert (step.node_id, step.code) == ("use", "ARGUMENTS_TOO_DEEP")
+        assert str(MAX_DEPTH) in step.message
 
 
 def test_a_for_each_over_a_group_iterates_its_childrens_outputs(example_plan: dict[str, Any]) -> None:

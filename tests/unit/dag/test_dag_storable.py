@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dag.events import ErrorKind, NodeError
-from dag.storable import MAX_DEPTH, storable_text, unfit_values
+from dag.storable import MAX_DEPTH, nests_deeper_than, storable_text, unfit_values
 
 
 @pytest.mark.parametrize(
@@ -63,6 +65,39 @@ def test_a_value_may_nest_max_depth_arrays_and_objects_and_no_more(container: ty
     ]
     [(pointer, reason)] = unfit_values({"fine": 1, "deep": _nested(MAX_DEPTH, "\x00", container)})
     assert (pointer, "nest deeper" in reason) == ("/deep" + step * (MAX_DEPTH - 1), True)
+
+
+@pytest.mark.parametrize("container", [list, dict])
+def test_nests_deeper_than_counts_the_value_itself_as_the_first_level(container: type) -> None:
+    assert not nests_deeper_than(_nested(MAX_DEPTH, 1, container))
+    assert nests_deeper_than(_nested(MAX_DEPTH + 1, 1, container))
+    assert nests_deeper_than({"fine": [1, 2], "deep": _nested(100_000, 1, container)})  # no recursion limit
+    assert not nests_deeper_than("text")
+    assert not nests_deeper_than([], limit=1)
+    assert nests_deeper_than([[]], limit=1)
+
+
+_depths = st.integers(min_value=0, max_value=6)
+
+
+@given(
+    value=st.recursive(
+        st.none() | st.integers() | st.text(max_size=3),
+        lambda children: (
+            st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=2), children, max_size=3)
+        ),
+        max_leaves=40,
+    ),
+    limit=_depths,
+)
+def test_nests_deeper_than_agrees_with_unfit_values_on_depth(value: object, limit: int) -> None:
+    """One rule for how deep a value nests, whichever of the two checks it."""
+    wrapped = value
+    for _ in range(MAX_DEPTH - limit):  # so that MAX_DEPTH, the only limit unfit_values knows, is ``limit``
+        wrapped = [wrapped]
+    too_deep = any("nest deeper" in reason for _, reason in unfit_values(wrapped))
+
+    assert nests_deeper_than(value, limit) == too_deep
 
 
 @pytest.mark.parametrize(
