@@ -92,7 +92,7 @@ def _hashes(html: str, tag: str) -> str:
 def viewer_router(
     *,
     store: Callable[[], RunStore],
-    authenticated: Callable[..., Principal],
+    authenticated: Callable[..., Awaitable[Principal]],
     readable_run: ReadableRun,
     limits: StreamLimits | None = None,
 ) -> APIRouter:
