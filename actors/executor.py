@@ -111,7 +111,7 @@ def worker_failed(started: datetime, exc: BaseException) -> ToolOutcome:
 
 
 class RayToolExecutor:
-    """One Ray task per tool call, named ``tool:<tool>:<node>`` for the dashboard."""
+    """One Ray task per tool call, named ``tool:<tool>`` for the dashboard (``task_name``)."""
 
     def __init__(self, catalogue: ToolCatalogue, num_cpus: float = 0.05) -> None:
         self._catalogue = catalogue
@@ -123,9 +123,9 @@ class RayToolExecutor:
 
         from actors.tool_task import execute_tool_call
 
-        ref = execute_tool_call.options(
-            name=f"tool:{call.tool}:{call.node_id}", num_cpus=self._num_cpus
-        ).remote(call, self._catalogue[call.tool])
+        ref = execute_tool_call.options(name=task_name(call.tool), num_cpus=self._num_cpus).remote(
+            call, self._catalogue[call.tool]
+        )
         started = datetime.now(UTC)
         try:
             outcome: ToolOutcome = await ref
@@ -171,17 +171,29 @@ def unpack(packed: bytes) -> Any:
     return pickle.loads(packed)
 
 
-MAX_NAMED_CALLS = 8
-"""How many of its calls an exchange's task name lists; the rest are counted."""
+MAX_NAMED_TOOLS = 3
+"""How many tools an exchange's task name lists; the rest are counted."""
+
+
+def task_name(tool: str) -> str:
+    """The dashboard name of a task that calls ``tool``: ``tool:<tool>``.
+
+    Names a tool, never a node or a run: Ray keeps a task counter per distinct task name in every process
+    that submits or runs one, for the life of the process. Names that held node ids grew the supervisor's
+    memory by ~16 KB per 28-node run (docs/BENCHMARKS.md, "A batch of wide cases"); a tool's name is one of
+    the catalogue's."""
+    return f"tool:{tool}"
 
 
 def exchange_name(calls: Sequence[ToolCall]) -> str:
-    """The dashboard name of an exchange: ``tool:<tool>:<node>`` for each call it hands over (at most
-    ``MAX_NAMED_CALLS``, then how many more), or ``tool results`` for one that only collects outcomes."""
+    """The dashboard name of an exchange: ``tool:<tool>`` for each tool it hands calls of over, in name order
+    (at most ``MAX_NAMED_TOOLS``, then how many more), or ``tool results`` for one that only collects
+    outcomes. As few names as the catalogue allows (``task_name``)."""
     if not calls:
         return "tool results"
-    named = " ".join(f"tool:{call.tool}:{call.node_id}" for call in calls[:MAX_NAMED_CALLS])
-    more = len(calls) - MAX_NAMED_CALLS
+    tools = sorted({call.tool for call in calls})
+    named = " ".join(task_name(tool) for tool in tools[:MAX_NAMED_TOOLS])
+    more = len(tools) - MAX_NAMED_TOOLS
     return f"{named} +{more} more" if more > 0 else named
 
 
@@ -206,8 +218,8 @@ class CallerPoolExecutor:
     an *exchange*, which starts them and waits until one of this pool's calls has landed on that caller, then
     brings back every outcome that has. While calls are in flight on a caller, one exchange at least waits
     there: the outcomes of a layer come back in a few exchanges, not one each; a chain's node still costs one.
-    Each exchange is an actor task named for the calls it hands over (``exchange_name``). A cancelled call is
-    cancelled in the caller by the next exchange.
+    Each exchange is an actor task named for the tools of the calls it hands over (``exchange_name``). A
+    cancelled call is cancelled in the caller by the next exchange.
 
     The actors belong to the supervisor that creates them (they end with it), take no CPU reservation (they
     wait on I/O) and are restarted by Ray if their process dies; the calls handed to a caller whose exchange

@@ -28,6 +28,7 @@ from actors.executor import (
     RayToolExecutor,
     ToolExecutor,
     calls_per_caller,
+    task_name,
 )
 from actors.mcp_client import ToolCall, ToolOutcome
 from bench._synthetic import CATALOGUE, WaitOutput
@@ -79,11 +80,7 @@ class PerCallCallers:
         self._next = itertools.cycle(self._callers)
 
     async def run(self, call: ToolCall) -> ToolOutcome:
-        ref = (
-            next(self._next)
-            .call.options(name=f"tool:{call.tool}:{call.node_id}")
-            .remote(call, CATALOGUE[call.tool])
-        )
+        ref = next(self._next).call.options(name=task_name(call.tool)).remote(call, CATALOGUE[call.tool])
         try:
             outcome: ToolOutcome = await ref
         except asyncio.CancelledError:

@@ -295,7 +295,7 @@ async def test_a_worker_killed_mid_call_is_a_transient_failure_retried_within_bu
     supervisor = supervisor_for(dsn, slow, token_key, unique("kill-worker"), tool_executor=ExecutorKind.TASKS)
     submitted = await supervisor.submit.remote(RunRequest(principal=PRINCIPAL, resource={"case_id": "C-101"}))
     await until(store, submitted.run_id, lambda events: kinds(events)["node_dispatched"] == 3)
-    victim = _worker_running("tool:caseops_get_case_snapshot:case")
+    victim = _worker_running("tool:caseops_get_case_snapshot")  # the case node's: C-101's only snapshot
 
     victim.kill()
 

@@ -311,15 +311,15 @@ def test_serve_deploy_of_the_shipped_config_serves_runs_under_recognisable_names
             (actor["name"], actor["class_name"]) for actor in actors
         }
         tool_calls = {
-            "tool:caseops_get_case_snapshot:case",
-            "tool:caseops_get_policy_requirements:policy",
-            "tool:caseops_list_unclassified_documents:docs",
-            "tool:caseops_resolve_document_alias:resolve[0]",
+            "tool:caseops_get_case_snapshot",
+            "tool:caseops_get_policy_requirements",
+            "tool:caseops_list_unclassified_documents",
+            "tool:caseops_resolve_document_alias",
         }
         deadline = time.monotonic() + 30  # workers report task events to the head every second or so
         while True:
             tasks = ray_head.get("/api/v0/tasks", limit=1000, detail="false")["data"]["result"]["result"]
-            # A caller's task is named for every call it hands over: calls dispatched together share one.
+            # A caller's task is named for the tools of the calls it hands over (never a node: the names stay few).
             missing = tool_calls - {call for task in tasks for call in task["name"].split()}
             if not missing:
                 break

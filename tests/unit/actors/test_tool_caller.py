@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 
-from actors.executor import CallerPoolExecutor, pack
+from actors.executor import MAX_NAMED_TOOLS, CallerPoolExecutor, exchange_name, pack, task_name
 from actors.mcp_client import ToolCall, ToolOutcome
 from actors.tool_caller import ToolCaller
 from dag.events import RuntimeFailure
@@ -79,3 +79,40 @@ async def test_an_exchange_answer_the_pool_cannot_unpack_fails_its_calls_rather_
     assert outcome.error is not None
     assert outcome.error.code == RuntimeFailure.WORKER_FAILED  # transient: the supervisor retries the call
     assert lane.exchanges == 0
+
+
+def call_of(tool: str, node_id: str, run_id: str = "run-1") -> ToolCall:
+    return ToolCall(
+        run_id=run_id,
+        node_id=node_id,
+        attempt=1,
+        tool=tool,
+        args={},
+        mcp_url="http://127.0.0.1:9/mcp",
+        token="t",
+        timeout_s=5,
+    )
+
+
+def test_an_exchange_is_named_for_its_tools_whatever_its_nodes_runs_and_count() -> None:
+    """Ray keeps a counter per distinct task name for the life of each process that submits or runs one: a
+    name holding node ids (or how many calls) grew the supervisor's memory with every run."""
+    resolve = "caseops_resolve_document_alias"
+    names = {
+        exchange_name([call_of(resolve, f"resolve[{index}]", run) for index in range(count)])
+        for run in ("run-1", "run-2")
+        for count in (1, 5, 24)
+    }
+    mixed = exchange_name([call_of(resolve, "r"), call_of(SNAPSHOT, "case"), call_of(resolve, "s")])
+
+    assert names == {task_name(resolve)} == {f"tool:{resolve}"}
+    assert mixed == f"tool:{SNAPSHOT} tool:{resolve}"  # each tool once, in name order
+    assert exchange_name([]) == "tool results"
+
+
+def test_an_exchange_of_many_tools_names_a_few_and_counts_the_rest() -> None:
+    tools = [f"tool_{letter}" for letter in "abcdefgh"[: MAX_NAMED_TOOLS + 2]]
+
+    name = exchange_name([call_of(tool, f"n{index}") for index, tool in enumerate(reversed(tools))])
+
+    assert name == " ".join(task_name(tool) for tool in tools[:MAX_NAMED_TOOLS]) + " +2 more"
