@@ -180,8 +180,8 @@ def task_name(tool: str) -> str:
 
     Names a tool, never a node or a run: Ray keeps a task counter per distinct task name in every process
     that submits or runs one, for the life of the process. Names that held node ids grew the supervisor's
-    memory by ~16 KB per 28-node run (docs/BENCHMARKS.md, "A batch of wide cases"); a tool's name is one of
-    the catalogue's."""
+    memory by ~16–23 KB per 28-node run (docs/BENCHMARKS.md, "The supervisor's memory grew with every run");
+    a tool's name is one of the catalogue's."""
     return f"tool:{tool}"
 
 

@@ -307,8 +307,9 @@ def _event_json_text(event: RunEvent) -> str:
     except PydanticSerializationError:
         # Pydantic's JSON serialiser stops one level short of what its validator builds (a value 254 arrays
         # deep). What a run builds stays within ``MAX_DEPTH``, but a proposal naming a tool whose server is not
-        # listed yet is recorded as the caller sent it; ``json.dumps`` goes on, as it did for every event.
-        return json.dumps(event_to_json(event), ensure_ascii=False, separators=(",", ":"))
+        # listed yet is recorded as the caller sent it; ``json.dumps`` goes on. PostgreSQL parses the text into
+        # ``jsonb``, so how it is spaced or escaped does not matter.
+        return json.dumps(event_to_json(event))
 
 
 def event_node_id(event: RunEvent) -> str | None:

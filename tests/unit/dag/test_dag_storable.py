@@ -77,9 +77,6 @@ def test_nests_deeper_than_counts_the_value_itself_as_the_first_level(container:
     assert nests_deeper_than([[]], limit=1)
 
 
-_depths = st.integers(min_value=0, max_value=6)
-
-
 @given(
     value=st.recursive(
         st.none() | st.integers() | st.text(max_size=3),
@@ -88,7 +85,7 @@ _depths = st.integers(min_value=0, max_value=6)
         ),
         max_leaves=40,
     ),
-    limit=_depths,
+    limit=st.integers(min_value=0, max_value=6),
 )
 def test_nests_deeper_than_agrees_with_unfit_values_on_depth(value: object, limit: int) -> None:
     """One rule for how deep a value nests, whichever of the two checks it."""
