@@ -38,6 +38,7 @@ from mcp_server.seed import demo_seed
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 from tests.conftest import TEST_HOME
+from tests.integration.smoke_run import SmokeRun
 from tests.loopback import free_port, wait_until_ok
 
 DEMO_KEY = "dev-key-tenant-demo"
@@ -51,10 +52,31 @@ TEST_API_KEYS: dict[str, ApiKeyGrant] = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+SMOKE_MODULE = "test_bench_smoke.py"
+SMOKE_COLLECTED = pytest.StashKey[bool]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
+    # The benchmarks' smoke run starts in the background with the first integration test (``bench_smoke``);
+    # its tests go last, so that the rest of the suite runs while it does.
+    smoke = [item for item in items if item.path.name == SMOKE_MODULE]
+    items[:] = [item for item in items if item.path.name != SMOKE_MODULE] + smoke
+    config.stash[SMOKE_COLLECTED] = bool(smoke)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bench_smoke(request: pytest.FixtureRequest) -> Iterator[SmokeRun | None]:
+    """``python -m bench --smoke``, running beside the suite from its first integration test, when the
+    session runs ``test_bench_smoke`` (``None`` when not); whatever of it is left at the end is stopped."""
+    if not request.config.stash.get(SMOKE_COLLECTED, False):
+        yield None
+        return
+    run = SmokeRun(request.getfixturevalue("admin_dsn"), TEST_HOME / "bench-smoke")
+    yield run
+    run.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,21 +5,14 @@ the numbers are (a smoke run's timings mean nothing)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from bench.__main__ import BENCHMARKS
-from tests.conftest import REPO
+from tests.integration.smoke_run import SMOKE_LIMIT_S, SmokeRun
 
-pytestmark = pytest.mark.timeout(900)  # the whole smoke run happens in the first test's fixture
-
-SMOKE_LIMIT_S = 600
-"""Only a guard against a hung benchmark. Measured on this 2-core machine: 78 s for all nine with little else
-running, under three minutes with a load average of 15."""
+pytestmark = pytest.mark.timeout(SMOKE_LIMIT_S)  # what is left of the run, once the suite before is done
 
 TABLES = {
     "c102": ["Warm C-102 latency"],
@@ -41,19 +34,11 @@ TABLES = {
 
 
 @pytest.fixture(scope="module")
-def smoke_output(admin_dsn: str) -> str:
-    """``python -m bench --smoke``: every benchmark, each on a database of its own on the test server."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("RAYDAG_", "RAY_ADDRESS"))}
-    env.update(RAYDAG_DATABASE_URL=admin_dsn, RAY_USAGE_STATS_ENABLED="0")
-    completed = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SMOKE_LIMIT_S,
-        check=False,
-    )
+def smoke_output(bench_smoke: SmokeRun | None) -> str:
+    """What ``python -m bench --smoke`` printed: every benchmark, each on a database of its own on the test
+    server. The run began with the session (``conftest.bench_smoke``)."""
+    assert bench_smoke is not None, "the session starts the smoke run whenever it collects this module"
+    completed = bench_smoke.result()
     assert completed.returncode == 0, f"{completed.stdout[-2000:]}\n{completed.stderr[-6000:]}"
     return completed.stdout
 
