@@ -30,8 +30,10 @@ demo: $(VENV)/.installed ## investigate case C-102 end to end (local Ray, embedd
 serve: $(VENV)/.installed ## run the HTTP API and MCP server on 127.0.0.1:8000
 	$(BIN)/raydag serve
 
-test: $(VENV)/.installed-dev node browser ## the whole suite: unit, then integration (real Ray, PostgreSQL, HTTP)
-	$(BIN)/python -m pytest
+# Two pytest processes, each with a Ray, a database and servers of its own, take a test file at a time: the
+# suite mostly waits on processes that boot and tools that sleep (18 min in one process on 2 cores, 11 in two).
+test: $(VENV)/.installed-dev node browser ## the whole suite (real Ray, PostgreSQL, HTTP), in two processes
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 browser: ## Debian's chromium for the run viewer's browser test (apt-get; sudo unless root)
 	@test -x /usr/bin/chromium || { sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \

@@ -1,4 +1,5 @@
-"""One local Ray, one PostgreSQL database, one MCP tool server and one Serve app per test session.
+"""One local Ray, one PostgreSQL database, one MCP tool server and one Serve app per test session (per
+pytest-xdist worker: ``make test`` runs two, which take a test file at a time).
 
 ``RAYDAG_TEST_DATABASE_URL`` names a server to use (CI sets it to the machine's PostgreSQL); without it the
 embedded server is booted under ``.raydag-test/``. Either way the session gets a fresh database of its own,
@@ -52,6 +53,8 @@ TEST_API_KEYS: dict[str, ApiKeyGrant] = {
 }
 
 
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""This process's name among pytest-xdist's workers (``gw0``, ``gw1``, …), or ``None`` without xdist."""
 SMOKE_MODULE = "test_bench_smoke.py"
 SMOKE_COLLECTED = pytest.StashKey[bool]()
 
@@ -60,10 +63,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
-    # The benchmarks' smoke run starts in the background with the first integration test (``bench_smoke``);
-    # its tests go last, so that the rest of the suite runs while it does.
+    # The benchmarks' smoke run, two minutes of waiting, is the longest test file. In one process it starts in
+    # the background with the first integration test (``bench_smoke``) and its tests go last, to read what
+    # it printed. Under xdist it goes first, so that the other worker runs the rest meanwhile.
     smoke = [item for item in items if item.path.name == SMOKE_MODULE]
-    items[:] = [item for item in items if item.path.name != SMOKE_MODULE] + smoke
+    rest = [item for item in items if item.path.name != SMOKE_MODULE]
+    items[:] = rest + smoke if WORKER is None else smoke + rest
     config.stash[SMOKE_COLLECTED] = bool(smoke)
 
 
@@ -71,8 +76,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def bench_smoke(request: pytest.FixtureRequest) -> Iterator[SmokeRun | None]:
     """``python -m bench --smoke``, running beside the suite from its first integration test, when the
     session runs ``test_bench_smoke`` (``None`` when not); whatever of it is left at the end is stopped."""
-    if not request.config.stash.get(SMOKE_COLLECTED, False):
-        yield None
+    if not request.config.stash.get(SMOKE_COLLECTED, False) or WORKER is not None:
+        yield None  # under xdist every worker collects the module and one runs it: ``smoke_output`` starts it
         return
     run = SmokeRun(request.getfixturevalue("admin_dsn"), TEST_HOME / "bench-smoke")
     yield run
@@ -85,7 +90,7 @@ def admin_dsn() -> Iterator[str]:
     if configured:
         yield configured
         return
-    with embedded_postgres(TEST_HOME / "session") as dsn:
+    with embedded_postgres(TEST_HOME / f"session-{WORKER or 'main'}") as dsn:
         yield with_database(dsn, "postgres")
 
 

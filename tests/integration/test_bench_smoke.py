@@ -10,6 +10,7 @@ import re
 import pytest
 
 from bench.__main__ import BENCHMARKS
+from tests.conftest import TEST_HOME
 from tests.integration.smoke_run import SMOKE_LIMIT_S, SmokeRun
 
 pytestmark = pytest.mark.timeout(SMOKE_LIMIT_S)  # what is left of the run, once the suite before is done
@@ -34,11 +35,14 @@ TABLES = {
 
 
 @pytest.fixture(scope="module")
-def smoke_output(bench_smoke: SmokeRun | None) -> str:
+def smoke_output(bench_smoke: SmokeRun | None, admin_dsn: str) -> str:
     """What ``python -m bench --smoke`` printed: every benchmark, each on a database of its own on the test
     server. The run began with the session (``conftest.bench_smoke``)."""
-    assert bench_smoke is not None, "the session starts the smoke run whenever it collects this module"
-    completed = bench_smoke.result()
+    run = bench_smoke if bench_smoke is not None else SmokeRun(admin_dsn, TEST_HOME / "bench-smoke")
+    try:
+        completed = run.result()
+    finally:
+        run.stop()
     assert completed.returncode == 0, f"{completed.stdout[-2000:]}\n{completed.stderr[-6000:]}"
     return completed.stdout
 
