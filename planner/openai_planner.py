@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
-from openai import AsyncOpenAI
 from pydantic import BaseModel, ValidationError
 
 from dag.states import StopReason
@@ -33,6 +32,9 @@ from planner.base import (
 from planner.context import joiner_input, planner_input
 from planner.stream import PlanNodeStream
 from planner.strict_schema import from_model_plan, join_schema, plan_schema
+
+if TYPE_CHECKING:  # imported when a planner is built: ~0.4 s, which every raydag process paid for nothing
+    from openai import AsyncOpenAI
 
 PLAN_FORMAT = "raydag_plan"
 JOIN_FORMAT = "raydag_join"
@@ -66,12 +68,16 @@ class OpenAIPlanner:
     ) -> None:
         self._settings = settings
         self.streaming = settings.streaming
-        self._client = client or AsyncOpenAI(
-            api_key=settings.api_key,
-            base_url=settings.base_url,
-            max_retries=settings.max_retries,
-            timeout=settings.timeout_s,
-        )
+        if client is None:
+            from openai import AsyncOpenAI
+
+            client = AsyncOpenAI(
+                api_key=settings.api_key,
+                base_url=settings.base_url,
+                max_retries=settings.max_retries,
+                timeout=settings.timeout_s,
+            )
+        self._client = client
         self.result_model = result_model
 
     async def propose(self, context: PlanningContext) -> Mapping[str, Any]:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from mcp_server.planner import DocumentCheckResult
 from planner.answer import Answer
 from planner.openai_planner import OpenAIPlanner, OpenAISettings
 from planner.registry import load_planners
+from tests.conftest import REPO
 
 
 def model_planner(answer_model: str | None) -> OpenAIPlanner:
@@ -43,3 +47,18 @@ def test_an_answer_model_that_is_not_a_model_is_refused_at_start(path: str, prob
 def test_no_model_planner_without_its_settings_and_no_toolsets_planner_unless_named() -> None:
     assert set(load_planners()) == {"outputs"}
     assert set(load_planners(["mcp_server.planner:ConformancePlanner"])) == {"conformance", "outputs"}
+
+
+def test_no_raydag_process_imports_the_openai_sdk_until_a_model_planner_is_built() -> None:
+    # ~0.4 s of imports that every command, supervisor and API replica paid, with or without a key. In a
+    # process of its own: this one may have built a model planner already.
+    probe = (
+        "import sys, actors.cli, actors.supervisor, actors.api.app, raydag; "
+        "print(sorted(name for name in sys.modules if name.partition('.')[0] == 'openai'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
