@@ -39,7 +39,6 @@ from mcp_server.seed import demo_seed
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
 from mcp_server.tokens import TaskTokens
 from tests.conftest import TEST_HOME
-from tests.integration.smoke_run import SmokeRun
 from tests.loopback import free_port, wait_until_ok
 
 DEMO_KEY = "dev-key-tenant-demo"
@@ -56,32 +55,15 @@ TEST_API_KEYS: dict[str, ApiKeyGrant] = {
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 """This process's name among pytest-xdist's workers (``gw0``, ``gw1``, …), or ``None`` without xdist."""
 SMOKE_MODULE = "test_bench_smoke.py"
-SMOKE_COLLECTED = pytest.StashKey[bool]()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
-    # The benchmarks' smoke run, two minutes of waiting, is the longest test file. In one process it starts in
-    # the background with the first integration test (``bench_smoke``) and its tests go last, to read what
-    # it printed. Under xdist it goes first, so that the other worker runs the rest meanwhile.
-    smoke = [item for item in items if item.path.name == SMOKE_MODULE]
-    rest = [item for item in items if item.path.name != SMOKE_MODULE]
-    items[:] = rest + smoke if WORKER is None else smoke + rest
-    config.stash[SMOKE_COLLECTED] = bool(smoke)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def bench_smoke(request: pytest.FixtureRequest) -> Iterator[SmokeRun | None]:
-    """``python -m bench --smoke``, running beside the suite from its first integration test, when the
-    session runs ``test_bench_smoke`` (``None`` when not); whatever of it is left at the end is stopped."""
-    if not request.config.stash.get(SMOKE_COLLECTED, False) or WORKER is not None:
-        yield None  # under xdist every worker collects the module and one runs it: ``smoke_output`` starts it
-        return
-    run = SmokeRun(request.getfixturevalue("admin_dsn"), TEST_HOME / "bench-smoke")
-    yield run
-    run.stop()
+    # The benchmarks' smoke run is the longest test file (two minutes, mostly waiting): first, so that under
+    # xdist the other worker runs the rest of the suite meanwhile.
+    items.sort(key=lambda item: item.path.name != SMOKE_MODULE)
 
 
 @pytest.fixture(scope="session")
