@@ -38,6 +38,11 @@ class Recording(StrEnum):
     """Read APIs show SHA-256 digests instead of the values (the event log still holds them for recovery)."""
 
 
+MAX_OUTPUT_BYTES = 4 << 20
+"""The default largest output a call may record (its JSON, UTF-8): a larger answer fails the call."""
+MAX_CONTENT_BLOCKS = 1_000
+"""The default largest number of content blocks in one answer."""
+
 INVESTIGATE = "investigate"
 """The run stage of a document check. A tool declares the stages it may be used in."""
 
@@ -140,6 +145,10 @@ class ToolContract:
     split_lines: frozenset[str] = frozenset()
     """String output fields that hold one item per line (a listing as text): the recorded output also
     carries ``<field>_lines``, the non-empty lines as a list, which a ``for_each`` can iterate."""
+    max_output_bytes: int = MAX_OUTPUT_BYTES
+    """The largest output recorded (its compact JSON, UTF-8); a larger answer fails (``OUTPUT_TOO_LARGE``)."""
+    max_content_blocks: int = MAX_CONTENT_BLOCKS
+    """The most content blocks one answer may hold; more fail the call (``OUTPUT_TOO_LARGE``)."""
 
     def __post_init__(self) -> None:
         if (self.input_model is DeclaredBySchema) == (self.declared_input is None):
@@ -155,6 +164,8 @@ class ToolContract:
             raise ValueError(f"{self.name}: resource keys for {sorted(unbound)}, which are not run-bound")
         if self.max_attempts < 1 or self.timeout_s <= 0:
             raise ValueError(f"{self.name}: max_attempts must be >= 1 and timeout_s > 0")
+        if self.max_output_bytes < 1 or self.max_content_blocks < 1:
+            raise ValueError(f"{self.name}: max_output_bytes and max_content_blocks must be >= 1")
 
     @property
     def input_fields(self) -> frozenset[str]:

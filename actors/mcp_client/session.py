@@ -9,6 +9,7 @@ unattended, and no tool call of a run may wait on a person or be given an answer
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from mcp.client.session import ClientRequestContext
 from mcp_types import ElicitRequestParams, ElicitResult, Implementation
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from actors.mcp_client.watch import Link
 from actors.toolsets.config import ProtocolEra
 from actors.toolsets.listing import ServerListing, ToolDefinition
 
@@ -70,11 +72,13 @@ async def list_all_tools(client: Client, server: str) -> ServerListing:
 
 
 class OwnedSession:
-    """One SDK client, entered and exited by a task of its own, shared by every call while it lasts."""
+    """One SDK client, entered and exited by a task of its own, shared by every call while it lasts.
+    ``connect`` builds the client over a transport that notes its end in the ``Link`` it is given."""
 
-    def __init__(self, name: str, connect: Callable[[], Client]) -> None:
+    def __init__(self, name: str, connect: Callable[[Link], Client]) -> None:
         self._name = name
         self._connect = connect
+        self.link = Link()
         self._ready = asyncio.Event()
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -95,7 +99,7 @@ class OwnedSession:
 
     async def _run(self) -> None:
         try:
-            async with self._connect() as client:
+            async with self._connect(self.link) as client:
                 self.client = client
                 self._ready.set()
                 await self._closing.wait()
@@ -121,3 +125,27 @@ def describe(exc: BaseException) -> str:
     while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
         leaf = leaf.exceptions[0]
     return type(leaf).__name__
+
+
+class _NoExceptionText(logging.Filter):
+    """The SDK logs exceptions whose text may quote what a server sent (a parse error repeats its input, which
+    may repeat a secret): the record is kept, with the exception's type instead of its text."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] is not None:
+            record.msg = f"{record.getMessage()} ({record.exc_info[0].__name__})"
+            record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+_QUIET = _NoExceptionText()
+
+
+def quiet_sdk_logs() -> None:
+    """Strip exception texts from the MCP SDK's loggers (each logger filters only its own records)."""
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        ours = name == "mcp" or name.startswith("mcp.")
+        if ours and isinstance(logger, logging.Logger) and _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)

@@ -86,10 +86,16 @@ def open_session(ssl_context: ssl.SSLContext) -> aiohttp.ClientSession:
 
 
 async def post_tool_call(
-    http: aiohttp.ClientSession, url: str, token: str | None, tool: str, arguments: dict[str, Any]
+    http: aiohttp.ClientSession,
+    url: str,
+    token: str | None,
+    tool: str,
+    arguments: dict[str, Any],
+    max_bytes: int,
 ) -> CallToolResult:
     """Call ``tool`` with one POST bearing ``token``; raise ``MCPError`` for a JSON-RPC error, ``Refused`` for
-    a refusal, and aiohttp's errors for a connection that failed."""
+    a refusal, ``MalformedAnswer`` for an answer it cannot use (``OUTPUT_TOO_LARGE`` past ``max_bytes``, read
+    no further), and aiohttp's errors for a connection that failed."""
     request_id = next(_ids)
     body = {
         "jsonrpc": "2.0",
@@ -121,7 +127,7 @@ async def post_tool_call(
             response.content_type,
             response.headers.get("WWW-Authenticate", ""),
         )
-        raw = await response.read()
+        raw = await _body(response, max_bytes)
     # 400 and 404 may carry a JSON-RPC error, which says more than the status; other refusals carry none.
     if status >= 400 and status not in (400, 404):
         raise Refused(status, challenge)
@@ -150,6 +156,20 @@ async def post_tool_call(
             INTERNAL_ERROR, f"the server answered a {result.result_type!r} result, not a complete one"
         )
     return result
+
+
+async def _body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The response's body, unless it is longer than ``max_bytes``: then no more of it is read."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > max_bytes:
+            raise MalformedAnswer(
+                "OUTPUT_TOO_LARGE", f"the answer is larger than the {max_bytes:,} bytes read"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:

@@ -1,11 +1,16 @@
 """A stdio MCP server as a long-lived child of the process that calls it, restarted when it dies.
 
 Each ``ToolCaller`` actor owns one ``StdioServerProcess`` per stdio server of its toolsets: started with the
-actor, one MCP session multiplexing all of the actor's calls, stopped with it. The server runs under
-``stdio_guardian.py``, which ends it when the actor's process dies, however it dies. The server's stderr is
-copied line by line to this process's stderr (a Ray actor's log), prefixed with the server's name; the end
-of that pipe is how a death is noticed, with or without a call in flight. A dead server is restarted with
-exponential backoff; calls that arrive meanwhile wait for it up to the server's connect timeout.
+actor, one MCP session multiplexing all of the actor's calls over raydag's own transport
+(``actors.mcp_client.stdio_transport``), stopped with it. The server runs under ``stdio_guardian.py``, which
+ends it when the actor's process dies, however it dies. A dead server is restarted with exponential backoff;
+calls that arrive meanwhile wait for it up to the server's connect timeout.
+
+The server's stderr is copied line by line to this process's stderr (a Ray actor's log), prefixed with the
+server's name, its secrets redacted, each line cut to ``STDERR_LINE_CHARS`` and the lines forwarded limited to
+a burst of ``STDERR_BURST`` refilled at ``STDERR_LINES_PER_S`` (what is dropped is counted and said). Nothing
+a server writes there can end its session: only the end of the pipe, which is how a death is noticed with or
+without a call in flight.
 """
 
 from __future__ import annotations
@@ -14,14 +19,18 @@ import asyncio
 import collections
 import os
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 
+from actors.mcp_client.redaction import Redactor, server_secrets
 from actors.mcp_client.session import OwnedSession, client_mode, describe, make_client
+from actors.mcp_client.stdio_transport import LineFramer, Oversized, stdio_transport
+from actors.mcp_client.watch import Link
 from actors.toolsets.config import FromEnv, StdioServer
 
 GUARDIAN = Path(__file__).with_name("stdio_guardian.py")
@@ -30,6 +39,12 @@ BACKOFF_INITIAL_S = 0.25
 BACKOFF_MAX_S = 30.0
 STABLE_S = 10.0
 """A server that ran this long before dying is restarted at once, its backoff reset."""
+STDERR_LINE_CHARS = 2_000
+"""A longer stderr line is cut, and says how much was cut."""
+STDERR_BURST = 200
+STDERR_LINES_PER_S = 20.0
+"""Lines forwarded from a server's stderr: a burst of ``STDERR_BURST``, refilled at this rate; the rest are
+dropped, and how many (and how many bytes) is said once lines flow again."""
 
 
 class ServerUnavailable(Exception):
@@ -97,6 +112,13 @@ class StdioServerProcess:
         except TimeoutError:
             raise ServerUnavailable(f"stdio server {self.spec.name!r} is not running") from None
 
+    def link_of(self, client: Client) -> Link:
+        """The transport's view of ``client``'s connection; a client of a session that has ended is lost."""
+        session = self._session
+        if session is not None and session.client is client:
+            return session.link
+        return Link(lost=True)
+
     def lost(self, client: Client) -> None:
         """A call found ``client``'s transport closed: end that session now rather than at the next read."""
         session = self._session
@@ -144,15 +166,26 @@ class StdioServerProcess:
         read_fd, write_fd = os.pipe()
         errlog = os.fdopen(write_fd, "w")
         reader: asyncio.Task[None] | None = None
+        redactor = Redactor(server_secrets(self.spec))
         try:
             parameters = server_parameters(self.spec)
             mode = client_mode(self.spec.protocol)
-            session = OwnedSession(
-                self.spec.name, lambda: make_client(stdio_client(parameters, errlog), mode)
-            )
+            line_bytes = answer_line_bytes(self.spec)
+
+            def connect(link: Link) -> Client:
+                transport = stdio_transport(
+                    parameters,
+                    errlog,
+                    max_line_bytes=line_bytes,
+                    link=link,
+                    note=lambda text: self._note(redactor.text(text)),
+                )
+                return make_client(transport, mode)
+
+            session = OwnedSession(self.spec.name, connect)
             self._session = session
             self.starts += 1
-            reader = asyncio.create_task(self._copy_stderr(read_fd))
+            reader = asyncio.create_task(self._copy_stderr(read_fd, redactor))
             read_fd = -1  # the reader owns it now
             async with asyncio.timeout(self.spec.timeouts.connect_s):
                 await session.start()
@@ -174,26 +207,84 @@ class StdioServerProcess:
                 await asyncio.gather(reader, return_exceptions=True)
             self._pids = (None, None)
 
-    async def _copy_stderr(self, fd: int) -> None:
-        """Each line of the server's stderr to this process's stderr; returns when the pipe closes."""
+    async def _copy_stderr(self, fd: int, redactor: Redactor) -> None:
+        """The server's stderr to this process's stderr, bounded (see the module's docstring); returns when
+        the pipe closes, and only then."""
         loop = asyncio.get_running_loop()
-        stream = asyncio.StreamReader(limit=1 << 20)
+        stream = asyncio.StreamReader()
         transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(fd, "rb")
         )
+        framer = LineFramer(STDERR_LINE_CHARS * 4)  # UTF-8: a character is at most four bytes
+        forward = _Throttle(STDERR_BURST, STDERR_LINES_PER_S)
         try:
-            while line := await stream.readline():
-                text = line.decode("utf-8", "replace").rstrip("\n")
-                if text.startswith(BANNER):
-                    self._pids = _pids_of(text.removeprefix(BANNER).split())
-                    continue
-                self._note(text)
+            while chunk := await stream.read(1 << 16):
+                for line in framer.feed(chunk):
+                    text = _stderr_text(line)
+                    if text.startswith(BANNER):
+                        self._pids = _pids_of(text.removeprefix(BANNER).split())
+                        continue
+                    dropped = forward.take(time.monotonic(), len(text))
+                    if dropped is not None:
+                        lines, size = dropped
+                        self._note(f"dropped {lines:,} lines ({size:,} bytes) of stderr: too many, too fast")
+                    if forward.passed:
+                        self._note(redactor.text(text))
         finally:
             transport.close()
+            if forward.dropped_lines:
+                lines, size = forward.dropped_lines, forward.dropped_bytes
+                self._note(f"dropped {lines:,} lines ({size:,} bytes) of stderr: too many, too fast")
 
     def _note(self, text: str) -> None:
         self._tail.append(text)
         print(f"[stdio:{self.spec.name}] {text}", file=sys.stderr, flush=True)
+
+
+def answer_line_bytes(spec: StdioServer) -> int:
+    """The longest line read from ``spec``'s stdout: an answer of its largest allowed output (see
+    ``actors.mcp_client.connections.answer_bytes``)."""
+    return 2 * spec.largest_output_bytes + (64 << 10)
+
+
+def _stderr_text(line: bytes | Oversized) -> str:
+    if isinstance(line, Oversized):
+        cut = line.prefix.decode("utf-8", "replace")[:STDERR_LINE_CHARS]
+        return f"{cut} [cut: a line of {line.size:,} bytes]"
+    text = line.decode("utf-8", "replace")
+    if len(text) > STDERR_LINE_CHARS:
+        return f"{text[:STDERR_LINE_CHARS]} [cut: a line of {len(line):,} bytes]"
+    return text
+
+
+class _Throttle:
+    """A token bucket over lines: ``take`` says whether a line passes (``passed``), and, when lines pass again
+    after some were dropped, how many were dropped meanwhile."""
+
+    def __init__(self, burst: int, per_s: float) -> None:
+        self._burst = burst
+        self._per_s = per_s
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+        self.passed = True
+        self.dropped_lines = 0
+        self.dropped_bytes = 0
+
+    def take(self, now: float, size: int) -> tuple[int, int] | None:
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
+        self._at = now
+        if self._tokens < 1:
+            self.passed = False
+            self.dropped_lines += 1
+            self.dropped_bytes += size
+            return None
+        self._tokens -= 1
+        self.passed = True
+        if not self.dropped_lines:
+            return None
+        dropped = (self.dropped_lines, self.dropped_bytes)
+        self.dropped_lines = self.dropped_bytes = 0
+        return dropped
 
 
 def _pids_of(fields: Iterable[str]) -> tuple[int | None, int | None]:

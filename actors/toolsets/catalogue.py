@@ -80,6 +80,8 @@ def contract_of(spec: HttpServer | StdioServer, tool: ToolDefinition, overlay: T
             recording=overlay.recording,
             server=spec.name,
             split_lines=_text_fields(spec.name, tool, overlay.split_lines),
+            max_output_bytes=overlay.max_output_bytes or spec.max_output_bytes,
+            max_content_blocks=overlay.max_content_blocks or spec.max_content_blocks,
         )
     except ValueError as exc:  # a bound field the tool's schema does not take
         raise ToolsetMismatch(spec.name, tool.name, str(exc).removeprefix(f"{tool.name}: ")) from None

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from actors.toolsets._yaml_lines import LocatedYaml, ToolsetsInvalid, located_error, parse_located
-from dag.contracts import INVESTIGATE, BindingMatch, Recording, Risk
+from dag.contracts import INVESTIGATE, MAX_CONTENT_BLOCKS, MAX_OUTPUT_BYTES, BindingMatch, Recording, Risk
 
 TOOLSETS_ENV = "RAYDAG_TOOLSETS"
 """The environment variable that names the toolsets file."""
@@ -117,6 +117,10 @@ class Timeouts(_Strict):
     """A tool call, unless the tool's overlay says otherwise."""
 
 
+_OUTPUT_BYTES_LIMIT = 64 << 20
+_CONTENT_BLOCKS_LIMIT = 100_000
+
+
 class Binding(_Strict):
     resource: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
     match: BindingMatch = BindingMatch.EQUALS
@@ -140,6 +144,9 @@ class ToolOverlay(_Strict):
     split_lines: frozenset[str] = frozenset()
     """String output fields holding one item per line (a listing as text, as server-filesystem's
     ``search_files`` answers): the output also carries ``<field>_lines``, a list a ``for_each`` can iterate."""
+    max_output_bytes: int | None = Field(default=None, ge=1024, le=_OUTPUT_BYTES_LIMIT)
+    """The largest output of this tool recorded; the server's ``max_output_bytes`` when unset."""
+    max_content_blocks: int | None = Field(default=None, ge=1, le=_CONTENT_BLOCKS_LIMIT)
 
     @field_validator("run_bound", mode="before")
     @classmethod
@@ -196,6 +203,9 @@ def imported_callable(path: str) -> Any:
 
 class FromEnv(_Strict):
     from_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    secret: bool = True
+    """Whether the value is a secret the server must not echo into anything raydag records (it is then
+    redacted from the server's errors, outputs and stderr). ``false`` for a plain setting such as a path."""
 
 
 class _Server(_Strict):
@@ -204,6 +214,9 @@ class _Server(_Strict):
     max_concurrency: int = Field(default=16, ge=1, le=1024)
     """Calls in flight to this server from one calling process."""
     timeouts: Timeouts = Timeouts()
+    max_output_bytes: int = Field(default=MAX_OUTPUT_BYTES, ge=1024, le=_OUTPUT_BYTES_LIMIT)
+    """The largest output recorded of any of this server's tools, unless a tool's overlay says otherwise."""
+    max_content_blocks: int = Field(default=MAX_CONTENT_BLOCKS, ge=1, le=_CONTENT_BLOCKS_LIMIT)
     tools: dict[str, ToolOverlay] = Field(min_length=1)
     """Every tool raydag may offer from this server, by the name raydag offers it under; any other tool it
     lists is never offered."""
@@ -236,6 +249,11 @@ class _Server(_Strict):
                 )
             offered[name] = key
         return value
+
+    @property
+    def largest_output_bytes(self) -> int:
+        """The largest output any of this server's tools may record."""
+        return max(overlay.max_output_bytes or self.max_output_bytes for overlay in self.tools.values())
 
     def server_name(self, tool: str) -> str:
         """The name on the server of the tool raydag offers as ``tool``."""

@@ -61,12 +61,22 @@ class MemoryTokens:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self._client = client_info
 
+    def secrets(self) -> tuple[str, ...]:
+        """The tokens held now, for redaction of what the server sends back."""
+        tokens = self._tokens
+        if tokens is None:
+            return ()
+        return tuple(token for token in (tokens.access_token, tokens.refresh_token) if token)
 
-def client_credentials_flow(server: str, url: str, auth: OAuthClientCredentials) -> httpx2.Auth:
-    """The SDK's client-credentials provider for ``url``, its client secret read now."""
+
+def client_credentials_flow(
+    server: str, url: str, auth: OAuthClientCredentials, storage: MemoryTokens
+) -> httpx2.Auth:
+    """The SDK's client-credentials provider for ``url``, its client secret read now, its tokens kept in
+    ``storage``."""
     return ClientCredentialsOAuthProvider(
         server_url=url,
-        storage=MemoryTokens(),
+        storage=storage,
         client_id=auth.client_id,
         client_secret=read_secret(server, auth),
         token_endpoint_auth_method=auth.token_endpoint_auth,

@@ -8,7 +8,7 @@ import json
 import pytest
 from mcp_types import CallToolResult, TextContent
 
-from actors.mcp_client.connections import _classify_tool_error
+from actors.mcp_client.outcomes import classify_tool_error
 from dag.events import ErrorKind
 
 
@@ -21,7 +21,7 @@ def result(text: str, structured: dict[str, object] | None = None) -> CallToolRe
 def test_a_coded_refusal_is_the_tools_business_answer() -> None:
     payload = {"error": {"code": "DOCUMENT_NOT_FOUND", "message": "no such document"}}
 
-    error = _classify_tool_error(result(json.dumps(payload), payload))
+    error = classify_tool_error(result(json.dumps(payload), payload))
 
     assert (error.kind, error.code) == (ErrorKind.BUSINESS, "DOCUMENT_NOT_FOUND")
 
@@ -29,13 +29,13 @@ def test_a_coded_refusal_is_the_tools_business_answer() -> None:
 def test_a_code_only_in_the_text_is_read_from_there() -> None:
     payload = {"error": {"code": "CASE_NOT_FOUND", "message": "no such case"}}
 
-    assert _classify_tool_error(result(json.dumps(payload))).code == "CASE_NOT_FOUND"
+    assert classify_tool_error(result(json.dumps(payload))).code == "CASE_NOT_FOUND"
 
 
 def test_upstream_unavailable_is_transient() -> None:
     payload = {"error": {"code": "UPSTREAM_UNAVAILABLE", "message": "retry later", "upstream": "database"}}
 
-    error = _classify_tool_error(result(json.dumps(payload), payload))
+    error = classify_tool_error(result(json.dumps(payload), payload))
 
     assert (error.kind, error.code) == (ErrorKind.TRANSIENT, "UPSTREAM_UNAVAILABLE")
 
@@ -50,7 +50,7 @@ def test_upstream_unavailable_is_transient() -> None:
     ],
 )
 def test_a_refusal_without_a_code_is_a_protocol_failure_never_a_business_answer(text: str) -> None:
-    error = _classify_tool_error(result(text))
+    error = classify_tool_error(result(text))
 
     assert (error.kind, error.code) == (ErrorKind.PROTOCOL, "TOOL_ERROR_UNCODED")
     assert error.infrastructure

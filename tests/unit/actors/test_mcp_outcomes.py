@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.mcp_client.connections import _classify_exception
+from actors.mcp_client.outcomes import classify_exception
 from dag.events import ErrorKind
 
 
@@ -16,14 +16,14 @@ from dag.events import ErrorKind
     ],
 )
 def test_the_sdks_output_schema_refusal_is_an_output_schema_mismatch(wording: str) -> None:
-    error = _classify_exception(RuntimeError(wording))
+    error = classify_exception(RuntimeError(wording))
 
     assert (error.kind, error.code) == (ErrorKind.PROTOCOL, "OUTPUT_SCHEMA_MISMATCH")
     assert "'x'" not in error.message  # the SDK's text may echo the output: it is not recorded
 
 
 def test_any_other_runtime_error_is_an_unknown_effect_recorded_by_type_only() -> None:
-    error = _classify_exception(RuntimeError("secret-looking detail"))
+    error = classify_exception(RuntimeError("secret-looking detail"))
 
     assert (error.kind, error.code, error.message) == (
         ErrorKind.UNKNOWN_EFFECT,
