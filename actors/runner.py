@@ -40,7 +40,7 @@ from dag.events import (
     PlanNodeAccepted,
     RunRecovered,
 )
-from dag.evidence import describe_missing, missing_evidence
+from dag.evidence import MissingEvidence, describe_missing, missing_evidence
 from dag.health import ToolHealth
 from dag.plan import Plan, PlanNode
 from dag.policy import effective_tools
@@ -493,18 +493,22 @@ class RunDriver:
     async def _conclude(self, run: RunRecorder, decision: JoinDecision) -> None:
         """Turn the joiner's decision into the run's end, or into its next round.
 
-        Failure is not evidence: while calls of the run have no answer, no verdict may stand — the run
-        stops (with the round's interruption as its reason, if one cut it short), naming what is missing.
-        A replan may still ask again.
+        A round a hard limit cut short (a budget, the repeat gate, a withdrawn tool, the deadline) ends the run
+        ``stopped`` with that limit's reason and detail, whatever the joiner decided: it judged less than the
+        plan asked for, so its answer is kept as partial, never completes the run, and no replan goes around
+        the limit.
+
+        Failure is not evidence: while calls of the run have no answer, no verdict may stand — the run stops
+        naming what is missing, and keeps no result. A replan of a round that drained may still ask again.
         """
         interruption = _interruption_of(run.state)
         missing = missing_evidence(run.state, drained=interruption is None)
+        if interruption is not None:
+            detail, partial = _cut_short(run.state, interruption, decision, missing)
+            await run.finish(RunStatus.STOPPED, interruption.reason, detail, partial)
+            return
         if missing and not isinstance(decision, Replan):
-            if interruption is not None:
-                reason, gap = interruption.reason, f"{interruption.detail}; {describe_missing(missing)}"
-            else:
-                reason, gap = StopReason.EVIDENCE_INCOMPLETE, describe_missing(missing)
-            await run.finish(RunStatus.STOPPED, reason, gap)
+            await run.finish(RunStatus.STOPPED, StopReason.EVIDENCE_INCOMPLETE, describe_missing(missing))
             return
         match decision:
             case Final():
@@ -513,22 +517,15 @@ class RunDriver:
                     await run.finish(
                         RunStatus.NEEDS_HUMAN,
                         StopReason.FINAL_ANSWER_UNSUPPORTED,
-                        f"the answer cites what no tool output of this run contains: {unsupported[:20]}",
+                        _unsupported(unsupported),
                         dict(decision.result),
                     )
-                else:  # a run that has its answer completes, even when a budget ran out on the way
-                    detail = interruption.detail if interruption else None
-                    await run.finish(RunStatus.COMPLETED, None, detail, dict(decision.result))
+                else:
+                    await run.finish(RunStatus.COMPLETED, None, None, dict(decision.result))
             case NeedsHuman():
                 result = dict(decision.result) if decision.result is not None else None
-                if interruption is not None:
-                    await run.finish(RunStatus.STOPPED, interruption.reason, interruption.detail, result)
-                else:
-                    await run.finish(RunStatus.NEEDS_HUMAN, decision.stop_reason, decision.detail, result)
+                await run.finish(RunStatus.NEEDS_HUMAN, decision.stop_reason, decision.detail, result)
             case Replan():
-                if interruption is not None:
-                    await run.finish(RunStatus.STOPPED, interruption.reason, interruption.detail)
-                    return
                 budgets = run.state.budgets
                 try:
                     budgets.check_stale(stale_replans=run.state.rounds_without_new_evidence())
@@ -600,6 +597,34 @@ def _unrecordable(decision: JoinDecision) -> str | None:
     for pointer, problem in unfit_values(written):
         return f"the planner's answer cannot be recorded: {pointer}: {problem}"
     return None
+
+
+def _cut_short(
+    state: RunState,
+    interruption: Interruption,
+    decision: JoinDecision,
+    missing: tuple[MissingEvidence, ...],
+) -> tuple[str, dict[str, Any] | None]:
+    """The detail and the partial result of a run whose round ``interruption`` cut short: the joiner's result
+    is kept as it would be on a ``needs_human`` run, unless it rests on calls that have no answer."""
+    if missing:
+        return f"{interruption.detail}; {describe_missing(missing)}", None
+    match decision:
+        case Final(result=result, citations=citations):
+            unsupported = unsupported_citations(citations, state)
+            if unsupported:
+                return f"{interruption.detail}; {_unsupported(unsupported)}", dict(result)
+            return interruption.detail, dict(result)
+        case NeedsHuman(result=result):
+            return interruption.detail, dict(result) if result is not None else None
+        case Replan():
+            return interruption.detail, None
+        case _:
+            assert_never(decision)
+
+
+def _unsupported(citations: list[str]) -> str:
+    return f"the answer cites what no tool output of this run contains: {citations[:20]}"
 
 
 def _interruption_of(state: RunState) -> Interruption | None:

@@ -236,7 +236,7 @@ class JoinStarted(_Event):
     kind: Literal["join_started"] = "join_started"
     round: int
     interrupted_by: StopReason | None = None
-    """The hard limit that ended the round early, if one did: without a verified answer it ends the run."""
+    """The hard limit that ended the round early, if one did: whatever the join decides, it ends the run."""
     reason: str | None = None
 
 

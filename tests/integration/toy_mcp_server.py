@@ -1,6 +1,7 @@
 """A small MCP server of the tests' own, over stdio (``python tests/integration/toy_mcp_server.py``) or as an
 ASGI app behind a bearer check (``bearer_app``): a slow tool to die under, one that waits for a file, an
-echo, and its pid; an answer and a failure holding NUL; an answer nested as deep as asked.
+echo, and its pid; an answer and a failure holding NUL; an answer nested as deep as asked; a list of as many
+items as asked (for a ``for_each``).
 ``TOY_ECHO_DESCRIPTION`` changes the echo tool's description (a server changing a tool under a run)."""
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def _echo_description() -> str:
 
 class Worded(BaseModel):
     words: str
+
+
+class Listed(BaseModel):
+    items: list[str]
 
 
 def _reshaped() -> bool:
@@ -87,6 +92,10 @@ def build() -> MCPServer[Any]:
         for _ in range(depth - 1):
             value = {"a": value}
         return value
+
+    @server.tool(description="Answer with `count` short strings, for a plan to iterate.")
+    async def items(count: int) -> Listed:
+        return Listed(items=[f"i{n}" for n in range(count)])
 
     return server
 
