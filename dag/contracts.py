@@ -9,6 +9,8 @@ the same, so policy, planner and client do not care which.
 from __future__ import annotations
 
 import posixpath
+import unicodedata
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,7 +55,8 @@ class BindingMatch(StrEnum):
     EQUALS = "equals"
     """The argument is the resource value itself (``case_id`` is the run's case)."""
     PATH_WITHIN = "path_within"
-    """The argument is an absolute path at or under the resource value (a file under the run's root)."""
+    """The argument is an absolute path in normal form at or under the resource value (a file under the run's
+    root), and stays there however a server reads it: see ``path_refusal``."""
 
 
 @dataclass(frozen=True)
@@ -65,25 +68,101 @@ class RunBinding:
     match: BindingMatch = BindingMatch.EQUALS
 
     def admits(self, value: object, resource_value: object) -> bool:
-        """Whether an argument ``value`` stays inside the run's ``resource_value``; anything unclear is no.
+        """Whether an argument ``value`` stays inside the run's ``resource_value``; anything unclear is no."""
+        return self.refusal(value, resource_value) is None
 
-        ``PATH_WITHIN`` is decided on the text of the paths, normalized (``..`` folded): a relative path or a
-        NUL byte is refused. Symbolic links are the server's to resolve; raydag never sees its file system.
+    def refusal(self, value: object, resource_value: object) -> str | None:
+        """Why an argument ``value`` does not stay inside the run's ``resource_value``, or ``None`` if it does.
+
+        The reason is a phrase to follow the field's name (``is not within the run's root``).
         """
         match self.match:
             case BindingMatch.EQUALS:
-                return value == resource_value
+                return None if value == resource_value else f"is not within the run's {self.resource_key}"
             case BindingMatch.PATH_WITHIN:
-                if not isinstance(value, str) or not isinstance(resource_value, str):
-                    return False
-                if not (value.startswith("/") and resource_value.startswith("/")):
-                    return False
-                if "\x00" in value or "\x00" in resource_value:
-                    return False
-                path, root = posixpath.normpath(value), posixpath.normpath(resource_value)
-                return path == root or path.startswith(root.rstrip("/") + "/")
+                if not isinstance(resource_value, str):
+                    return f"cannot be checked: the run's {self.resource_key} is not a path"
+                if not isinstance(value, str):
+                    return "is not a path"
+                return path_refusal(value, resource_value, self.resource_key)
             case _:
                 assert_never(self.match)
+
+
+MAX_PERCENT_DECODINGS = 8
+"""Rounds of percent-decoding a path may take to settle (``%252e`` takes three); one that takes more is refused."""
+
+
+def path_refusal(path: str, root: str, root_key: str = "root") -> str | None:
+    """Why ``path`` may not be sent as a path under ``root``, or ``None`` if it may (``PATH_WITHIN``).
+
+    The server is sent ``path`` as written, and raydag cannot know how the server reads it. So a path is
+    admitted only if deciding on its text is deciding on what the server acts on: the text is already in
+    normal form (absolute, no NUL, no ``.``, ``..`` or empty segment, no trailing ``/``, unchanged by Unicode
+    NFKC), and every other reading a server may take (percent-decoded until it settles, NFKC-normalized
+    after that, ``\\`` read as ``/``, and their combinations) stays under ``root`` as well. A path that is
+    not in normal form is refused, not rewritten: the node's arguments stay what the planner wrote and what
+    the run records, and a path worth reading does not need rewriting. The root must be in normal form too,
+    or no comparison with it is clear. Symbolic links are the server's to resolve; raydag never sees its
+    file system.
+    """
+    if _not_normal(root) is not None:
+        return f"cannot be checked: the run's {root_key} is not an absolute path in normal form"
+    problem = _not_normal(path)
+    if problem is not None:
+        return problem
+    if not _within(path, root):
+        return f"is not within the run's {root_key}"
+    decoded = _percent_decoded(path)
+    if decoded is None:
+        return f"does not percent-decode to UTF-8 text within {MAX_PERCENT_DECODINGS} rounds"
+    for reading, text in _readings(path, decoded).items():
+        if "\x00" in text or not _within(posixpath.normpath(text), root):
+            return f"leaves the run's {root_key} when read {reading}"
+    return None
+
+
+def _not_normal(path: str) -> str | None:
+    """Why ``path`` is not an absolute POSIX path in normal form, or ``None`` if it is."""
+    if not path.startswith("/"):
+        return "is not an absolute path"
+    if "\x00" in path:
+        return "holds a NUL character"
+    if path.startswith("//") or posixpath.normpath(path) != path:  # normpath keeps a leading ``//``
+        return "is not in normal form: it has a '.', '..' or empty segment, or a trailing '/'"
+    if unicodedata.normalize("NFKC", path) != path:
+        return "is not in normal form: Unicode NFKC normalization changes it"
+    return None
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _percent_decoded(path: str) -> str | None:
+    """``path`` percent-decoded until it settles; ``None`` if it takes too many rounds or decodes bytes that
+    are not UTF-8 (an overlong ``%C0%AE`` is a ``.`` to some decoders)."""
+    for _ in range(MAX_PERCENT_DECODINGS):
+        try:
+            decoded = urllib.parse.unquote(path, errors="strict")
+        except UnicodeDecodeError:
+            return None
+        if decoded == path:
+            return path
+        path = decoded
+    return None
+
+
+def _readings(path: str, decoded: str) -> dict[str, str]:
+    """What a server may make of ``path`` other than its text, by how it reads it."""
+    normalized = unicodedata.normalize("NFKC", decoded)
+    return {
+        "with '\\' as '/'": path.replace("\\", "/"),
+        "percent-decoded": decoded,
+        "percent-decoded with '\\' as '/'": decoded.replace("\\", "/"),
+        "percent-decoded and NFKC-normalized": normalized,
+        "percent-decoded and NFKC-normalized with '\\' as '/'": normalized.replace("\\", "/"),
+    }
 
 
 class DeclaredBySchema(BaseModel):

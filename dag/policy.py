@@ -112,11 +112,9 @@ def authorize(
     contract = catalogue[tool]
     for binding in contract.run_bindings:
         key = binding.resource_key
-        if not binding.admits(args.get(binding.field), authority.resource[key]):
-            return _deny(
-                f"resource.{key.removesuffix('_id')}_bound",
-                f"the node's {binding.field} is not within the run's {key}",
-            )
+        refusal = binding.refusal(args.get(binding.field), authority.resource[key])
+        if refusal is not None:
+            return _deny(f"resource.{key.removesuffix('_id')}_bound", f"the node's {binding.field} {refusal}")
     for name in sorted(contract.observed_bound):
         if args.get(name) not in observed.get(name, frozenset()):
             return _deny(

@@ -189,6 +189,7 @@ def test_a_run_bound_field_is_checked_against_the_resource_key_its_binding_names
         ("/srv/reports", True),
         ("/srv/reports/2026/q1.txt", True),
         ("/srv/reports/../secrets", False),
+        ("/srv/reports/%2e%2e/secrets", False),
         ("/srv/reports-old/a", False),
         ("reports/a", False),
     ],
@@ -201,6 +202,35 @@ def test_a_path_bound_to_the_runs_root_must_stay_under_it(path: str, allowed: bo
     assert rule(decision) == (
         (True, "allow.read_only_in_scope") if allowed else (False, "resource.root_bound")
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/srv/reports-old/a", "the node's path is not within the run's root"),
+        (
+            "/srv/reports/../reports/a",
+            "the node's path is not in normal form: it has a '.', '..' or empty segment, or a trailing '/'",
+        ),
+        (
+            "/srv/reports/\u2024\u2024/a",
+            "the node's path is not in normal form: Unicode NFKC normalization changes it",
+        ),
+        ("/srv/reports/%2e%2e/secrets", "the node's path leaves the run's root when read percent-decoded"),
+    ],
+)
+def test_a_path_denial_says_why_the_path_was_refused(path: str, reason: str) -> None:
+    authority = RunAuthority(ADJUSTER, {"root": "/srv/reports"})
+
+    decision = decide("read_file", {"path": path}, catalogue=catalogue_of(READ_FILE), authority=authority)
+
+    assert (decision.allowed, decision.rule_id, decision.reason) == (False, "resource.root_bound", reason)
+
+
+def test_an_equality_denial_keeps_its_reason() -> None:
+    decision = decide(args={"case_id": "C-999"})
+
+    assert decision.reason == "the node's case_id is not within the run's case_id"
 
 
 def test_a_document_id_the_run_has_observed_is_allowed() -> None:
