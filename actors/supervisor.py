@@ -11,15 +11,18 @@ from typing import Any
 
 import ray
 
-from actors.executor import DEFAULT_CALLERS, CallerPoolExecutor, ExecutorKind, ToolExecutor, build_executor
-from actors.metrics import RayRunMetrics
-from actors.service import Cancellation, Drained, RunRequest, RunService, SubmitResult
-from actors.settings import MAX_ACTIVE_RUNS
+from actors.calls.call import ExecutorKind, ToolExecutor
+from actors.calls.exchange import DEFAULT_CALLERS
+from actors.calls.executors import CallerPoolExecutor, build_executor
+from actors.launch.settings import MAX_ACTIVE_RUNS
+from actors.observe.metrics import RayRunMetrics
+from actors.observe.tracing import configure_tracing
+from actors.run.service import RunService
+from actors.run.submission import Cancellation, Drained, RunRequest, SubmitResult
 from actors.store.database import create_pool
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
 from actors.toolsets.config import HttpServer, Toolsets, caseops_toolsets, load_toolsets
 from actors.toolsets.live import LiveCatalogue
-from actors.tracing import configure_tracing
 from dag.budget import Budgets
 from dag.contracts import ToolContract
 from dag.errors import RaydagError

@@ -22,15 +22,9 @@ from typing import Any
 
 import ray
 
-from actors.executor import (
-    CallerPoolExecutor,
-    InlineExecutor,
-    RayToolExecutor,
-    ToolExecutor,
-    calls_per_caller,
-    task_name,
-)
-from actors.mcp_client import ToolCall, ToolOutcome
+from actors.calls.call import ToolCall, ToolExecutor, ToolOutcome
+from actors.calls.exchange import calls_per_caller
+from actors.calls.executors import CallerPoolExecutor, InlineExecutor, RayToolExecutor, task_name
 from bench._synthetic import CATALOGUE, WaitOutput
 
 
@@ -63,7 +57,7 @@ class PerCallCallers:
     calls were handed over in exchanges."""
 
     def __init__(self, size: int = 2) -> None:
-        from actors.tool_caller import ToolCaller
+        from actors.calls.caller import ToolCaller
 
         prefix = f"bench-per-call-caller-{uuid.uuid4().hex[:8]}"
         self._callers: list[Any] = [

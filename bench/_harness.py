@@ -7,7 +7,7 @@
 - ``waves``: the benchmark process gathers each ready layer with asyncio (``Shape.layers``).
 - ``langgraph``: a LangGraph ``StateGraph`` with one node per DAG node and an edge per dependency.
 
-Every arm calls the same MCP tool server (a process of its own) through ``actors.mcp_client.call_tool`` with a
+Every arm calls the same MCP tool server (a process of its own) through ``actors.calls.mcp.call_tool`` with a
 freshly minted task token, so only the scheduling differs.
 """
 
@@ -31,11 +31,12 @@ from typing import Annotated, Any, TypedDict
 import asyncpg
 import ray
 
-from actors.background_server import BackgroundServer
-from actors.mcp_client import McpConnections, ToolCall, call_tool
-from actors.runtime import prepare_database
-from actors.service import RunRequest, RunService, Submission
-from actors.settings import Settings
+from actors.calls.call import ToolCall
+from actors.calls.mcp import McpConnections, call_tool
+from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import Settings
+from actors.run.service import RunService
+from actors.run.submission import RunRequest, Submission
 from actors.store.database import (
     create_pool,
     drop_database,
@@ -43,6 +44,7 @@ from actors.store.database import (
     ensure_database,
     with_database,
 )
+from actors.store.setup import prepare_database
 from bench._cpu import CpuMeter
 from bench._executors import EXECUTORS
 from bench._ray import local_ray

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from actors.runtime import prepare_database
+from actors.store.setup import prepare_database
 from bench._harness import fresh_database
 from bench._ray import SMOKE_RAY, local_ray
 from bench._smoke import SMOKE, sized

@@ -19,11 +19,12 @@ from contextlib import ExitStack
 
 import httpx
 
-from actors.background_server import BackgroundServer
-from actors.mcp_client import ToolCall, call_tool
-from actors.runtime import prepare_database
-from actors.settings import DEV_API_KEYS, Settings
+from actors.calls.call import ToolCall
+from actors.calls.mcp import call_tool
+from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import DEV_API_KEYS, Settings
 from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
+from actors.store.setup import prepare_database
 from actors.supervisor import NAMESPACE
 from bench._ray import local_ray
 from bench._smoke import sized

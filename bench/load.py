@@ -47,8 +47,9 @@ import httpx
 import psutil
 
 from actors.api.app import TOOLS_NAME
-from actors.executor import DEFAULT_CALLERS, ExecutorKind
-from actors.settings import DEV_API_KEYS
+from actors.calls.call import ExecutorKind
+from actors.calls.exchange import DEFAULT_CALLERS
+from actors.launch.settings import DEV_API_KEYS
 from bench._cpu import CpuMeter, machine_busy
 from bench._harness import fresh_database, tool_server_process
 from bench._load import (

@@ -5,7 +5,7 @@ it), against the same PostgreSQL; every call carries a freshly minted task token
 and records in its replay cache. Latency arms, interleaved sample by sample:
 
 - ``2026-07-28 one POST per call``: one ``McpConnections`` for the whole run, as a caller actor keeps it:
-  keep-alive connection, no handshake; each call is one hand-built HTTP request (``actors.mcp_client.stateless_post``,
+  keep-alive connection, no handshake; each call is one hand-built HTTP request (``actors.calls.mcp.stateless_post``,
   as shipped since 2026-12-01).
 - ``2026-07-28 SDK client``: the same connections, each call through the SDK's ``Client`` (the tools listed
   once): what raydag shipped until 2026-12-01 (``McpConnections(sdk_calls=True)``).
@@ -38,10 +38,11 @@ from contextlib import ExitStack
 
 import httpx
 
-from actors.mcp_client import McpConnections, ToolCall, call_tool
-from actors.runtime import prepare_database
-from actors.settings import Settings
+from actors.calls.call import ToolCall
+from actors.calls.mcp import McpConnections, call_tool
+from actors.launch.settings import Settings
 from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
+from actors.store.setup import prepare_database
 from bench._smoke import sized
 from bench._stats import summary
 from mcp_server.contracts import CASEOPS_TOOLS

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from actors.executor import ExecutorKind
+from actors.calls.call import ExecutorKind
 from bench._harness import tool_server_process
 from bench._load import HEADERS, percentile
 from bench._smoke import sized

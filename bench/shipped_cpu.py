@@ -19,8 +19,8 @@ from typing import Any
 
 import psutil
 
-from actors.executor import ExecutorKind
-from actors.settings import Settings
+from actors.calls.call import ExecutorKind
+from actors.launch.settings import Settings
 from bench._harness import fresh_database
 from bench._smoke import sized
 
@@ -39,7 +39,7 @@ def _actor_processes(settings: Settings) -> dict[str, list[psutil.Process]]:
         actor: Any = ray.get_actor(name, namespace=NAMESPACE)
         return int(ray.get(actor.ping.remote())["pid"])
 
-    name = f"{settings.supervisor_name}-cli-{os.getpid()}"  # as actors.runtime.local_runtime names it
+    name = f"{settings.supervisor_name}-cli-{os.getpid()}"  # as actors.launch.local.local_runtime names it
     callers = [f"{name}-tool-caller-{index}" for index in range(settings.tool_callers)]
     if settings.tool_executor is not ExecutorKind.CALLERS:  # RAYDAG_TOOL_EXECUTOR: no caller actors
         callers = []

@@ -18,12 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from actors.mcp_client import ToolCall, ToolOutcome
-from actors.recording import now
-from actors.runner import RunDriver
-from actors.runtime import prepare_database
+from actors.calls.call import ToolCall, ToolOutcome
+from actors.run.driver import RunDriver
+from actors.run.recorder import now
 from actors.store.database import create_pool, drop_database, ensure_database, with_database
 from actors.store.runs import RunStore
+from actors.store.setup import prepare_database
 from bench._smoke import sized
 from dag.budget import Budgets
 from dag.contracts import Risk, ToolContract, catalogue_of

@@ -28,7 +28,7 @@ from typing import Any
 
 import asyncpg
 
-from actors.service import RunRequest, Submission
+from actors.run.submission import RunRequest, Submission
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from bench._harness import fresh_database, tool_server_process
 from bench._ray import local_ray

@@ -26,7 +26,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from actors.mcp_client import McpConnections, ToolCall
+from actors.calls.call import ToolCall
+from actors.calls.mcp import McpConnections
 from actors.toolsets.catalogue import build_catalogue
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets, parse_toolsets
 from bench._stats import summary
@@ -73,7 +74,7 @@ async def _latency(
 ) -> dict[str, list[float]]:
     import ray
 
-    from actors.tool_caller import ToolCaller
+    from actors.calls.caller import ToolCaller
 
     caller: Any = ray.remote(ToolCaller).options(max_concurrency=32, num_cpus=0).remote(servers)
     await caller.start.remote()

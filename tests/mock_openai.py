@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from actors.background_server import BackgroundServer
+from actors.launch.background_server import BackgroundServer
 
 _ids = itertools.count(1)
 

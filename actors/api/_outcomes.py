@@ -13,7 +13,7 @@ from ray.exceptions import RayActorError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from actors.api._problem import Problem, with_problem_schema
-from actors.service import Submission, SubmitResult
+from actors.run.submission import Submission, SubmitResult
 from actors.store.resilience import QUEUE_S, DatabaseBusy, DatabaseUnavailable, Line, remaining_s, within
 
 log = logging.getLogger(__name__)

@@ -43,19 +43,21 @@ from actors.api import (
     raise_for_submission,
     submissions,
 )
-from actors.executor import DEFAULT_CALLERS, ExecutorKind
-from actors.ports import refuse_shared_listener
-from actors.runtime import database, prepare_database
-from actors.service import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
-from actors.settings import MAX_ACTIVE_RUNS, ApiKeyGrant, Settings, load_settings
+from actors.api.viewer import viewer_router
+from actors.api.views import event_view, load_state, nodes_view, run_view
+from actors.calls.call import ExecutorKind
+from actors.calls.exchange import DEFAULT_CALLERS
+from actors.launch.local import database
+from actors.launch.ports import refuse_shared_listener
+from actors.launch.settings import MAX_ACTIVE_RUNS, ApiKeyGrant, Settings, load_settings
+from actors.observe.tracing import carrier, configure_tracing
+from actors.run.submission import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
 from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, Line, deadline, within
 from actors.store.runs import MAX_SEQ, RunStore
+from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from actors.toolsets.config import Toolsets
-from actors.tracing import carrier, configure_tracing
-from actors.viewer import viewer_router
-from actors.views import event_view, load_state, nodes_view, run_view
 from dag.budget import BudgetRequest, Budgets
 from dag.policy import Principal
 from dag.run_resource import (
@@ -601,11 +603,11 @@ def app(args: dict[str, str]) -> Application:
     """``serve run serve_app:app``, and the import path of ``serve_config.yaml``: the app read from ``RAYDAG_*``.
 
     ``serve run`` calls it before it connects to Ray: it then first starts Serve on ``RAYDAG_HOST:RAYDAG_PORT``
-    with its proxy owning the port, or exits 2 saying why it cannot (``actors.servers.prepare_serve_run``).
+    with its proxy owning the port, or exits 2 saying why it cannot (``actors.launch.servers.prepare_serve_run``).
     """
     import ray
 
-    from actors.servers import prepare_serve_run
+    from actors.launch.servers import prepare_serve_run
 
     if not ray.is_initialized():
         prepare_serve_run(load_settings())

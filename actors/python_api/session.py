@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.run_report import read_report
-from actors.service import DEFAULT_GOAL, RunRequest, Submission
-from actors.settings import Settings, load_settings
+from actors.cli.report import read_report
+from actors.launch.settings import Settings, load_settings
+from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import ToolContract
@@ -176,7 +176,7 @@ def start(
 ) -> Iterator[Raydag]:
     """raydag for the block: ``toolsets`` (parsed, or a file's path; default ``RAYDAG_TOOLSETS``, else the
     caseops toolset) over the script's Ray, or a local one; settings from the environment unless given."""
-    from actors.runtime import local_runtime
+    from actors.launch.local import local_runtime
 
     with local_runtime(settings or load_settings(), toolsets=toolsets) as runtime:
         yield Raydag(runtime, tenant, f"script:{os.environ.get('USER', 'operator')}")

@@ -4,16 +4,13 @@ What other packages use is re-exported here:
 
 - ``load_toolsets(path) -> Toolsets`` / ``configured_toolsets()`` (``RAYDAG_TOOLSETS``); ``ToolsetsInvalid``
   names the file, line and field of a malformed file.
-- ``discover(server)`` → ``ServerListing``; ``discover_toolsets(toolsets)`` → ``ToolsetCatalogue`` (contracts
-  and pins); ``build_catalogue`` does the same from listings in hand; ``ToolsetMismatch`` and
-  ``ServerUnreachable`` are the start-up errors.
-- ``definition_digest``, ``pins_of``, ``compare`` and ``relist`` → ``PinChanges``: tool-definition pinning.
+- ``build_catalogue`` → ``ToolsetCatalogue`` (contracts and pins) from listings in hand; ``ToolsetMismatch``
+  is the start-up error of a listing that does not fit its declaration.
+- ``definition_digest``, ``pins_of`` and ``compare`` → ``PinChanges``: tool-definition pinning.
 
-The discovery names load on first use (PEP 562): the MCP client imports this package's config, and
-discovery imports the client.
+Listing a server is the MCP client's (``actors.calls.mcp.discovery``: ``discover``, ``discover_toolsets``,
+``relist``); this package only declares, and builds from what was listed.
 """
-
-from typing import TYPE_CHECKING, Any
 
 from actors.toolsets._yaml_lines import ToolsetsInvalid
 from actors.toolsets.catalogue import ToolsetCatalogue, ToolsetMismatch, build_catalogue, contract_of
@@ -37,20 +34,6 @@ from actors.toolsets.credentials import CredentialUnavailable
 from actors.toolsets.listing import ServerListing, ToolDefinition
 from actors.toolsets.pinning import PinChanges, ToolPins, compare, definition_digest, pins_of
 
-if TYPE_CHECKING:
-    from actors.toolsets.discovery import ServerUnreachable, TokenFor, discover, discover_toolsets, relist
-
-_DISCOVERY = frozenset({"ServerUnreachable", "TokenFor", "discover", "discover_toolsets", "relist"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _DISCOVERY:
-        from actors.toolsets import discovery
-
-        return getattr(discovery, name)
-    raise AttributeError(f"module 'actors.toolsets' has no attribute {name!r}")
-
-
 __all__ = [
     "CASEOPS_TOOLSETS",
     "TOOLSETS_ENV",
@@ -62,9 +45,7 @@ __all__ = [
     "RaydagTokenAuth",
     "ServerListing",
     "ServerSpec",
-    "ServerUnreachable",
     "StdioServer",
-    "TokenFor",
     "ToolDefinition",
     "ToolOverlay",
     "ToolPins",
@@ -78,10 +59,7 @@ __all__ = [
     "configured_toolsets",
     "contract_of",
     "definition_digest",
-    "discover",
-    "discover_toolsets",
     "load_toolsets",
     "parse_toolsets",
     "pins_of",
-    "relist",
 ]

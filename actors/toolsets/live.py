@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from actors.calls.mcp.discovery import ServerUnreachable, TokenFor, discover
 from actors.toolsets.catalogue import ToolsetMismatch, contracts_of
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets
-from actors.toolsets.discovery import ServerUnreachable, TokenFor, discover
 from actors.toolsets.listing import ServerListing
 from actors.toolsets.pinning import PinChanges, compare, pins_of
 from dag.contracts import ToolContract

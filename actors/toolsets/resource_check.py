@@ -18,7 +18,7 @@ from dag.policy import Principal
 from dag.run_resource import RESOURCE_ALLOWED, Resource, ResourceAnswer
 
 if TYPE_CHECKING:
-    from actors.mcp_client import ToolOutcome
+    from actors.calls.call import ToolOutcome
 
 ResourceCheck = Callable[[Principal, Resource], Awaitable[ResourceAnswer]]
 """Whether ``principal`` may run over ``resource``."""

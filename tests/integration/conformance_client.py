@@ -22,10 +22,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from actors.mcp_client import McpConnections, ToolCall
+from actors.calls.call import ToolCall
+from actors.calls.mcp import McpConnections
+from actors.calls.mcp.discovery import discover
 from actors.toolsets.catalogue import build_catalogue
 from actors.toolsets.config import parse_toolsets
-from actors.toolsets.discovery import discover
 from actors.toolsets.listing import ToolDefinition
 from dag.contracts import ToolContract
 

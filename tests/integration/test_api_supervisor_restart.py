@@ -18,7 +18,7 @@ import asyncpg
 import httpx
 import pytest
 
-from actors.background_server import BackgroundServer
+from actors.launch.background_server import BackgroundServer
 from actors.supervisor import NAMESPACE
 from dag.budget import Budgets
 from mcp_server.planner import ConformancePlanner

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from actors.ports import can_bind_beside
+from actors.launch.ports import can_bind_beside
 from tests.conftest import REPO, TEST_HOME
 from tests.loopback import free_port, wait_until_ok
 

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from actors.settings import Settings
+from actors.launch.settings import Settings
 from tests.conftest import REPO
 
 

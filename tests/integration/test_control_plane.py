@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from actors.service import RunRequest, Submission
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
 from dag.policy import Principal
@@ -173,7 +173,7 @@ async def test_a_tool_that_keeps_failing_rests_for_its_tenant_and_no_run_complet
 
 
 async def _state(store: RunStore, run_id: str) -> Any:
-    from actors.views import load_state
+    from actors.api.views import load_state
 
     return await load_state(store, run_id)
 

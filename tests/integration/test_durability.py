@@ -19,10 +19,10 @@ import httpx
 import psutil
 import pytest
 
-from actors.executor import ExecutorKind
-from actors.service import RunRequest, Submission
+from actors.api.views import load_state
+from actors.calls.call import ExecutorKind
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
-from actors.views import load_state
 from dag.budget import BudgetRequest
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES
@@ -388,7 +388,7 @@ async def test_the_webhook_sink_posts_each_event_with_its_id_as_idempotency_key(
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from actors.background_server import BackgroundServer
+    from actors.launch.background_server import BackgroundServer
     from actors.store.database import create_pool
     from actors.store.outbox import OutboxRelay, WebhookSink
 
@@ -417,7 +417,7 @@ async def test_the_webhook_sink_posts_each_event_with_its_id_as_idempotency_key(
 
 async def _finished_run_with_outbox_event(dsn: str) -> uuid.UUID:
     """A completed run written through the real store: its terminal append writes the outbox event."""
-    from actors.recording import RunRecorder
+    from actors.run.recorder import RunRecorder
     from actors.store.database import create_pool
     from dag.budget import Budgets
     from dag.events import JoinStarted, PlanAccepted, PlanningStarted, RunCreated, RunFinished
@@ -593,7 +593,7 @@ async def test_a_request_while_the_database_is_down_is_a_503_that_accepts_nothin
     import asyncpg
 
     from actors.api.app import ApiConfig, create_app
-    from actors.background_server import BackgroundServer
+    from actors.launch.background_server import BackgroundServer
     from dag.budget import Budgets
     from tests.integration.conftest import TEST_API_KEYS
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from actors.background_server import BackgroundServer
-from actors.service import RunRequest, Submission
+from actors.api.views import load_state
+from actors.launch.background_server import BackgroundServer
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
-from actors.views import load_state
 from dag.policy import Principal
 from dag.run_state import RunState
 from dag.states import NodeStatus, RunStatus

@@ -28,17 +28,18 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from actors.background_server import BackgroundServer
-from actors.mcp_client import McpConnections, ToolCall
-from actors.run_report import print_report, read_report
-from actors.service import RunRequest, Submission
+from actors.api.views import load_state
+from actors.calls.call import ToolCall
+from actors.calls.mcp import McpConnections
+from actors.calls.mcp.discovery import discover
+from actors.cli.report import print_report, read_report
+from actors.launch.background_server import BackgroundServer
+from actors.run.submission import RunRequest, Submission
 from actors.store.database import create_pool
 from actors.store.runs import RunStore
 from actors.supervisor import NAMESPACE, RunSupervisor, SupervisorConfig
 from actors.toolsets.catalogue import build_catalogue
 from actors.toolsets.config import BearerAuth, Toolsets, parse_toolsets
-from actors.toolsets.discovery import discover
-from actors.views import load_state
 from dag.budget import Budgets
 from dag.events import ErrorKind
 from dag.policy import Principal

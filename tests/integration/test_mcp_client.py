@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from actors.mcp_client import McpConnections, ToolCall, ToolOutcome, call_tool, stateless_post
-from actors.tool_task import _WorkerLoop
+from actors.calls.call import ToolCall, ToolOutcome
+from actors.calls.mcp import McpConnections, call_tool, stateless_post
+from actors.calls.task import _WorkerLoop
 from dag.contracts import Risk, ToolContract
 from dag.events import ErrorKind
 from dag.storable import MAX_DEPTH

@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from actors.background_server import BackgroundServer
+from actors.launch.background_server import BackgroundServer
 from mcp_server.auth import ASGIApp
 from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from actors.service import RunRequest, Submission
+from actors.api.views import load_state
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
-from actors.views import load_state
 from dag.budget import BudgetRequest
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES

@@ -6,7 +6,7 @@ from typing import Any
 
 import ray
 
-from actors.service import RunRequest, Submission
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from actors.ports import PortShared, can_bind_beside, ensure_exclusive, refuse_shared_listener
+from actors.launch.ports import PortShared, can_bind_beside, ensure_exclusive, refuse_shared_listener
 from tests.conftest import REPO
 from tests.integration.test_cli import RAYDAG, environment, home_fixture, raydag
 from tests.loopback import free_port

@@ -30,7 +30,7 @@ import httpx
 import psutil
 import pytest
 
-from actors.ports import can_bind_beside
+from actors.launch.ports import can_bind_beside
 from tests.conftest import REPO, TEST_HOME
 from tests.loopback import free_port, free_ports, wait_until_ok
 
@@ -237,7 +237,7 @@ def test_ray_job_submit_runs_c102_on_a_token_auth_head_started_with_ray_start(ra
     packages = [path for path in resources.iterdir() if path.is_dir()]  # beside the downloaded .zip
     assert len(packages) == 1, packages
     uploaded = packages[0]
-    assert (uploaded / "actors" / "cli.py").is_file()
+    assert (uploaded / "actors" / "cli" / "main.py").is_file()
     assert (uploaded / "pyproject.toml").is_file()
     for ignored in (".venv", ".raydag", ".raydag-test", ".git", "raydag.egg-info"):
         assert not (uploaded / ignored).exists(), f"{ignored} was uploaded"

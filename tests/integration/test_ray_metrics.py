@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest_asyncio
 
-from actors.metrics import LATENCY_BOUNDARIES_MS
-from actors.service import RunRequest, Submission
+from actors.observe.metrics import LATENCY_BOUNDARIES_MS
+from actors.run.submission import RunRequest, Submission
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL

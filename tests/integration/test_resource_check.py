@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from actors.executor import RayToolExecutor
-from actors.service import RunRequest, RunService, Submission
+from actors.calls.executors import RayToolExecutor
+from actors.run.service import RunService
+from actors.run.submission import RunRequest, Submission
 from actors.store.database import create_pool
 from actors.toolsets.config import caseops_toolsets, parse_toolsets
 from dag.budget import Budgets

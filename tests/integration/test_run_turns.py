@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from actors.executor import InlineExecutor
-from actors.service import Cancellation, RunRequest, RunService, Submission
+from actors.calls.executors import InlineExecutor
+from actors.run.service import RunService
+from actors.run.submission import Cancellation, RunRequest, Submission
 from actors.store.database import create_pool
 from actors.store.runs import RunStore
 from dag.budget import Budgets

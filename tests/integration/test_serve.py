@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 
-from actors.background_server import BackgroundServer
+from actors.launch.background_server import BackgroundServer
 from actors.store.database import drop_database
 from actors.supervisor import NAMESPACE
 from dag.budget import Budgets

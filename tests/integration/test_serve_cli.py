@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from actors.ports import can_bind_beside, ensure_free
+from actors.launch.ports import can_bind_beside, ensure_free
 from tests.conftest import REPO
 from tests.integration.conftest import DEMO_KEY, auth
 from tests.loopback import free_port, wait_until_ok

@@ -13,11 +13,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from actors.runtime import CASEOPS_SCHEMA, prepare_database
+from actors.api.views import run_view
 from actors.store.database import create_pool, drop_database, ensure_database, with_database
 from actors.store.migrate import migrations
 from actors.store.runs import RunStore, StoredEvent
-from actors.views import run_view
+from actors.store.setup import CASEOPS_SCHEMA, prepare_database
 from dag.budget import Budgets
 from dag.events import RunCreated
 from dag.policy import Principal
@@ -183,7 +183,7 @@ async def test_an_unparseable_rule_version_is_refused_by_the_schema(dsn: str) ->
 async def test_a_runs_events_are_contiguous_and_the_summary_points_at_the_last(
     supervisor: object, store: RunStore
 ) -> None:
-    from actors.service import RunRequest
+    from actors.run.submission import RunRequest
     from mcp_server.contracts import ALL_SCOPES
 
     submitted = await supervisor.submit.remote(  # type: ignore[attr-defined]
@@ -358,7 +358,7 @@ async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_o
 async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_another_owner(
     admin_dsn: str,
 ) -> None:
-    from actors.recording import LeaseLost
+    from actors.run.recorder import LeaseLost
     from dag.events import RunFinished
     from dag.run_state import fold
     from dag.states import RunStatus, StopReason

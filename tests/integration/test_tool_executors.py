@@ -13,18 +13,10 @@ from typing import Any, assert_never
 import psutil
 import pytest
 
-from actors.executor import (
-    CALLS_IN_FLIGHT,
-    DEFAULT_CALLERS,
-    CallerPoolExecutor,
-    ExecutorKind,
-    InlineExecutor,
-    RayToolExecutor,
-    ToolExecutor,
-    calls_per_caller,
-)
-from actors.mcp_client import ToolCall
-from actors.service import Cancellation, RunRequest, Submission
+from actors.calls.call import ExecutorKind, ToolCall, ToolExecutor
+from actors.calls.exchange import CALLS_IN_FLIGHT, DEFAULT_CALLERS, calls_per_caller
+from actors.calls.executors import CallerPoolExecutor, InlineExecutor, RayToolExecutor
+from actors.run.submission import Cancellation, RunRequest, Submission
 from actors.store.runs import RunStore
 from actors.supervisor import NAMESPACE
 from dag.budget import BudgetRequest

@@ -20,8 +20,8 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from actors.background_server import BackgroundServer
-from actors.service import RunRequest, Submission
+from actors.launch.background_server import BackgroundServer
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from actors.supervisor import NAMESPACE, RunSupervisor, SupervisorConfig
 from actors.toolsets.config import HttpServer, Toolsets, parse_toolsets
@@ -51,7 +51,7 @@ def everything(everything_running: tuple[HttpServer, subprocess.Popen[bytes]]) -
 
 
 async def run_to_end(supervisor: Any, store: RunStore, plan: dict[str, Any]) -> RunState:
-    from actors.views import load_state
+    from actors.api.views import load_state
 
     submitted = await supervisor.submit.remote(
         RunRequest(principal=PRINCIPAL, resource={}, plan=plan, planner="outputs")
@@ -247,7 +247,7 @@ async def test_one_plan_uses_two_servers_at_once_and_the_ledger_shows_the_calls_
         await asyncio.to_thread(gate.write_text, "open")
         assert await supervisor.wait.remote(submitted.run_id, 60.0)
         ledger = {row["node_id"]: row for row in await store.ledger(submitted.run_id)}
-        from actors.views import load_state
+        from actors.api.views import load_state
 
         state = await load_state(store, submitted.run_id)
     finally:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from actors.service import RunRequest, Submission
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from dag.policy import Principal
 from dag.run_state import RunState
@@ -58,7 +58,7 @@ def supervisor(
 
 
 async def run_to_end(supervisor: Any, store: RunStore, plan: dict[str, Any], root: Path) -> RunState:
-    from actors.views import load_state
+    from actors.api.views import load_state
 
     submitted = await supervisor.submit.remote(
         RunRequest(principal=PRINCIPAL, resource={"root": str(root)}, plan=plan, planner="outputs")

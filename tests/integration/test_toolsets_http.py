@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from actors.background_server import BackgroundServer
-from actors.mcp_client import McpConnections, ToolCall
+from actors.calls.call import ToolCall
+from actors.calls.mcp import McpConnections
+from actors.calls.mcp.discovery import discover, discover_toolsets
+from actors.launch.background_server import BackgroundServer
 from actors.toolsets.catalogue import ToolsetMismatch, build_catalogue
 from actors.toolsets.config import HttpServer, caseops_toolsets, parse_toolsets
-from actors.toolsets.discovery import discover, discover_toolsets
 from dag.events import ErrorKind
 from dag.validate import check_arguments
 from mcp_server.contracts import CASEOPS_TOOLS
@@ -68,7 +69,7 @@ async def test_server_everything_tools_are_called_through_a_tool_caller_on_ray(
 ) -> None:
     import ray
 
-    from actors.tool_caller import ToolCaller
+    from actors.calls.caller import ToolCaller
 
     caller = ray.remote(ToolCaller).options(max_concurrency=8, num_cpus=0).remote([everything])
     try:

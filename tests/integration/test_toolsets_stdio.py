@@ -17,9 +17,10 @@ from typing import Any
 import psutil
 import pytest
 
-from actors.mcp_client import McpConnections, ToolCall
+from actors.calls.call import ToolCall
+from actors.calls.mcp import McpConnections
+from actors.calls.mcp.discovery import discover, discover_toolsets, relist
 from actors.toolsets.catalogue import ToolsetMismatch, build_catalogue
-from actors.toolsets.discovery import discover, discover_toolsets, relist
 from dag.events import ErrorKind
 from dag.retry import RetryPolicy
 from dag.schemas import JsonSchema
@@ -68,7 +69,7 @@ async def test_declaring_a_destructive_filesystem_tool_read_only_is_a_startup_er
 def caller(ray_cluster: None, root: Path) -> Iterator[Any]:
     import ray
 
-    from actors.tool_caller import ToolCaller
+    from actors.calls.caller import ToolCaller
 
     actor = ray.remote(ToolCaller).options(max_concurrency=32, num_cpus=0).remote([filesystem(root)])
     ray.get(actor.start.remote())
@@ -201,7 +202,7 @@ async def test_a_caller_restarted_by_ray_starts_its_server_again_and_the_old_one
 ) -> None:
     import ray
 
-    from actors.tool_caller import ToolCaller
+    from actors.calls.caller import ToolCaller
 
     actor = (
         ray.remote(ToolCaller)

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.background_server import BackgroundServer
-from actors.executor import ExecutorKind
-from actors.service import RunRequest, Submission
+from actors.calls.call import ExecutorKind
+from actors.launch.background_server import BackgroundServer
+from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from actors.toolsets.config import Toolsets, caseops_toolsets, parse_toolsets
 from dag.budget import Budgets
@@ -63,7 +63,7 @@ async def run_to_end(
     **request: Any,
 ) -> RunState:
     """The run of ``plan`` over ``resource`` (none: its tools bind nothing), once it has ended."""
-    from actors.views import load_state
+    from actors.api.views import load_state
 
     submitted = await supervisor.submit.remote(
         RunRequest(principal=PRINCIPAL, resource=resource or {}, plan=plan, **request)
@@ -169,7 +169,7 @@ async def test_while_a_server_is_not_listed_its_resource_check_still_decides_and
 ) -> None:
     import ray
 
-    from actors.views import load_state
+    from actors.api.views import load_state
 
     nowhere = BackgroundServer(host="127.0.0.1")  # its port is bound, nothing listens: caseops never lists
     supervisor = supervisor_for(
@@ -284,7 +284,7 @@ async def test_a_tool_changed_under_a_running_run_is_denied_and_readyz_names_it(
         status = await supervisor.relist.remote()
         await asyncio.to_thread(gate.write_text, "open")
         assert await supervisor.wait.remote(submitted.run_id, 60.0)
-        from actors.views import load_state
+        from actors.api.views import load_state
 
         state = await load_state(store, submitted.run_id)
         again = await run_to_end(
@@ -442,7 +442,7 @@ async def test_a_run_resumed_by_another_supervisor_is_held_to_the_definitions_it
     not the toy server: it must leave the orphan to one that serves its tools."""
     import ray
 
-    from actors.views import load_state
+    from actors.api.views import load_state
 
     toolsets, gate, plan = gated_echo(tmp_path, description)
     first = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets, lease_s=1.0)

@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from actors.background_server import BackgroundServer
-from actors.executor import ExecutorKind
+from actors.calls.call import ExecutorKind
+from actors.launch.background_server import BackgroundServer
 from actors.supervisor import NAMESPACE, RunSupervisor
 from dag.budget import Budgets
 from mcp_server.server import MCP_PATH

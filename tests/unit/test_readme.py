@@ -7,7 +7,7 @@ import re
 
 from pydantic import AliasChoices
 
-from actors.settings import Settings
+from actors.launch.settings import Settings
 from dag.plan import Plan
 from dag.states import StopReason
 from dag.validate import validate_plan

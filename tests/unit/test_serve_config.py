@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from actors.settings import Settings
+from actors.launch.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 POSTGRES_DEFAULT_MAX_CONNECTIONS = 100

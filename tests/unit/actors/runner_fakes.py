@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from actors.mcp_client import ToolCall, ToolOutcome
-from actors.metrics import NO_METRICS, RunMetrics
-from actors.runner import RunDriver
+from actors.calls.call import ToolCall, ToolOutcome
+from actors.observe.metrics import NO_METRICS, RunMetrics
+from actors.run.driver import RunDriver
 from dag.budget import Budgets
 from dag.contracts import ToolCatalogue
 from dag.events import ErrorKind, NodeError, RunCreated, RunEvent, RunFinished

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.executor import ExecutorKind, RayToolExecutor, build_executor
+from actors.calls.call import ExecutorKind
+from actors.calls.executors import RayToolExecutor, build_executor
 from actors.toolsets.config import parse_toolsets
 
 TOOLSETS = """\

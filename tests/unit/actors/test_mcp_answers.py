@@ -9,7 +9,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.message import SessionMessage
 
-from actors.mcp_client.answers import (
+from actors.calls.mcp.answers import (
     Faulted,
     Ignored,
     Unattributed,
@@ -20,7 +20,7 @@ from actors.mcp_client.answers import (
     top_level_id,
     trailing_id,
 )
-from actors.mcp_client.stdio_transport import LineFramer, Oversized
+from actors.calls.mcp.stdio_transport import LineFramer, Oversized
 
 
 def line(**message: object) -> bytes:

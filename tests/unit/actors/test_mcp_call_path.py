@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors.mcp_client.connections import McpConnections
+from actors.calls.mcp.connections import McpConnections
 from actors.toolsets.config import caseops_toolsets, parse_toolsets
 from dag.contracts import Risk, ToolContract
 from dag.schemas import JsonSchema

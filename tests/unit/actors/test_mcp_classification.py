@@ -8,7 +8,7 @@ import json
 import pytest
 from mcp_types import CallToolResult, TextContent
 
-from actors.mcp_client.outcomes import classify_tool_error
+from actors.calls.mcp.outcomes import classify_tool_error
 from dag.events import ErrorKind
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.mcp_client.outcomes import classify_exception
+from actors.calls.mcp.outcomes import classify_exception
 from dag.events import ErrorKind
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.mcp_client.redaction import MAX_MESSAGE, REDACTED, Redactor, server_secrets
-from actors.mcp_client.watch import CallWatch, Refusal
+from actors.calls.mcp.redaction import MAX_MESSAGE, REDACTED, Redactor, server_secrets
+from actors.calls.mcp.watch import CallWatch, Refusal
 from actors.toolsets.config import parse_toolsets
 from dag.events import ErrorKind, NodeError
 

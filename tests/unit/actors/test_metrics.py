@@ -29,7 +29,7 @@ from runner_fakes import (
     transient,
 )
 
-from actors.metrics import CallOutcome, report
+from actors.observe.metrics import CallOutcome, report
 from dag.budget import Budgets
 from dag.events import ErrorKind, RunEvent
 from dag.run_state import apply, fold

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from actors.mcp_client import ToolOutcome
+from actors.calls.call import ToolOutcome
 from actors.toolsets.config import caseops_toolsets, parse_toolsets
 from actors.toolsets.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
 from dag.contracts import ToolContract

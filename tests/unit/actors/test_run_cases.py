@@ -8,7 +8,7 @@ import time
 
 from rich.console import Console
 
-from actors.batch import ERROR, CaseResult, run_cases
+from actors.cli.batch import ERROR, CaseResult, run_cases
 
 
 def test_run_cases_keeps_at_most_concurrency_cases_in_flight_and_reports_a_raising_case_as_error() -> None:

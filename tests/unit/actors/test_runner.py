@@ -737,7 +737,7 @@ async def test_outcomes_that_start_nothing_while_calls_are_out_are_stored_with_t
 ) -> None:
     """case and policy land while docs is out and start nothing: one append each would only queue docs's
     outcome behind them. They wait for the append that acts next: docs's outcome with the resolves it starts."""
-    monkeypatch.setattr("actors.execution.HELD_AT_MOST_S", 60.0)  # this test is not about the bound
+    monkeypatch.setattr("actors.run.round.HELD_AT_MOST_S", 60.0)  # this test is not about the bound
     docs = asyncio.Event()
     sink, executor = RecordingSink(), ScriptedExecutor(c102_script(gates={"docs": docs}))
     run = asyncio.create_task(drive(driver(sink, executor), run_created()))
@@ -763,7 +763,7 @@ async def test_outcomes_that_start_nothing_while_calls_are_out_are_stored_with_t
 async def test_outcomes_that_start_nothing_are_stored_within_the_hold_while_a_call_is_still_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("actors.execution.HELD_AT_MOST_S", 0.01)
+    monkeypatch.setattr("actors.run.round.HELD_AT_MOST_S", 0.01)
     docs = asyncio.Event()
     sink, executor = RecordingSink(), ScriptedExecutor(c102_script(gates={"docs": docs}))
     run = asyncio.create_task(drive(driver(sink, executor), run_created()))
@@ -800,7 +800,7 @@ async def test_a_run_with_a_plan_of_its_own_stores_planning_acceptance_and_dispa
 
 
 async def test_a_failed_append_takes_the_staged_events_with_it_and_the_state_is_what_is_stored() -> None:
-    from actors.recording import RunRecorder
+    from actors.run.recorder import RunRecorder
 
     def always(events: Sequence[RunEvent]) -> bool:
         return True

@@ -25,7 +25,7 @@ from runner_fakes import (
     transient,
 )
 
-from actors.execution import HandedOver
+from actors.run.context import HandedOver
 from dag.budget import Budgets
 from dag.events import NodeDispatched, NodeSucceeded, RunFinished
 from dag.run_state import RunState, apply, fold

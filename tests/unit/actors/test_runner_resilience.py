@@ -38,7 +38,7 @@ from runner_fakes import (
     transient,
 )
 
-from actors.runner import RunDriver
+from actors.run.driver import RunDriver
 from dag.budget import Budgets
 from dag.events import (
     ErrorKind,

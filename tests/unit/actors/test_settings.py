@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from actors.settings import ConfigurationError, Settings, describe_errors, load_settings
+from actors.launch.settings import ConfigurationError, Settings, describe_errors, load_settings
 
 
 def test_a_bad_value_names_its_variable_and_what_was_given(monkeypatch: pytest.MonkeyPatch) -> None:

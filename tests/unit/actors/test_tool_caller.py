@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import pickle
 
-from actors.executor import MAX_NAMED_TOOLS, CallerPoolExecutor, exchange_name, pack, task_name
-from actors.mcp_client import ToolCall, ToolOutcome
-from actors.tool_caller import ToolCaller
+from actors.calls.call import ToolCall, ToolOutcome
+from actors.calls.caller import ToolCaller
+from actors.calls.exchange import pack
+from actors.calls.executors import MAX_NAMED_TOOLS, CallerPoolExecutor, exchange_name, task_name
 from dag.events import RuntimeFailure
 from mcp_server.contracts import CASEOPS_TOOLS
 

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
+from actors.calls.mcp.discovery import ServerUnreachable
 from actors.toolsets.config import HttpServer, StdioServer
-from actors.toolsets.discovery import ServerUnreachable
 from actors.toolsets.listing import ServerListing
 from actors.toolsets.live import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE, LiveCatalogue
 from dag.states import StopReason

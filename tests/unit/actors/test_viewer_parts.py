@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from actors.viewer import ViewerPage, run_edges, sse_message
+from actors.api.viewer import ViewerPage, run_edges, sse_message
 from dag.budget import Budgets
 from dag.events import JoinStarted, NodeExpanded, PlanAccepted, PlanningStarted, RunCreated, RunEvent
 from dag.run_state import fold

@@ -53,7 +53,7 @@ def test_no_raydag_process_imports_the_openai_sdk_until_a_model_planner_is_built
     # ~0.4 s of imports that every command, supervisor and API replica paid, with or without a key. In a
     # process of its own: this one may have built a model planner already.
     probe = (
-        "import sys, actors.cli, actors.supervisor, actors.api.app, raydag; "
+        "import sys, actors.cli.main, actors.supervisor, actors.api.app, raydag; "
         "print(sorted(name for name in sys.modules if name.partition('.')[0] == 'openai'))"
     )
     done = subprocess.run(

@@ -1,0 +1,134 @@
+"""The viewer's routes: the static page, the DAG's edges, and the live event stream."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.responses import HTMLResponse, StreamingResponse
+
+from actors.api import problem_responses
+from actors.api.viewer._graph import Edge, run_edges
+from actors.api.viewer._stream import StreamLimits, run_event_stream
+from actors.api.views import load_state
+from actors.store.runs import MAX_SEQ, RunStore
+from dag.policy import Principal
+
+ReadableRun = Callable[[Principal, str], Awaitable[dict[str, Any]]]
+"""Returns the run's summary row if the principal may read its history; raises the API's 404/410 problem."""
+
+LastEventId = Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)]
+EventCursor = Annotated[int, Query(ge=0, le=MAX_SEQ)]
+EVENT_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The run's events as server-sent events, live.",
+        # Each message: ``id`` (the event's seq), ``event`` (its kind), ``data`` (the event as /events shows it).
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "event": {"type": "string"},
+                        "data": {"type": "string"},
+                    },
+                    "required": ["id", "event", "data"],
+                }
+            }
+        },
+    },
+    **problem_responses(401, 404, 410, 422, 503),
+}
+
+
+@dataclass(frozen=True)
+class ViewerPage:
+    """``view.html`` and the headers it is served with. Its CSP admits only its own inline script and
+    style (by hash) and requests to this origin: nothing can be loaded from anywhere else, and markup that
+    tool outputs might smuggle into the page cannot run."""
+
+    html: str
+    headers: dict[str, str]
+
+    @classmethod
+    def load(cls) -> ViewerPage:
+        html = resources.files("actors.api.viewer").joinpath("view.html").read_text(encoding="utf-8")
+        policy = "; ".join(
+            [
+                "default-src 'none'",
+                f"script-src {_hashes(html, 'script')}",
+                f"style-src {_hashes(html, 'style')}",
+                "connect-src 'self'",
+                "img-src data:",
+                "base-uri 'none'",
+                "form-action 'none'",
+                "frame-ancestors 'none'",
+            ]
+        )
+        return cls(
+            html=html,
+            headers={
+                "Content-Security-Policy": policy,
+                "Referrer-Policy": "no-referrer",
+                "X-Content-Type-Options": "nosniff",
+                "Cache-Control": "no-cache",
+            },
+        )
+
+
+def _hashes(html: str, tag: str) -> str:
+    bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.DOTALL)
+    assert bodies, f"view.html has no inline <{tag}>"
+    digests = (base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() for body in bodies)
+    return " ".join(f"'sha256-{digest}'" for digest in digests)
+
+
+def viewer_router(
+    *,
+    store: Callable[[], RunStore],
+    authenticated: Callable[..., Awaitable[Principal]],
+    readable_run: ReadableRun,
+    limits: StreamLimits | None = None,
+) -> APIRouter:
+    """The viewer's routes. ``store`` gives the app's run store once it has started; ``authenticated`` is the
+    API's key dependency; ``readable_run`` its tenant, scope and retention check (404, 410)."""
+    router = APIRouter()
+    caller = Depends(authenticated)
+    page = ViewerPage.load()
+    stream_limits = limits or StreamLimits()
+
+    @router.get("/runs/{run_id}/view", response_class=HTMLResponse, include_in_schema=False)
+    async def view_run(run_id: str) -> HTMLResponse:
+        """The run viewer: static, for anyone. It holds no run data; its script reads the API key from the
+        URL fragment (never sent here) and fetches the run with it."""
+        return HTMLResponse(page.html, headers=page.headers)
+
+    @router.get("/runs/{run_id}/edges", responses=problem_responses(401, 404, 410, 503))
+    async def get_edges(run_id: str, principal: Principal = caller) -> list[Edge]:
+        row = await readable_run(principal, run_id)
+        return run_edges(await load_state(store(), str(row["run_id"])))
+
+    @router.get("/runs/{run_id}/stream", response_class=StreamingResponse, responses=EVENT_STREAM_RESPONSES)
+    async def stream_events(
+        run_id: str,
+        after: EventCursor = 0,
+        last_event_id: LastEventId = None,
+        principal: Principal = caller,
+    ) -> StreamingResponse:
+        """The run's events after ``Last-Event-ID`` (or ``after``) as ``text/event-stream``, live."""
+        row = await readable_run(principal, run_id)
+        start = last_event_id if last_event_id is not None else after
+        events = run_event_stream(store, principal, str(row["run_id"]), start, stream_limits)
+        return StreamingResponse(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return router

@@ -1,0 +1,241 @@
+"""raydag's stdio transport: a server's stdin and stdout, read so that no answer can hang a call or fill memory.
+
+It replaces the SDK's ``stdio_client`` (which starts the process the same way: a session of its own, the
+inherited environment trimmed by ``get_default_environment``) in three ways:
+
+- **Lines are bounded.** A line longer than ``max_line_bytes`` is never held: its first and last 64 KiB are
+  kept to find the request it answers, the rest is read and dropped, and that request fails at once with
+  ``OUTPUT_TOO_LARGE``.
+- **A line that cannot be used fails its request at once** (``actors.calls.mcp.answers``) instead of being
+  dropped while the call waits out its timeout.
+- **The connection's end is told by the transport.** ``Link.lost`` is set when the server's stdout
+  ends, before the session hears of it; a JSON-RPC error code a server chooses (-32000, "Connection
+  closed") never stands for it.
+
+What the server writes on stderr is not read here: it goes to the pipe the owner passes (``errlog``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import IO
+
+import anyio
+import mcp_types as types
+from anyio.abc import Process
+from mcp.client._transport import TransportStreams
+from mcp.client.stdio import StdioServerParameters, get_default_environment
+from mcp.os.posix.utilities import terminate_posix_process_tree
+from mcp.shared.message import SessionMessage
+
+from actors.calls.mcp.answers import (
+    Faulted,
+    Ignored,
+    Unattributed,
+    fault_message,
+    oversized,
+    read_line,
+)
+from actors.calls.mcp.watch import Link
+
+CHUNK = 1 << 16
+KEPT = 1 << 16
+"""How much of an over-long line's start and end is kept to find the request it answers."""
+MAX_PENDING = 10_000
+"""Requests remembered as in flight, for an answer that names none; the oldest are forgotten past this."""
+GRACE_S = 2.0
+"""How long a server has to exit once its stdin is closed, and again once it is told to stop."""
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A line longer than the framer's limit: its first and last bytes, and how long it was."""
+
+    prefix: bytes
+    tail: bytes
+    size: int
+
+
+@dataclass
+class LineFramer:
+    """Splits a byte stream into lines of at most ``limit`` bytes (without their ``\\n`` or ``\\r\\n``). A
+    longer line is reported as ``Oversized`` once it ends, and never held whole."""
+
+    limit: int
+    _line: bytearray = field(default_factory=bytearray)
+    _dropping: Oversized | None = None
+
+    def feed(self, chunk: bytes) -> list[bytes | Oversized]:
+        lines: list[bytes | Oversized] = []
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            self._take(piece)
+            if end < 0:
+                return lines
+            lines.append(self._finish())
+            start = end + 1
+
+    def _take(self, piece: bytes) -> None:
+        dropping = self._dropping
+        if dropping is not None:
+            tail = (dropping.tail + piece)[-KEPT:]
+            self._dropping = Oversized(dropping.prefix, tail, dropping.size + len(piece))
+        elif len(self._line) + len(piece) > self.limit:
+            line = self._line
+            prefix = bytes(line[:KEPT]) + piece[: max(0, KEPT - len(line))]
+            tail = (bytes(line[-KEPT:]) + piece)[-KEPT:]
+            self._dropping = Oversized(prefix, tail, len(line) + len(piece))
+            self._line = bytearray()
+        else:
+            self._line += piece
+
+    def _finish(self) -> bytes | Oversized:
+        if self._dropping is not None:
+            done, self._dropping = self._dropping, None
+            return done
+        line = bytes(self._line).removesuffix(b"\r")
+        self._line.clear()
+        return line
+
+
+@asynccontextmanager
+async def stdio_transport(
+    parameters: StdioServerParameters,
+    errlog: IO[str],
+    *,
+    max_line_bytes: int,
+    link: Link,
+    note: Callable[[str], None],
+) -> AsyncIterator[TransportStreams]:
+    """Start the server ``parameters`` names and yield the session's streams; stop it on exit (stdin closed,
+    then the process group ended). ``note`` receives what the server wrote on stdout that answered nothing."""
+    process = await anyio.open_process(
+        [parameters.command, *parameters.args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=errlog,
+        env=get_default_environment() | (parameters.env or {}),
+        cwd=parameters.cwd,
+        start_new_session=True,
+    )
+    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+    pending: OrderedDict[str, types.RequestId] = OrderedDict()
+    """Requests written and not answered yet, by their id as text (a server may echo 42 as "42")."""
+
+    async def deliver(message: SessionMessage) -> None:
+        root = message.message
+        if isinstance(root, types.JSONRPCResponse | types.JSONRPCError) and root.id is not None:
+            pending.pop(str(root.id), None)
+        await to_session.send(message)
+
+    async def read() -> None:
+        assert process.stdout is not None
+        framer = LineFramer(max_line_bytes)
+        try:
+            async with to_session:
+                while True:
+                    try:
+                        chunk = await process.stdout.receive(CHUNK)
+                    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        break
+                    for line in framer.feed(chunk):
+                        reading = (
+                            oversized(line.prefix, line.tail, line.size, max_line_bytes)
+                            if isinstance(line, Oversized)
+                            else read_line(line)
+                        )
+                        match reading:
+                            case SessionMessage():
+                                await deliver(reading)
+                            case Faulted(request_id=request_id, problem=problem):
+                                await deliver(fault_message(request_id, problem))
+                            case Unattributed(problem=problem):
+                                note(f"stdout: {problem.error.message}; every request in flight fails")
+                                for request_id in list(pending.values()):
+                                    await deliver(fault_message(request_id, problem))
+                            case Ignored(why=why):
+                                note(f"stdout: a line that answers nothing ({why})")
+                link.lost = True  # before the session sees its stream end
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            link.lost = True  # the session is gone: keep reading so the server is never blocked writing
+            await _drain(process)
+
+    async def write() -> None:
+        assert process.stdin is not None
+        try:
+            async with from_session:
+                async for message in from_session:
+                    root = message.message
+                    if isinstance(root, types.JSONRPCRequest):
+                        pending[str(root.id)] = root.id
+                        if len(pending) > MAX_PENDING:
+                            pending.popitem(last=False)
+                    elif (
+                        isinstance(root, types.JSONRPCNotification)
+                        and root.method == "notifications/cancelled"
+                    ):
+                        cancelled = (root.params or {}).get("requestId")
+                        pending.pop(str(cancelled), None)
+                    data = root.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await process.stdin.send(data.encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            link.lost = True
+            await to_session.aclose()  # the session sees the connection end rather than waiting forever
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read)
+        tasks.start_soon(write)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with anyio.CancelScope(shield=True):
+                await read_stream.aclose()
+                await write_stream.aclose()
+                await _stop(process)
+            tasks.cancel_scope.cancel()
+
+
+async def _drain(process: Process) -> None:
+    assert process.stdout is not None
+    with contextlib.suppress(
+        anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError
+    ):
+        while True:
+            await process.stdout.receive(CHUNK)
+
+
+async def _stop(process: Process) -> None:
+    """Close the server's stdin (the MCP way to ask it to exit), then end its whole process group."""
+    assert process.stdin is not None
+    assert process.stdout is not None
+    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await process.stdin.aclose()
+    if not await _exited(process, GRACE_S):
+        await terminate_posix_process_tree(process, GRACE_S)
+        await _exited(process, GRACE_S)
+    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await process.stdout.aclose()
+    # The asyncio subprocess transport stays open (and warns when collected) while anything the server left
+    # behind holds a pipe; nothing public closes it (the SDK's stdio client does the same).
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(PermissionError):
+            close()
+
+
+async def _exited(process: Process, within_s: float) -> bool:
+    """Whether the process exited within ``within_s``. Its return code, not ``wait()``: a child that still
+    holds the pipes would make an exited server look alive."""
+    with anyio.move_on_after(within_s):
+        while process.returncode is None:  # noqa: ASYNC110 (no event tells a process's exit but its pipes)
+            await anyio.sleep(0.01)
+    return process.returncode is not None

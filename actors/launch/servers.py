@@ -1,0 +1,271 @@
+"""The long-running commands: ``raydag serve`` (the API under Ray Serve) and ``raydag mcp`` (the tool server
+alone). Each owns its port, and stops on SIGINT or SIGTERM in an order that loses nothing in flight.
+
+``raydag serve`` stops in this order: the supervisor hands its runs over (it refuses new ones, lets its tool
+calls in flight land and be recorded while the tool server is still up, then stops driving its runs without
+ending them, so that a supervisor of the same name resumes them); the application is deleted, so Serve stops
+routing to it and its replicas finish the requests they have within their graceful-shutdown window; Serve
+shuts down; Ray shuts down and every process it started is gone; the embedded PostgreSQL, if it started it,
+stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from actors.launch.local import database, hand_over, local_ray
+from actors.launch.ports import SERVE_SETUP_HOOK, PortTaken, bind_exclusively, ensure_exclusive, ensure_free
+from actors.launch.settings import Settings
+from actors.launch.shutdown import Interrupted, Steps, catch_stop_signals, interrupted, stop_descendants
+from actors.supervisor import NAMESPACE
+
+if TYPE_CHECKING:
+    from mcp_server.server import ToolServerConfig
+
+APP_NAME = "raydag"
+"""The Serve application ``raydag serve`` runs (``serve_config.yaml`` names it the same)."""
+GRACEFUL_WINDOW_S = 80.0
+"""How long the stop waits for the application's replicas to finish their requests: their own graceful
+window (``graceful_shutdown_timeout_s``, 70 s) and a margin."""
+
+
+def start_serve(settings: Settings) -> bool:
+    """Serve on ``RAYDAG_HOST:RAYDAG_PORT`` in the connected Ray, unless it runs there already; ``True`` if this
+    process started it. The Ray must run this job's workers with ``actors.launch.ports.SERVE_SETUP_HOOK``, so that
+    the proxy owns its port; callers then check that it does (``ensure_exclusive``).
+
+    ``PortTaken`` if another process listens there (checked before, and caught again from the proxy if one
+    bound it meanwhile; Serve is shut down again then).
+    """
+    import ray
+    from ray import serve
+
+    host, port = settings.host, settings.port
+    if serve.status().proxies:
+        return False
+    ensure_free(host, port)
+    try:
+        serve.start(http_options={"host": host, "port": port})
+    except ray.exceptions.RayTaskError as exc:
+        serve.shutdown()  # type: ignore[no-untyped-call]
+        if "Failed to bind" in str(exc):
+            raise PortTaken(host, port, "RAYDAG_PORT") from None
+        raise
+    return True
+
+
+def run_api(
+    settings: Settings, build: Callable[[Settings, str], Any], *, say: Callable[[str], None]
+) -> Interrupted:
+    """``raydag serve`` until SIGINT or SIGTERM; ``build(settings, dsn)`` is the Serve application. Returns the
+    signal that stopped it once everything it started has stopped, and says how long each step of the stop
+    took. ``PortTaken`` / ``PortShared`` when it cannot own its port (after stopping what it had started; a
+    Serve it found running in a cluster it joined is left as it was).
+
+    With a Ray of its own and no ``RAYDAG_MCP_URL``, the supervisor's tool calls go to a tool server in this
+    process (``tool_server_beside``), not through the Serve proxy to the app's ``/mcp`` (which stays, for any
+    other MCP client): the settings ``build`` gets name it as ``mcp_url``."""
+    from ray import serve
+
+    own_ray = not os.environ.get("RAY_ADDRESS")
+    if own_ray:  # refuse a taken port before starting anything
+        ensure_free(settings.host, settings.port)
+    steps = Steps()
+    stop: Interrupted | None = None
+    try:
+        with database(settings) as dsn:
+            beside = own_ray and settings.mcp_url is None
+            with tool_server_beside(settings, dsn) if beside else nullcontext(settings.mcp_url) as mcp_url:
+                app_settings = settings.model_copy(update={"mcp_url": mcp_url})
+                with local_ray(dashboard=settings.dashboard, setup_hook=SERVE_SETUP_HOOK):
+                    started = deployed = False
+                    try:
+                        started = start_serve(settings)
+                        ensure_exclusive(settings.host, settings.port)
+                        serve.run(build(app_settings, dsn), name=APP_NAME, route_prefix="/", blocking=False)
+                        deployed = True
+                        say(
+                            f"raydag API on http://{settings.host}:{settings.port}"
+                            + (f"; tool calls to {mcp_url}" if beside else "")
+                            + "; Ctrl-C or SIGTERM stops it"
+                        )
+                        while True:
+                            time.sleep(3600)
+                    except KeyboardInterrupt as signalled:
+                        stop = interrupted(signalled)
+                        say(f"{stop.name}: stopping")
+                        steps.start()
+                        _hand_over_runs(settings)
+                        steps.mark("runs handed over")
+                    finally:
+                        _stop_serve(app=deployed or started, serve_too=started)
+                        steps.mark("Serve shut down")
+                steps.mark("Ray stopped")
+            if beside:
+                steps.mark("tool server stopped")
+        steps.mark("database stopped")
+    except KeyboardInterrupt as signalled:  # during start-up, before Serve ran
+        stop = interrupted(signalled)
+    assert stop is not None  # serve only returns when a signal stopped it
+    say("stopped: " + steps.summary())
+    return stop
+
+
+TOOL_SERVER_START_S = 30.0
+"""How long ``tool_server_beside`` waits for its server to listen before it gives up."""
+
+
+def tool_server_config(settings: Settings, dsn: str, *, audience: str) -> ToolServerConfig:
+    """The caseops tool server's configuration from ``RAYDAG_*``: its database, the token key and the
+    ``audience`` its task tokens must name."""
+    from dataclasses import replace
+
+    from mcp_server.server import ToolServerConfig
+    from mcp_server.tokens import TaskTokens, load_token_key
+
+    token_key = load_token_key(
+        settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+    )
+    config = ToolServerConfig(
+        dsn=dsn,
+        tokens=TaskTokens(key=token_key, audience=audience),
+        latency_ms=settings.tool_latency_ms,
+        pool_size=settings.db_pool_size,
+    )
+    if (hosts := settings.mcp_hosts()) is not None:
+        config = replace(config, allowed_hosts=hosts[0], allowed_origins=hosts[1])
+    return config
+
+
+@contextmanager
+def tool_server_beside(settings: Settings, dsn: str) -> Iterator[str]:
+    """The caseops tool server in a thread of this process, on a loopback port of its own (owned exclusively);
+    yields its URL. Tool calls to it skip the Serve proxy, which took ~4× the CPU per run of the calls
+    themselves (docs/BENCHMARKS.md, "Load through Serve"). On leaving, it stops accepting connections and
+    finishes the calls in flight (``RAYDAG_STOP_GRACE_S`` at most)."""
+    import uvicorn
+
+    from actors.store.setup import prepare_database
+    from mcp_server.server import MCP_PATH, ToolServer
+
+    asyncio.run(prepare_database(dsn, caseops=True))  # its tables, before its first call
+    sock = bind_exclusively("127.0.0.1", 0, setting="(a free port)")
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}{MCP_PATH}"
+    config = tool_server_config(settings, dsn, audience=url)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            ToolServer(config).asgi_app(),
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=int(settings.stop_grace_s) or 1,
+        )
+    )
+    # Not the main thread: uvicorn leaves the signals to it, and the stop to should_exit below.
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="raydag-tool-server")
+    thread.start()
+    try:
+        deadline = time.monotonic() + TOOL_SERVER_START_S
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the tool server stopped while starting (see the log above)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the tool server did not start within {TOOL_SERVER_START_S:g}s")
+            time.sleep(0.02)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=settings.stop_grace_s + 5)
+        sock.close()
+
+
+def _hand_over_runs(settings: Settings) -> None:
+    import ray
+
+    try:
+        supervisor = ray.get_actor(settings.supervisor_name, namespace=NAMESPACE)
+    except ValueError:
+        return  # the application never started one: nothing to hand over
+    hand_over(supervisor, settings.stop_grace_s)
+    # It is detached and would outlive this process in a cluster it joined, refusing runs: the next raydag
+    # serve then gets a supervisor of the same name anew, which resumes the runs handed over.
+    ray.kill(supervisor, no_restart=True)
+
+
+def _stop_serve(*, app: bool, serve_too: bool) -> None:
+    """Delete the application (``app``) and wait for its replicas to finish their requests; then shut Serve
+    down if this process started it (``serve_too``)."""
+    from ray import serve
+
+    try:
+        if app and APP_NAME in serve.status().applications:
+            serve.delete(APP_NAME, _blocking=False)
+            deadline = time.monotonic() + GRACEFUL_WINDOW_S
+            while APP_NAME in serve.status().applications and time.monotonic() < deadline:
+                time.sleep(0.25)
+    finally:
+        if serve_too:
+            serve.shutdown()  # type: ignore[no-untyped-call]
+
+
+def prepare_serve_run(settings: Settings) -> None:
+    """What ``serve run serve_app:app`` needs before it starts its application: a Ray (``RAY_ADDRESS``'s
+    cluster, else one of its own) with Serve on ``RAYDAG_HOST:RAYDAG_PORT``, owning that port, and SIGTERM
+    handled as Ctrl-C. Exits 2 with the reason when the port cannot be owned."""
+    import sys
+
+    import ray
+    from ray import serve
+
+    from actors.launch.ports import PortShared
+    from actors.launch.shutdown import become_subreaper
+
+    become_subreaper()
+    ray.init(
+        address=os.environ.get("RAY_ADDRESS"),
+        namespace="serve",
+        runtime_env={"worker_process_setup_hook": SERVE_SETUP_HOOK},
+    )
+    # Runs before Ray's own atexit shutdown: Serve first, then Ray, then the processes Ray left behind.
+    atexit.register(_stop_serve_run)
+    try:
+        if start_serve(settings):
+            atexit.register(serve.shutdown)  # before the Ray is stopped: registered after _stop_serve_run
+        ensure_exclusive(settings.host, settings.port)
+    except (PortTaken, PortShared) as exc:
+        sys.stderr.write(f"raydag: cannot serve: {exc}\n")
+        raise SystemExit(2) from None
+    catch_stop_signals()  # `serve run` shuts Serve down on KeyboardInterrupt; SIGTERM now raises one too
+
+
+def _stop_serve_run() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    stop_descendants()
+
+
+def serve_tool_server(app: Any, *, host: str, port: int, grace_s: float) -> Interrupted:
+    """``raydag mcp``: ``app`` on ``host:port`` (owned exclusively) until SIGINT or SIGTERM; then it stops
+    accepting connections, finishes the calls in flight (``grace_s`` at most) and returns the signal."""
+    import uvicorn
+
+    sock = bind_exclusively(host, port, setting="--port")
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=int(grace_s) or 1)
+    )
+    catch_stop_signals()
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt as stop:
+        return interrupted(stop)  # uvicorn handled the signal, shut down gracefully, then raised it again
+    finally:
+        sock.close()
+    raise RuntimeError("the tool server stopped without a signal (see its log)")

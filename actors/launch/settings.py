@@ -1,0 +1,250 @@
+"""Configuration from ``RAYDAG_*`` environment variables; every default is safe on a laptop."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Any, get_args
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from actors.calls.call import ExecutorKind
+from actors.calls.exchange import DEFAULT_CALLERS
+from actors.toolsets.config import Toolsets, load_toolsets
+from dag.budget import Budgets
+from dag.policy import Principal
+from mcp_server.contracts import ALL_SCOPES
+from planner.openai_planner import OpenAISettings
+
+
+class ApiKeyGrant(BaseModel):
+    """What an API key stands for. Tenant, subject and scopes come from here, never from a request body."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant_id: str
+    subject: str
+    scopes: tuple[str, ...] = ALL_SCOPES
+
+    def principal(self) -> Principal:
+        return Principal(self.tenant_id, self.subject, frozenset(self.scopes))
+
+
+DEV_API_KEYS: dict[str, ApiKeyGrant] = {
+    "dev-key-tenant-demo": ApiKeyGrant(tenant_id="tenant-demo", subject="dev-demo"),
+    "dev-key-tenant-other": ApiKeyGrant(tenant_id="tenant-other", subject="dev-other"),
+}
+
+
+MAX_ACTIVE_RUNS = 64
+"""Runs a supervisor drives at once (``RAYDAG_MAX_ACTIVE_RUNS``); more are accepted and wait their turn."""
+
+MAX_USD_PER_MTOK = 1_000_000.0
+"""The highest model price a setting may give, in USD per million tokens: far above any model's, and far below
+what a run's token counts could multiply past a float (a cost of Infinity no event can record)."""
+
+
+class Settings(BaseSettings):
+    """All of raydag's settings. Each field ``x`` is read from ``RAYDAG_X``."""
+
+    model_config = SettingsConfigDict(env_prefix="RAYDAG_", extra="ignore", frozen=True)
+
+    home: Path = Field(default=Path("~/.raydag"))
+    database_url: SecretStr | None = None
+    token_key: SecretStr | None = None
+    api_keys: SecretStr | None = None
+    mcp_url: str | None = None
+    toolsets: Path | None = None
+    """The toolsets file (``RAYDAG_TOOLSETS``): the MCP servers runs may use; unset, the caseops toolset."""
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    tool_latency_ms: int = Field(default=0, ge=0, le=60_000)
+    max_nodes: int = Field(default=Budgets().max_nodes, ge=1, le=10_000)
+    max_fanout: int = Field(default=Budgets().max_fanout, ge=0, le=10_000)
+    supervisor_name: str = "raydag-supervisor"
+    dashboard: bool = True
+    """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
+    db_pool_size: int = Field(default=4, ge=1, le=50)
+    tool_executor: ExecutorKind = ExecutorKind.CALLERS
+    """How tool calls run: ``callers`` (a few async actors per supervisor), ``tasks`` (a Ray task per call) or
+    ``supervisor`` (in the supervisor's own event loop: cheaper, but the calls are not Ray tasks)."""
+    tool_callers: int = Field(default=DEFAULT_CALLERS, ge=1, le=64)
+    """How many caller actors each supervisor starts with ``RAYDAG_TOOL_EXECUTOR=callers``."""
+    max_active_runs: int = Field(default=MAX_ACTIVE_RUNS, ge=1, le=10_000)
+    """How many runs each supervisor drives at once; more are accepted and wait their turn, oldest first."""
+    planners: str = ""
+    """Comma-separated ``package.module:ClassName`` planners offered beside the built-in ones."""
+    outbox_webhook_url: str | None = None
+    """Where terminal run events are POSTed (at least once); unset, they are logged."""
+    lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
+    """How long a supervisor's ownership of a run lasts without renewal; a dead supervisor's runs are
+    taken over after it."""
+    stop_grace_s: float = Field(default=15.0, ge=0.0, le=600.0)
+    """How long a stopping raydag (SIGINT or SIGTERM) waits for its tool calls in flight to land and be
+    recorded before it hands its runs over; the default outlasts a tool's timeout (10 s) and its slack (5 s)."""
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
+    model: str = "gpt-4.1-mini"
+    """The model the openai planner asks (``RAYDAG_MODEL``)."""
+    model_streaming: bool = False
+    """Stream plans: dispatch each node while the model is still writing the rest."""
+    model_answer: str | None = None
+    """``package.module:Model``, the pydantic model the openai planner's final answer must fit (for caseops'
+    document check: ``mcp_server.planner:DocumentCheckResult``); unset, a summary with its findings."""
+    model_input_usd_per_mtok: float = Field(default=0.40, ge=0, le=MAX_USD_PER_MTOK, allow_inf_nan=False)
+    model_output_usd_per_mtok: float = Field(default=1.60, ge=0, le=MAX_USD_PER_MTOK, allow_inf_nan=False)
+    mcp_allowed_hosts: str | None = None
+    """Comma-separated Host values the MCP endpoint accepts (``name:*`` for any port); unset, loopback only."""
+    mcp_allowed_origins: str | None = None
+    """Comma-separated Origin values the MCP endpoint accepts; unset, loopback only."""
+    replicas: int = Field(default=1, ge=1, le=64)
+    """API replicas under Ray Serve; with ``max_replicas`` set, the autoscaling minimum."""
+    max_replicas: int | None = Field(default=None, ge=1, le=64)
+    """Autoscale the API between ``replicas`` and this many replicas."""
+    tenant_tools: str | None = None
+    """JSON ``{"<tenant>": ["<tool>", ...]}``: each tenant's tool catalogue. Unset: every tool for every tenant."""
+
+    @model_validator(mode="after")
+    def _replica_range(self) -> Settings:
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError(
+                f"RAYDAG_MAX_REPLICAS={self.max_replicas} is below RAYDAG_REPLICAS={self.replicas}: the "
+                "autoscaling maximum must be at least the minimum"
+            )
+        return self
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def budgets(self) -> Budgets:
+        return Budgets(max_nodes=self.max_nodes, max_fanout=self.max_fanout)
+
+    def api_key_grants(self) -> dict[str, ApiKeyGrant]:
+        """``RAYDAG_API_KEYS`` (JSON: key → grant), or the documented dev keys — on a loopback host only."""
+        if self.api_keys is None:
+            if not _is_loopback(self.host):
+                raise ValueError(
+                    f"RAYDAG_HOST={self.host} is not a loopback address: set RAYDAG_API_KEYS; the documented "
+                    "development keys are refused off loopback"
+                )
+            return dict(DEV_API_KEYS)
+        try:
+            raw: Any = json.loads(self.api_keys.get_secret_value())
+            if not isinstance(raw, dict):
+                raise ValueError("expected a JSON object")
+            return {key: ApiKeyGrant.model_validate(grant) for key, grant in raw.items()}
+        except (ValueError, ValidationError) as exc:
+            raise ValueError(
+                'RAYDAG_API_KEYS must be a JSON object {"<key>": {"tenant_id": ..., "subject": ..., '
+                f'"scopes": [...]}}: {exc}'
+            ) from None
+
+    def openai_settings(self) -> OpenAISettings | None:
+        """The model planner's settings, or ``None`` without ``OPENAI_API_KEY``."""
+        if self.openai_api_key is None:
+            return None
+        return OpenAISettings(
+            api_key=self.openai_api_key.get_secret_value(),
+            model=self.model,
+            base_url=self.openai_base_url,
+            streaming=self.model_streaming,
+            input_usd_per_mtok=self.model_input_usd_per_mtok,
+            output_usd_per_mtok=self.model_output_usd_per_mtok,
+            answer_model=self.model_answer,
+        )
+
+    def mcp_hosts(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """``(hosts, origins)`` for the MCP endpoint's DNS-rebinding protection, or ``None`` for loopback only."""
+        if self.mcp_allowed_hosts is None and self.mcp_allowed_origins is None:
+            return None
+
+        def split(value: str | None) -> tuple[str, ...]:
+            return tuple(item.strip() for item in (value or "").split(",") if item.strip())
+
+        return split(self.mcp_allowed_hosts), split(self.mcp_allowed_origins)
+
+    def planner_paths(self) -> tuple[str, ...]:
+        """``RAYDAG_PLANNERS`` as import paths."""
+        return tuple(path.strip() for path in self.planners.split(",") if path.strip())
+
+    def toolset_declarations(self, mcp_url: str | None = None) -> Toolsets | None:
+        """The toolsets file loaded, or ``None`` for the shipped caseops toolset; ``ToolsetsInvalid`` names the
+        file, line and field of a malformed one. ``${RAYDAG_MCP_URL}`` in it is ``mcp_url`` when given (the
+        caseops server a command started itself), else the environment's."""
+        if self.toolsets is None:
+            return None
+        variables = dict(os.environ)
+        if mcp_url is not None:
+            variables["RAYDAG_MCP_URL"] = mcp_url
+        return load_toolsets(self.toolsets.expanduser(), variables)
+
+    def tenant_tool_grants(self) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+        """``RAYDAG_TENANT_TOOLS`` as (tenant, tools) pairs, or ``None`` when every tenant gets every tool."""
+        if self.tenant_tools is None:
+            return None
+        try:
+            raw: Any = json.loads(self.tenant_tools)
+            if not isinstance(raw, dict) or not all(
+                isinstance(tools, list) and all(isinstance(tool, str) for tool in tools)
+                for tools in raw.values()
+            ):
+                raise ValueError("expected a JSON object of lists of tool names")
+        except ValueError as exc:
+            raise ValueError(
+                f'RAYDAG_TENANT_TOOLS must be JSON {{"<tenant>": ["<tool>", ...]}}: {exc}'
+            ) from None
+        return tuple(sorted((tenant, tuple(sorted(tools))) for tenant, tools in raw.items()))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ConfigurationError(ValueError):
+    """The environment holds settings raydag cannot run with; the message names each variable at fault."""
+
+
+def load_settings() -> Settings:
+    """``Settings`` from the environment, or a ``ConfigurationError`` that names the variables, not fields."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigurationError(describe_errors(exc)) from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line per error: the environment variable (``RAYDAG_PORT``), what is wrong, and the value given
+    (never a secret's)."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not error["loc"]:  # a check across settings: its message names the variables itself
+            lines.append(message)
+            continue
+        variable, field = _variable(str(error["loc"][0]))
+        secret = field is not None and SecretStr in (field.annotation, *get_args(field.annotation))
+        given = "" if secret or error["type"] == "missing" else f" (got {error['input']!r})"
+        lines.append(f"{variable}: {message}{given}")
+    return "; ".join(lines)
+
+
+def _variable(location: str) -> tuple[str, FieldInfo | None]:
+    """The environment variable an error's location stands for (a field, or the alias it is read under)."""
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices) and location in alias.choices:
+            return location, field
+        if location == name:
+            return f"RAYDAG_{name.upper()}", field
+    return location, None

@@ -1,0 +1,13 @@
+"""A run's logic, free of Ray: the supervisor actor hosts it, tests drive it with fakes.
+
+- ``submission``: ``RunRequest`` and the typed answers of submitting, cancelling and draining;
+- ``service``: ``RunService``: accepts runs (once per idempotency key), owns them in this process, waits on,
+  cancels and hands them over;
+- ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
+- ``round``: ``RoundExecution``: one plan round, each ready node dispatched the moment it is ready;
+- ``context``: what every round shares (``ExecutionContext``), ``Interruption``, ``HandedOver``;
+- ``recorder``: ``RunRecorder``: every transition recorded before it is acted on.
+
+The decisions themselves (admission, dispatch, policy, budgets, gates) are ``dag``'s; these modules ask them,
+record the answers and act on them.
+"""

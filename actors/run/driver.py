@@ -1,0 +1,671 @@
+"""The run driver: plan, execute, join — and replan — recording every transition before acting on it.
+
+It decides nothing itself: the planner proposes and judges the evidence, ``dag`` validates, authorizes,
+gates and budgets, and ``RoundExecution`` performs one round. The driver sequences them and turns their
+answers into the run's transitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar, assert_never
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+from pydantic import ValidationError
+
+from actors.calls.call import MODERN_PROTOCOL, ToolExecutor
+from actors.observe.metrics import NO_METRICS, RunMetrics
+from actors.observe.tracing import context_of, tracer
+from actors.run.context import ExecutionContext, HandedOver, Interruption
+from actors.run.recorder import EventSink, LeaseLost, RunRecorder, now
+from actors.run.round import RoundExecution
+from actors.toolsets.config import HttpServer, StdioServer
+from actors.toolsets.live import Withdrawal
+from dag.budget import STOP_REASON_OF_BUDGET
+from dag.contracts import ToolCatalogue
+from dag.errors import BudgetExceeded, PlanErrorCode, PlanInvalid
+from dag.events import (
+    JoinStarted,
+    ModelUsed,
+    PlanAccepted,
+    PlanCompleted,
+    PlanningStarted,
+    PlanNodeAccepted,
+    RunRecovered,
+)
+from dag.evidence import MissingEvidence, describe_missing, missing_evidence
+from dag.health import ToolHealth
+from dag.plan import Plan, PlanNode
+from dag.policy import effective_tools
+from dag.retry import RetryPolicy
+from dag.run_state import RunState
+from dag.states import RunStatus, StopReason
+from dag.storable import unfit_values
+from dag.validate import PlanValidator, validate_plan
+from dag.verify import unsupported_citations
+from mcp_server.tokens import TaskTokens
+from planner.base import (
+    Final,
+    JoinDecision,
+    NeedsHuman,
+    Observation,
+    Planner,
+    PlannerContractViolation,
+    PlannerRefused,
+    PlanningContext,
+    Replan,
+    StreamingPlanner,
+    ToolSpec,
+)
+from planner.stream import MalformedStream
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+JOIN_GRACE_S = 10.0
+"""How long a join may still take after the deadline passed: a run that has its answer should complete."""
+
+
+class _Halt(Exception):
+    """Planning was cut short by a cancellation or the deadline."""
+
+    def __init__(self, interruption: Interruption) -> None:
+        super().__init__(interruption.detail)
+        self.interruption = interruption
+
+
+class RunDriver:
+    """Drives runs to a terminal state. One driver serves many concurrent runs."""
+
+    def __init__(
+        self,
+        *,
+        sink: EventSink,
+        executor: ToolExecutor,
+        catalogue: ToolCatalogue,
+        planners: Mapping[str, Planner],
+        tokens: TaskTokens,
+        mcp_url: str,
+        protocol: str = MODERN_PROTOCOL,
+        health: ToolHealth | None = None,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+        metrics: RunMetrics = NO_METRICS,
+        servers: Mapping[str, HttpServer | StdioServer] | None = None,
+        withdrawn: Mapping[str, Withdrawal] | None = None,
+        pins: Mapping[str, str] | None = None,
+    ) -> None:
+        """``servers``, ``withdrawn`` and ``pins``: the toolset servers calls go to, the declared tools that
+        may not be called now, and the definitions pinned (live views the supervisor keeps current, like
+        ``catalogue``)."""
+        self._sink = sink
+        self._metrics = metrics
+        self._catalogue = catalogue
+        self._planners = planners
+        self.handover = asyncio.Event()
+        self._checked: dict[str, Plan] = {}
+        """Client plans the submission validated, by run, until their round starts."""
+        """Set when the supervisor stops: every run stops being driven at its next safe point, unfinished."""
+        self.context = ExecutionContext(
+            executor=executor,
+            catalogue=catalogue,
+            tokens=tokens,
+            mcp_url=mcp_url,
+            protocol=protocol,
+            health=health if health is not None else ToolHealth(),
+            retry=retry if retry is not None else RetryPolicy(),
+            rng=rng if rng is not None else random.Random(),
+            servers=servers if servers is not None else {},
+            withdrawn=withdrawn if withdrawn is not None else {},
+            pins=pins if pins is not None else {},
+        )
+
+    async def drive(
+        self,
+        state: RunState,
+        last_seq: int,
+        cancel: asyncio.Event | None = None,
+        *,
+        recovered: tuple[str, str | None] | None = None,
+        checked_plan: Plan | None = None,
+    ) -> RunState:
+        """Drive a run from whatever state it was recorded in to a terminal one.
+
+        ``recovered`` = (new owner, previous owner) marks a takeover: it is recorded, in-flight calls are
+        dispatched again, and everything else continues from the last recorded transition. Raises
+        ``HandedOver`` when the supervisor stops first (the run stays live for another to resume).
+        ``checked_plan`` is the client's proposal as the submission already validated it: not validated again.
+        """
+        run = RunRecorder(state, last_seq, self._sink, self._metrics)
+        if checked_plan is not None:
+            self._checked[state.run_id] = checked_plan
+        span = tracer().start_span(
+            "run",
+            context=context_of(state.trace),
+            attributes={"raydag.run_id": state.run_id, "raydag.recovered": recovered is not None},
+        )
+        attached = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            if recovered is not None:
+                in_flight = tuple(node.node_id for node in run.state.in_flight())
+                await run.record(
+                    RunRecovered(
+                        at=now(), owner=recovered[0], previous_owner=recovered[1], redispatched=in_flight
+                    )
+                )
+                if run.state.plan_open:  # the model's stream died with the old supervisor: keep what arrived
+                    await run.record(
+                        PlanCompleted(
+                            at=now(),
+                            round=run.state.round,
+                            complete=False,
+                            detail="the plan stream was lost with the supervisor that read it",
+                        )
+                    )
+            await self._drive(run, cancel if cancel is not None else asyncio.Event())
+        except (asyncio.CancelledError, LeaseLost, HandedOver):
+            raise
+        except Exception:
+            log.exception("run %s failed inside the runtime", run.state.run_id)
+            if not run.state.status.terminal:
+                await run.finish(
+                    RunStatus.FAILED,
+                    StopReason.INTERNAL_ERROR,
+                    "the runtime failed; see the supervisor's log",
+                )
+        finally:
+            self._checked.pop(state.run_id, None)
+            span.set_attribute("raydag.status", run.state.status.value)
+            if run.state.stop_reason is not None:
+                span.set_attribute("raydag.stop_reason", run.state.stop_reason.value)
+            if run.state.status in (RunStatus.FAILED, RunStatus.STOPPED):
+                span.set_status(Status(StatusCode.ERROR, run.state.stop_reason or ""))
+            span.end()
+            otel_context.detach(attached)
+        return run.state
+
+    async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
+        """Each step reads the recorded status and takes the one transition it allows."""
+        planner = self._planners[run.state.planner]
+        deadline = run.state.created_at + timedelta(seconds=run.state.budgets.deadline_s)
+        plan_changed = asyncio.Event()
+        stream: asyncio.Task[None] | None = None
+        rounds = _RoundSpans(run.state.run_id)
+        try:
+            while not run.state.status.terminal:
+                if self.handover.is_set():
+                    await run.flush()  # a plan accepted is not asked for again by whoever resumes the run
+                    raise HandedOver(f"run {run.state.run_id} handed over by a stopping supervisor")
+                state = run.state
+                rounds.enter(state.round)
+                match state.status:
+                    case RunStatus.PENDING if cancel.is_set():  # cancelled while it waited for its turn
+                        await run.finish(
+                            RunStatus.CANCELLED,
+                            StopReason.CANCELLED,
+                            "the run was cancelled before it started",
+                        )
+                    case RunStatus.PENDING if state.proposal is not None:
+                        # The run's own plan: no planner is asked, so planning is stored with what follows.
+                        await run.stage(PlanningStarted(at=now(), round=state.round + 1))
+                    case RunStatus.PENDING:
+                        await run.record(PlanningStarted(at=now(), round=state.round + 1))
+                    case RunStatus.PLANNING:
+                        try:
+                            stream = await self._plan(run, planner, cancel, deadline, plan_changed)
+                        except _Halt as halt:
+                            await self._halt(run, halt.interruption)
+                    case RunStatus.RUNNING:
+                        execution = RoundExecution(
+                            run, self.context, cancel, deadline, plan_changed, self.handover
+                        )
+                        interruption = await execution.run()
+                        if stream is not None:  # the round drained or stopped: the stream has nothing to add
+                            stream.cancel()
+                            stream = None
+                        if interruption is not None and interruption.reason is StopReason.CANCELLED:
+                            await run.finish(RunStatus.CANCELLED, StopReason.CANCELLED, interruption.detail)
+                        else:
+                            await run.record(
+                                JoinStarted(
+                                    at=now(),
+                                    round=state.round,
+                                    interrupted_by=interruption.reason if interruption else None,
+                                    reason=interruption.detail if interruption else None,
+                                )
+                            )
+                    case RunStatus.JOINING:
+                        await self._join(run, planner, cancel, deadline)
+                    case _:
+                        raise AssertionError(f"no step from {state.status}")
+        finally:
+            if stream is not None:
+                stream.cancel()
+            rounds.close()
+
+    async def _join(
+        self, run: RunRecorder, planner: Planner, cancel: asyncio.Event, deadline: datetime
+    ) -> None:
+        state = run.state
+        if await self._out_of_model_budget(run):
+            return
+        context = self._context(state)
+        try:
+            decision = await _bounded(
+                planner.decide(context, observations(state)),
+                cancel,
+                deadline + timedelta(seconds=JOIN_GRACE_S),
+                self.handover,
+            )
+        except HandedOver:
+            raise
+        except _Halt as halt:
+            await self._record_usage(run, context, "join")
+            await self._halt(run, _interruption_of(state) or halt.interruption)
+            return
+        except Exception as exc:
+            await self._record_usage(run, context, "join")
+            await self._planner_failed(run, planner, exc)
+            return
+        await self._record_usage(run, context, "join")
+        unrecordable = _unrecordable(decision)
+        if unrecordable is not None:
+            await self._planner_failed(run, planner, PlannerContractViolation(unrecordable))
+            return
+        if not isinstance(decision, Final) and await self._out_of_model_budget(run):
+            return  # an answer completes the run even past its budget; anything else stops here
+        await self._conclude(run, decision)
+
+    async def _plan(
+        self,
+        run: RunRecorder,
+        planner: Planner,
+        cancel: asyncio.Event,
+        deadline: datetime,
+        plan_changed: asyncio.Event,
+    ) -> asyncio.Task[None] | None:
+        """Ask for, validate and accept the current round's plan, or end the run.
+
+        A streaming planner's nodes are accepted one by one as the model writes them; this returns the task
+        still reading the stream, and the round starts executing with the first node.
+        """
+        state = run.state
+        round_number = state.round
+        if round_number == 1 and state.proposal is not None:
+            checked = self._checked.pop(state.run_id, None)
+            if checked is not None:
+                await run.stage(PlanAccepted(at=now(), round=1, plan=checked.to_json()))
+            else:  # a recovered run: the catalogue may have changed since its submission
+                await self._accept(run, state.proposal)
+            return None
+        if await self._out_of_model_budget(run):
+            return None
+        context = self._context(state)
+        if isinstance(planner, StreamingPlanner) and planner.streaming:
+            return await self._plan_streamed(run, planner, context, cancel, deadline, plan_changed)
+        try:
+            proposal = await _bounded(planner.propose(context), cancel, deadline, self.handover)
+        except HandedOver:
+            raise
+        except _Halt:
+            await self._record_usage(run, context, "plan")
+            raise
+        except Exception as exc:
+            await self._record_usage(run, context, "plan")
+            await self._planner_failed(run, planner, exc)
+            return None
+        await self._record_usage(run, context, "plan")
+        if await self._out_of_model_budget(run):
+            return None
+        await self._accept(run, proposal)
+        return None
+
+    async def _accept(self, run: RunRecorder, proposal: Any) -> None:
+        state = run.state
+        round_number = state.round
+        budgets = state.budgets
+        try:
+            parsed = Plan.parse(proposal)
+            unavailable = self._unavailable_tool(parsed)
+            if unavailable is not None:
+                await run.finish(RunStatus.STOPPED, unavailable.stop_reason, unavailable.detail)
+                return
+            plan = validate_plan(
+                parsed,
+                self._catalogue,
+                max_nodes=budgets.max_nodes if round_number == 1 else 10_000,
+                round_number=round_number,
+                earlier=state.earlier_names(),
+            )
+            if round_number > 1:
+                budgets.check_plan_size(nodes=state.node_count(), added=len(plan.nodes))
+        except PlanInvalid as exc:
+            await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(exc.as_dict()))
+            return
+        except BudgetExceeded as exc:
+            await run.finish(
+                RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"replan {round_number}: {exc}"
+            )
+            return
+        # Acted on only through the dispatches of the round's first step, which store it with them.
+        await run.stage(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
+
+    def _unavailable_tool(self, plan: Plan) -> Withdrawal | None:
+        """Why a tool the plan names cannot be offered now (its server was never listed), if one cannot."""
+        for node in plan.nodes:
+            withdrawn = self.context.withdrawn.get(node.tool)
+            if withdrawn is not None and node.tool not in self._catalogue:
+                return withdrawn
+        return None
+
+    async def _plan_streamed(
+        self,
+        run: RunRecorder,
+        planner: StreamingPlanner,
+        context: PlanningContext,
+        cancel: asyncio.Event,
+        deadline: datetime,
+        plan_changed: asyncio.Event,
+    ) -> asyncio.Task[None] | None:
+        state = run.state
+        round_number = state.round
+        budgets = state.budgets
+        validator = PlanValidator(
+            self._catalogue,
+            max_nodes=budgets.max_nodes - state.node_count(),
+            round_number=round_number,
+            earlier=state.earlier_names(),
+        )
+        started = asyncio.Event()
+        failure: list[BaseException] = []
+
+        async def consume() -> None:
+            complete, detail = True, None
+            try:
+                async for raw in planner.propose_stream(context):
+                    node = PlanNode.model_validate(raw)
+                    validator.add(node)
+                    await run.record(
+                        PlanNodeAccepted(
+                            at=now(),
+                            round=round_number,
+                            node=node.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+                        )
+                    )
+                    started.set()
+                    plan_changed.set()
+            except asyncio.CancelledError:
+                raise
+            except (PlanInvalid, MalformedStream, ValidationError, PlannerContractViolation) as exc:
+                complete, detail = False, f"the plan stream stopped at a malformed node: {str(exc)[:300]}"
+            except Exception as exc:
+                if not started.is_set():
+                    failure.append(exc)  # nothing ran: the planner failed, not the tail of its plan
+                    return
+                complete, detail = False, f"the plan stream failed: {type(exc).__name__}"
+            finally:
+                await self._record_usage(run, context, "plan")
+            if not started.is_set() and complete:
+                failure.append(PlanInvalid(PlanErrorCode.EMPTY_PLAN, "the streamed plan has no node"))
+                return
+            await run.record(PlanCompleted(at=now(), round=round_number, complete=complete, detail=detail))
+            started.set()
+            plan_changed.set()
+
+        task = asyncio.create_task(consume(), name=f"plan-stream:{state.run_id}")
+        done_or_started = asyncio.ensure_future(started.wait())
+        try:
+            await _bounded(
+                asyncio.wait({task, done_or_started}, return_when=asyncio.FIRST_COMPLETED),
+                cancel,
+                deadline,
+                self.handover,
+            )
+        except (_Halt, HandedOver):
+            task.cancel()
+            raise
+        finally:
+            done_or_started.cancel()
+        if failure:
+            error = failure[0]
+            if isinstance(error, PlanInvalid):
+                await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(error.as_dict()))
+            else:
+                await self._planner_failed(run, planner, error)
+            return None
+        return task
+
+    async def _record_usage(
+        self, run: RunRecorder, context: PlanningContext, purpose: Literal["plan", "join"]
+    ) -> None:
+        """Every model call the planner reported for this request, as events (then the list is emptied)."""
+        calls, context.usage[:] = list(context.usage), []
+        await run.record(
+            *(
+                ModelUsed(
+                    at=now(),
+                    purpose=purpose,
+                    model=call.model,
+                    input_tokens=call.input_tokens,
+                    output_tokens=call.output_tokens,
+                    cost_usd=call.cost_usd,
+                )
+                for call in calls
+            )
+        )
+
+    async def _out_of_model_budget(self, run: RunRecorder) -> bool:
+        """Stop the run if its model calls have spent the token or cost budget; ``True`` if it did."""
+        state = run.state
+        try:
+            state.budgets.check_usage(tokens=state.tokens_used, cost_usd=state.cost_usd)
+        except BudgetExceeded as exc:
+            await run.finish(RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], str(exc))
+            return True
+        return False
+
+    async def _planner_failed(self, run: RunRecorder, planner: Planner, error: BaseException) -> None:
+        match error:
+            case PlannerRefused():
+                await run.finish(
+                    RunStatus.NEEDS_HUMAN, StopReason.MODEL_REFUSED, f"the model refused: {error}"
+                )
+            case PlannerContractViolation():
+                await run.finish(
+                    RunStatus.NEEDS_HUMAN, StopReason.PLANNER_CONTRACT_VIOLATION, str(error)[:1000]
+                )
+            case _:
+                log.warning(
+                    "planner %s failed for run %s: %s", planner.name, run.state.run_id, type(error).__name__
+                )
+                await run.finish(
+                    RunStatus.FAILED, StopReason.PLANNER_ERROR, f"the planner failed: {type(error).__name__}"
+                )
+
+    async def _conclude(self, run: RunRecorder, decision: JoinDecision) -> None:
+        """Turn the joiner's decision into the run's end, or into its next round.
+
+        A round a hard limit cut short (a budget, the repeat gate, a withdrawn tool, the deadline) ends the run
+        ``stopped`` with that limit's reason and detail, whatever the joiner decided: it judged less than the
+        plan asked for, so its answer is kept as partial, never completes the run, and no replan goes around
+        the limit.
+
+        Failure is not evidence: while calls of the run have no answer, no verdict may stand — the run stops
+        naming what is missing, and keeps no result. A replan of a round that drained may still ask again.
+        """
+        interruption = _interruption_of(run.state)
+        missing = missing_evidence(run.state, drained=interruption is None)
+        if interruption is not None:
+            detail, partial = _cut_short(run.state, interruption, decision, missing)
+            await run.finish(RunStatus.STOPPED, interruption.reason, detail, partial)
+            return
+        if missing and not isinstance(decision, Replan):
+            await run.finish(RunStatus.STOPPED, StopReason.EVIDENCE_INCOMPLETE, describe_missing(missing))
+            return
+        match decision:
+            case Final():
+                unsupported = unsupported_citations(decision.citations, run.state)
+                if unsupported:
+                    await run.finish(
+                        RunStatus.NEEDS_HUMAN,
+                        StopReason.FINAL_ANSWER_UNSUPPORTED,
+                        _unsupported(unsupported),
+                        dict(decision.result),
+                    )
+                else:
+                    await run.finish(RunStatus.COMPLETED, None, None, dict(decision.result))
+            case NeedsHuman():
+                result = dict(decision.result) if decision.result is not None else None
+                await run.finish(RunStatus.NEEDS_HUMAN, decision.stop_reason, decision.detail, result)
+            case Replan():
+                budgets = run.state.budgets
+                try:
+                    budgets.check_stale(stale_replans=run.state.rounds_without_new_evidence())
+                    budgets.check_replan(replans=run.state.round)
+                except BudgetExceeded as exc:
+                    await run.finish(
+                        RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"{decision.reason}: {exc}"
+                    )
+                    return
+                await run.record(PlanningStarted(at=now(), round=run.state.round + 1, reason=decision.reason))
+            case _:
+                assert_never(decision)
+
+    async def _halt(self, run: RunRecorder, interruption: Interruption) -> None:
+        status = RunStatus.CANCELLED if interruption.reason is StopReason.CANCELLED else RunStatus.STOPPED
+        await run.finish(status, interruption.reason, interruption.detail)
+
+    def _context(self, state: RunState) -> PlanningContext:
+        """What the planner is shown: only the tools this run could use right now, and observations as data."""
+        authority = self.context.authority(state)
+        tools = [ToolSpec.of(contract) for contract in effective_tools(authority, self._catalogue).values()]
+        return PlanningContext(
+            resource=state.resource,
+            goal=state.goal,
+            tools=tools,
+            round=state.round,
+            observations=tuple(observations(state)),
+            replan_reason=state.replan_reason,
+        )
+
+
+class _RoundSpans:
+    """One span per plan round (planning, execution, join), current while the round is: node and checkpoint
+    spans of the round become its children."""
+
+    def __init__(self, run_id: str) -> None:
+        self._run_id = run_id
+        self._round = 0
+        self._span: trace.Span | None = None
+        self._attached: Any = None
+
+    def enter(self, round_number: int) -> None:
+        if round_number in (0, self._round):
+            return
+        self.close()
+        self._round = round_number
+        self._span = tracer().start_span(
+            f"round {round_number}", attributes={"raydag.run_id": self._run_id, "raydag.round": round_number}
+        )
+        self._attached = otel_context.attach(trace.set_span_in_context(self._span))
+
+    def close(self) -> None:
+        if self._span is not None:
+            self._span.end()
+            otel_context.detach(self._attached)
+            self._span = None
+
+
+def _unrecordable(decision: JoinDecision) -> str | None:
+    """Why ``decision`` cannot be recorded, if it cannot: a model may write a NUL, a lone surrogate or a
+    non-finite number into its answer, or nest it past ``dag.storable.MAX_DEPTH``."""
+    match decision:
+        case Final(result=result, citations=citations):
+            written: dict[str, Any] = {"result": dict(result), "citations": list(citations)}
+        case NeedsHuman(detail=detail, result=result):
+            written = {"detail": detail, "result": dict(result) if result is not None else None}
+        case Replan(reason=reason):
+            written = {"reason": reason}
+    for pointer, problem in unfit_values(written):
+        return f"the planner's answer cannot be recorded: {pointer}: {problem}"
+    return None
+
+
+def _cut_short(
+    state: RunState,
+    interruption: Interruption,
+    decision: JoinDecision,
+    missing: tuple[MissingEvidence, ...],
+) -> tuple[str, dict[str, Any] | None]:
+    """The detail and the partial result of a run whose round ``interruption`` cut short: the joiner's result
+    is kept as it would be on a ``needs_human`` run, unless it rests on calls that have no answer."""
+    if missing:
+        return f"{interruption.detail}; {describe_missing(missing)}", None
+    match decision:
+        case Final(result=result, citations=citations):
+            unsupported = unsupported_citations(citations, state)
+            if unsupported:
+                return f"{interruption.detail}; {_unsupported(unsupported)}", dict(result)
+            return interruption.detail, dict(result)
+        case NeedsHuman(result=result):
+            return interruption.detail, dict(result) if result is not None else None
+        case Replan():
+            return interruption.detail, None
+        case _:
+            assert_never(decision)
+
+
+def _unsupported(citations: list[str]) -> str:
+    return f"the answer cites what no tool output of this run contains: {citations[:20]}"
+
+
+def _interruption_of(state: RunState) -> Interruption | None:
+    """The hard limit that ended the round being joined, as recorded in its ``join_started``."""
+    if state.interrupted_by is None:
+        return None
+    return Interruption(state.interrupted_by, state.interruption_detail or state.interrupted_by.value)
+
+
+async def _bounded(
+    work: Awaitable[_T], cancel: asyncio.Event, deadline: datetime, handover: asyncio.Event | None = None
+) -> _T:
+    """Await ``work`` unless the run is cancelled or ``deadline`` passes first (then raise ``_Halt``), or the
+    supervisor hands its runs over (then raise ``HandedOver``: the work is asked for again on resumption)."""
+    task = asyncio.ensure_future(work)
+    cancelled = asyncio.create_task(cancel.wait())
+    handed_over = asyncio.create_task((handover or asyncio.Event()).wait())
+    try:
+        remaining = max(0.0, (deadline - now()).total_seconds())
+        done, _ = await asyncio.wait(
+            {task, cancelled, handed_over}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+        )
+        if task in done:
+            return task.result()
+        if cancelled in done:
+            raise _Halt(Interruption(StopReason.CANCELLED, "the run was cancelled"))
+        if handed_over in done:
+            raise HandedOver("the supervisor stopped while the planner was answering")
+        raise _Halt(Interruption(StopReason.DEADLINE_EXCEEDED, "the run's deadline passed while planning"))
+    finally:
+        task.cancel()
+        cancelled.cancel()
+        handed_over.cancel()
+
+
+def observations(state: RunState) -> list[Observation]:
+    """What the joiner sees: every node that was authorized or refused, in run order; groups excluded."""
+    seen = []
+    for node_id in state.order:
+        node = state.nodes[node_id]
+        if node.is_group or node.args is None:
+            continue
+        seen.append(Observation(node_id, node.tool, node.args, node.status, node.output, node.error))
+    return seen

@@ -1,0 +1,512 @@
+"""Run submission, ownership in this process, waiting and cancellation: what the RunSupervisor actor hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from actors.calls.call import ToolExecutor
+from actors.launch.settings import MAX_ACTIVE_RUNS
+from actors.observe.metrics import NO_METRICS, RunMetrics, report
+from actors.run.context import HandedOver
+from actors.run.driver import RunDriver
+from actors.run.recorder import LeaseLost, now
+from actors.run.submission import Cancellation, Drained, RunRequest, Submission, SubmitResult
+from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
+from actors.store.ownership import Leases
+from actors.store.resilience import DatabaseUnavailable
+from actors.store.runs import Creation, RunStore
+from actors.toolsets.config import HttpServer, StdioServer, Toolsets
+from actors.toolsets.live import Withdrawal
+from actors.toolsets.pinning import run_pin
+from actors.toolsets.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
+from dag.budget import BudgetAboveLimit, Budgets
+from dag.contracts import ToolCatalogue, ToolContract
+from dag.errors import PlanInvalid
+from dag.events import RunCreated
+from dag.health import ToolHealth
+from dag.plan import Plan
+from dag.policy import Principal
+from dag.run_resource import missing_resource_keys, resource_mismatch
+from dag.run_state import RunState, apply, fold
+from dag.states import RunStatus
+from dag.validate import validate_plan
+from mcp_server.tokens import TaskTokens
+from planner.base import Planner
+
+if TYPE_CHECKING:
+    from actors.calls.call import ToolOutcome
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.1
+
+
+class RunService:
+    """Creates runs (once per idempotency key), drives them in the background, waits on and cancels them."""
+
+    def __init__(
+        self,
+        *,
+        pool: asyncpg.Pool,
+        executor: ToolExecutor,
+        catalogue: ToolCatalogue,
+        planners: Mapping[str, Planner],
+        tokens: TaskTokens,
+        mcp_url: str,
+        limits: Budgets,
+        tenant_tools: Mapping[str, tuple[str, ...]] | None = None,
+        health: ToolHealth | None = None,
+        owner: str = "raydag-local",
+        lease_s: float = 15.0,
+        outbox_sink: OutboxSink | None = None,
+        unavailable_planners: Mapping[str, str] | None = None,
+        metrics: RunMetrics = NO_METRICS,
+        servers: Mapping[str, HttpServer | StdioServer] | None = None,
+        withdrawn: Mapping[str, Withdrawal] | None = None,
+        toolsets: Toolsets | None = None,
+        pins: Mapping[str, str] | None = None,
+        listed: asyncio.Event | None = None,
+        max_active_runs: int = MAX_ACTIVE_RUNS,
+    ) -> None:
+        """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone).
+        ``max_active_runs``: how many runs are driven at once; the others wait their turn, oldest first."""
+        self._pool = pool
+        self._toolsets = toolsets
+        self._pins: Mapping[str, str] = pins if pins is not None else {}
+        self._listed = listed
+        """Set once every toolset server has been tried: runs are adopted only then (``None``: at once)."""
+        self._withdrawn: Mapping[str, Withdrawal] = withdrawn if withdrawn is not None else {}
+        self._metrics = metrics
+        self.owner = owner
+        self.store = RunStore(pool, owner=owner, lease_s=lease_s)
+        self._leases = Leases(pool, owner, lease_s)
+        self._relay = OutboxRelay(pool, outbox_sink if outbox_sink is not None else LogSink())
+        self._lease_s = lease_s
+        self._unavailable_planners = dict(unavailable_planners or {})
+        self._catalogue = catalogue
+        self._planners = planners
+        self._limits = limits
+        self._tenant_tools = tenant_tools
+        self._driver = RunDriver(
+            sink=self.store,
+            executor=executor,
+            catalogue=catalogue,
+            planners=planners,
+            tokens=tokens,
+            mcp_url=mcp_url,
+            health=health,
+            metrics=metrics,
+            servers=servers,
+            withdrawn=self._withdrawn,
+            pins=self._pins,
+        )
+        self._resource_checks = (
+            resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
+            if toolsets is not None
+            else {}
+        )
+        self._runs: dict[str, asyncio.Task[Any]] = {}
+        self._turns = asyncio.Semaphore(max_active_runs)
+        self._driving = 0
+        self._cancels: dict[str, asyncio.Event] = {}
+        self._creating: set[str] = set()
+        self._background: list[asyncio.Task[None]] = []
+
+    async def submit(self, request: RunRequest) -> SubmitResult:
+        try:
+            return await self._submit(request)
+        except DatabaseUnavailable as exc:
+            log.warning("refusing a run: %s", exc)
+            return SubmitResult(Submission.UNAVAILABLE, error={"message": str(exc)})
+
+    async def _submit(self, request: RunRequest) -> SubmitResult:
+        if self._driver.handover.is_set():
+            return SubmitResult(Submission.SHUTTING_DOWN)
+        if request.planner in self._unavailable_planners:
+            return SubmitResult(
+                Submission.PLANNER_UNAVAILABLE,
+                error={"planner": request.planner, "reason": self._unavailable_planners[request.planner]},
+            )
+        if request.planner not in self._planners:
+            return SubmitResult(
+                Submission.UNKNOWN_PLANNER,
+                error={"planner": request.planner, "known": sorted(self._planners)},
+            )
+        try:
+            budgets = self._limits.lowered_by(request.budgets)
+        except BudgetAboveLimit as exc:
+            above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
+            return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})
+        tenant_tools = (
+            self._tenant_tools.get(request.principal.tenant_id, ())
+            if self._tenant_tools is not None
+            else None
+        )
+        usable = {
+            name: contract
+            for name, contract in self._catalogue.items()
+            if tenant_tools is None or name in tenant_tools
+        }
+        planned = None
+        checked = None
+        if request.plan is not None and self._names_unlisted_tool(request.plan):
+            pass  # its server has not been listed: the run is created and stops TOOL_SERVER_UNREACHABLE
+        elif request.plan is not None:
+            try:
+                checked = validate_plan(
+                    Plan.parse(request.plan), self._catalogue, max_nodes=budgets.max_nodes
+                )
+            except PlanInvalid as exc:
+                return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
+            planned = [node.tool for node in checked.nodes]
+        unlisted = self._unlisted_tools(tenant_tools)
+        mismatch = resource_mismatch(request.resource, usable, planned)
+        if mismatch is not None and not mismatch.missing and planned is None:
+            # A key a tool of an unlisted server is declared to bind is not a requester's mistake: the run
+            # is created and stops with that server's withdrawal, as a plan naming its tool would.
+            declared = frozenset().union(*unlisted.values())
+            if set(mismatch.unused) <= declared:
+                mismatch = None
+        if mismatch is not None:
+            return SubmitResult(
+                Submission.RESOURCE_MISMATCH, error={"message": mismatch.message, **mismatch.as_dict()}
+            )
+        used = (
+            planned
+            if planned is not None
+            else [
+                name
+                for name, contract in usable.items()
+                if not missing_resource_keys(contract, request.resource)
+            ]
+        )
+        # An unlisted server's check still decides who may name the resource: existence must not leak
+        # while that server is down.
+        used += [name for name, keys in unlisted.items() if keys <= request.resource.keys()]
+        for check in checks_for(self._resource_checks, used):
+            try:
+                answer = await check(request.principal, request.resource)
+            except ResourceCheckUnavailable as exc:
+                return SubmitResult(Submission.RESOURCE_CHECK_UNAVAILABLE, error={"message": str(exc)})
+            if not answer.allowed:
+                return SubmitResult(
+                    Submission.RESOURCE_NOT_FOUND, error={"problem": answer.problem, "detail": answer.detail}
+                )
+        created = RunCreated(
+            at=now(),
+            run_id=str(uuid.uuid4()),
+            tenant_id=request.principal.tenant_id,
+            subject=request.principal.subject,
+            scopes=tuple(sorted(request.principal.scopes)),
+            resource=dict(request.resource),
+            goal=request.goal,
+            planner=request.planner,
+            budgets=budgets,
+            proposal=dict(request.plan) if request.plan is not None else None,
+            tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
+            trace=dict(request.trace) if request.trace else None,
+            tool_pins={name: run_pin(self._pins[name]) for name in sorted(usable) if name in self._pins}
+            or None,
+        )
+        self._creating.add(created.run_id)  # not an orphan between its insert and its driver's start
+        try:
+            creation, run_id = await self.store.create_run(
+                created,
+                idempotency_key=request.idempotency_key,
+                request_hash=request.fingerprint(),
+                tools={*usable, *unlisted},
+            )
+            match creation:
+                case Creation.CREATED:
+                    state = apply(None, created)
+                    report(self._metrics, [(None, created, state)])
+                    self._start(state, last_seq=1, checked_plan=checked)
+                    return SubmitResult(Submission.CREATED, run_id)
+                case Creation.REPLAYED:
+                    return SubmitResult(Submission.REPLAYED, run_id)
+                case Creation.CONFLICT:
+                    return SubmitResult(Submission.IDEMPOTENCY_CONFLICT, run_id)
+        finally:
+            self._creating.discard(created.run_id)
+
+    def _served_tools(self) -> set[str]:
+        """Every tool this supervisor is declared to serve, its server listed now or not."""
+        declared = () if self._toolsets is None else self._toolsets.servers
+        return {*self._catalogue, *(name for server in declared for name in server.tools)}
+
+    def _unlisted_tools(self, tenant_tools: Sequence[str] | None) -> dict[str, frozenset[str]]:
+        """The declared tools not offered now because their server has not been listed, with the resource
+        keys their overlays bind (known from the toolsets file alone)."""
+        if self._toolsets is None:
+            return {}
+        return {
+            name: frozenset(binding.resource for binding in overlay.run_bound.values())
+            for server in self._toolsets.servers
+            for name, overlay in server.tools.items()
+            if name in self._withdrawn
+            and name not in self._catalogue
+            and (tenant_tools is None or name in tenant_tools)
+        }
+
+    def _names_unlisted_tool(self, plan: Mapping[str, Any]) -> bool:
+        """Whether ``plan`` names a declared tool whose server has not been listed: such a run is created and
+        then stopped with the withdrawal's stop reason, recorded, rather than refused as invalid."""
+        nodes = plan.get("nodes")
+        return isinstance(nodes, list) and any(
+            isinstance(node, Mapping)
+            and node.get("tool") in self._withdrawn
+            and node.get("tool") not in self._catalogue
+            for node in nodes
+        )
+
+    async def _call_for_check(
+        self, principal: Principal, resource: Mapping[str, str], contract: ToolContract, args: dict[str, Any]
+    ) -> ToolOutcome:
+        """One call of a resource check's tool, with a token minted for the requester as a node's would be."""
+        from actors.calls.call import ToolCall
+
+        context = self._driver.context
+        check_id = f"resource-check-{uuid.uuid4()}"
+        url, tokens = context.destination(contract)
+        call = ToolCall(
+            run_id=check_id,
+            node_id="check",
+            attempt=1,
+            tool=contract.name,
+            args=args,
+            mcp_url=url,
+            token=tokens.mint(
+                subject=principal.subject,
+                tenant_id=principal.tenant_id,
+                task_id=f"{check_id}/check/1",
+                resource=resource,
+                tool=contract.name,
+                scopes={contract.scope},
+            )
+            if tokens is not None
+            else "",
+            timeout_s=contract.timeout_s,
+            protocol=context.protocol,
+            server=contract.server,
+        )
+        async with asyncio.timeout(contract.timeout_s + context.call_slack_s):
+            return await context.executor.run(call)
+
+    def _start(
+        self,
+        state: RunState,
+        last_seq: int,
+        recovered: tuple[str, str | None] | None = None,
+        checked_plan: Plan | None = None,
+    ) -> None:
+        cancel = asyncio.Event()
+        task = asyncio.create_task(
+            self._drive_in_turn(state, last_seq, cancel, recovered, checked_plan), name=f"run:{state.run_id}"
+        )
+        self._runs[state.run_id] = task
+        self._cancels[state.run_id] = cancel
+        task.add_done_callback(self._forget)
+
+    async def _drive_in_turn(
+        self,
+        state: RunState,
+        last_seq: int,
+        cancel: asyncio.Event,
+        recovered: tuple[str, str | None] | None,
+        checked_plan: Plan | None,
+    ) -> RunState:
+        """Drive the run once one of the ``max_active_runs`` turns is free. Owning more runs than it drives
+        keeps the supervisor's loop (and its pool) short of work, so that a submission is answered within the
+        API's deadline under any load; the runs waiting are owned and leased all the same. A run cancelled
+        while it waits is driven at once, to record its cancellation; one waiting when the supervisor hands
+        over is handed over as it is."""
+        turn = asyncio.ensure_future(self._turns.acquire())
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({turn, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            turn.cancel()
+            raise
+        finally:
+            cancelled.cancel()
+        self._driving += 1
+        try:
+            if self._driver.handover.is_set() and not recovered:
+                raise HandedOver(f"run {state.run_id} handed over before its turn came")
+            return await self._driver.drive(
+                state, last_seq=last_seq, cancel=cancel, recovered=recovered, checked_plan=checked_plan
+            )
+        finally:
+            self._driving -= 1
+            if turn.done() and not turn.cancelled():
+                self._turns.release()
+            else:
+                turn.cancel()
+
+    # ---------------------------------------------------------------- ownership, in the background
+
+    def start_background(self) -> None:
+        """Adopt orphaned runs now and keep doing so, renew this owner's leases, relay the outbox."""
+        period = self._lease_s / 3
+        self._background = [
+            asyncio.create_task(self._every(period, self.adopt_orphans), name="adopt-orphans"),
+            asyncio.create_task(self._every(period, self._renew_leases), name="renew-leases"),
+            asyncio.create_task(self._every(1.0, self._relay.relay_once), name="relay-outbox"),
+        ]
+
+    async def _every(self, period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a background job must outlive a database outage
+                log.warning(
+                    "background job %s failed; retrying in %gs", job.__name__, period_s, exc_info=True
+                )
+            await asyncio.sleep(period_s)
+
+    async def adopt_orphans(self) -> list[str]:
+        """Take over live runs nobody drives (a crashed or restarted supervisor's) and resume them."""
+        if self._driver.handover.is_set():
+            return []  # stopping: adopting now would only hand the runs over again
+        if self._listed is not None and not self._listed.is_set():
+            return []  # a run resumed before its servers were tried would find their tools withdrawn
+        claims = await self._leases.claim_orphans(
+            driving={*self._runs, *self._creating}, serving=self._served_tools()
+        )
+        adopted = []
+        for claim in claims:
+            stored = await self.store.events(claim.run_id)
+            if claim.run_id in self._runs or claim.run_id in self._creating:
+                continue  # created here while the scan ran: ours already, and already driven
+            state = fold(item.event for item in stored)
+            log.info("recovering run %s from %s", claim.run_id, claim.previous_owner)
+            self._start(state, last_seq=stored[-1].seq, recovered=(self.owner, claim.previous_owner))
+            adopted.append(claim.run_id)
+        return adopted
+
+    async def _renew_leases(self) -> None:
+        for run_id in await self._leases.renew(list(self._runs)):
+            log.warning("run %s is no longer ours; stopping its driver here", run_id)
+            task = self._runs.get(run_id)
+            if task is not None:
+                task.cancel()
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        run_id = task.get_name().removeprefix("run:")
+        self._runs.pop(run_id, None)
+        self._cancels.pop(run_id, None)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, HandedOver):
+            log.info("run %s handed over unfinished; it resumes under the next supervisor", run_id)
+        elif isinstance(error, LeaseLost):
+            log.warning("run %s was taken over by another supervisor: %s", run_id, error)
+        elif error is not None:
+            # The driver could not even record its failure (the store stayed down): the run stays live in
+            # PostgreSQL, and its lease lapses so that a supervisor recovers it.
+            log.error("run %s stopped without a terminal record", run_id, exc_info=error)
+
+    async def wait(self, run_id: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the run to reach a terminal state; ``True`` if it has."""
+        task = self._runs.get(run_id)
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=timeout_s)
+            return bool(done)
+        deadline = time.monotonic() + timeout_s
+        while True:  # driven elsewhere (another supervisor, or being recovered): watch the database
+            status = await self.store.run_status(run_id)
+            if status is None or RunStatus(status).terminal:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+
+    async def cancel(self, run_id: str, timeout_s: float = 30.0) -> Cancellation:
+        """Cancel a run this process drives: in-flight calls are cancelled and nothing more is dispatched."""
+        task = self._runs.get(run_id)
+        if task is None:
+            status = await self.store.run_status(run_id)
+            if status is None:
+                return Cancellation.NOT_FOUND
+            return Cancellation.ALREADY_FINISHED if RunStatus(status).terminal else Cancellation.NOT_OWNED
+        self._cancels[run_id].set()
+        await asyncio.wait({task}, timeout=timeout_s)
+        status = await self.store.run_status(run_id)
+        return Cancellation.CANCELLED if status == RunStatus.CANCELLED else Cancellation.ALREADY_FINISHED
+
+    def active_runs(self) -> int:
+        """Runs this process owns: driven, or waiting for their turn."""
+        return len(self._runs)
+
+    def waiting_runs(self) -> int:
+        """Runs this process owns that wait for a turn to be driven (``max_active_runs`` are)."""
+        return len(self._runs) - self._driving
+
+    @property
+    def handing_over(self) -> bool:
+        """Whether ``drain`` has begun: new runs are refused from then on."""
+        return self._driver.handover.is_set()
+
+    async def drain(self, grace_s: float) -> Drained:
+        """Hand every run over before the process stops: refuse new runs, dispatch nothing more, let the calls
+        in flight land (for up to ``grace_s``) and record them, then stop driving, leaving the runs live.
+
+        Leases stay as they are: a supervisor of the same name (the one that restarts in this one's place)
+        resumes the runs at once; any other takes them over when their leases lapse. Calls still out after
+        ``grace_s`` are abandoned; the resuming supervisor dispatches them again (they are read-only).
+        """
+        self._driver.handover.set()
+        runs = dict(self._runs)
+        pending: set[asyncio.Task[Any]] = set()
+        if runs:
+            _, pending = await asyncio.wait(set(runs.values()), timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for job in self._background:
+            job.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
+        abandoned = sorted(run_id for run_id, task in runs.items() if task in pending)
+        log.info(
+            "handed over %d runs (%d of them with calls abandoned after %gs)",
+            len(runs),
+            len(abandoned),
+            grace_s,
+        )
+        return Drained(handed_over=tuple(sorted(runs)), abandoned=tuple(abandoned))
+
+    def reconfigure(
+        self,
+        *,
+        tokens: TaskTokens,
+        mcp_url: str,
+        limits: Budgets,
+        tenant_tools: Mapping[str, tuple[str, ...]] | None,
+    ) -> None:
+        """New tokens, tool server and limits for what happens from now on."""
+        self._limits = limits
+        self._tenant_tools = tenant_tools
+        self._driver.context.tokens = tokens
+        self._driver.context.mcp_url = mcp_url
+
+    async def close_pool(self) -> None:
+        await self._pool.close()
+
+    async def close(self) -> None:
+        """Stop the background jobs, then cancel every run this process drives, recording each as cancelled."""
+        for job in self._background:
+            job.cancel()
+        for cancel in self._cancels.values():
+            cancel.set()
+        await asyncio.gather(*self._background, *self._runs.values(), return_exceptions=True)

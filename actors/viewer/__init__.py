@@ -1,8 +1,0 @@
-"""The run viewer: ``GET /runs/{id}/view`` (one static HTML page, no build step, nothing loaded from
-elsewhere), and the routes its script reads besides the API's own: ``/edges`` and the live ``/stream``."""
-
-from actors.viewer._graph import Edge, run_edges
-from actors.viewer._routes import ViewerPage, viewer_router
-from actors.viewer._stream import StreamLimits, sse_message
-
-__all__ = ["Edge", "StreamLimits", "ViewerPage", "run_edges", "sse_message", "viewer_router"]
