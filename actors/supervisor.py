@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 NAMESPACE = "raydag"
 FIRST_LISTING_WAIT_S = 1.0
 """How long ``ping`` waits for a new supervisor's first listing of its toolset servers."""
-SHIPPED_PLANNERS = ("mcp_server.planner:ConformancePlanner",)
-"""Planners of the shipped toolsets, offered beside the built-in ones: caseops' document check (``conformance``)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +149,15 @@ class RunSupervisor:
                     namespace=NAMESPACE,
                     servers=self._catalogue.servers,
                 )
+                planners = load_planners((*self._toolset_planners(), *config.planners), config.openai)
+                toolset_planner = next(
+                    (
+                        name
+                        for name, planner in planners.items()
+                        if _path_of(planner) in self._toolset_planners()
+                    ),
+                    None,
+                )
                 self._service = RunService(
                     pool=pool,
                     executor=self._executor,
@@ -159,7 +166,8 @@ class RunSupervisor:
                     withdrawn=self._catalogue.withdrawn,
                     pins=self._catalogue.pins,
                     listed=self._catalogue.first_attempt,
-                    planners=load_planners((*SHIPPED_PLANNERS, *config.planners), config.openai),
+                    planners=planners,
+                    toolset_planner=toolset_planner,
                     unavailable_planners=unavailable_planners(config.openai),
                     tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
                     mcp_url=config.mcp_url,
@@ -174,6 +182,11 @@ class RunSupervisor:
                     max_active_runs=config.max_active_runs,
                 )
             return self._service
+
+    def _toolset_planners(self) -> tuple[str, ...]:
+        """The toolsets' own planner, as the toolsets file names it (at most one)."""
+        declared = self._catalogue.toolsets.planner
+        return (declared,) if declared is not None else ()
 
     async def reconfigure(self, config: SupervisorConfig) -> bool:
         """Adopt a redeployment's configuration for what happens next; ``True`` if anything changed.
@@ -292,3 +305,7 @@ def get_or_create_supervisor(config: SupervisorConfig, *, name: str, detached: b
     if detached:
         options["lifetime"] = "detached"
     return ray.remote(RunSupervisor).options(**options).remote(config)
+
+
+def _path_of(planner: object) -> str:
+    return f"{type(planner).__module__}:{type(planner).__qualname__}"

@@ -74,6 +74,7 @@ class RunService:
         pins: Mapping[str, str] | None = None,
         listed: asyncio.Event | None = None,
         max_active_runs: int = MAX_ACTIVE_RUNS,
+        toolset_planner: str | None = None,
     ) -> None:
         """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone).
         ``max_active_runs``: how many runs are driven at once; the others wait their turn, oldest first."""
@@ -90,6 +91,8 @@ class RunService:
         self._relay = OutboxRelay(pool, outbox_sink if outbox_sink is not None else LogSink())
         self._lease_s = lease_s
         self._unavailable_planners = dict(unavailable_planners or {})
+        self._toolset_planner = toolset_planner
+        """The toolsets' own planner's name: the planner of a run that names none and gives no plan."""
         self._catalogue = catalogue
         self._planners = planners
         self._limits = limits

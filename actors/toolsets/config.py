@@ -335,6 +335,9 @@ class Toolsets(_Strict):
     """A loaded, validated toolsets file."""
 
     version: Literal[1] = 1
+    planner: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+    """The toolset's own planner, ``package.module:ClassName``: offered beside the built-in ones, and the
+    planner of a run that names none and supplies no plan (caseops names its ``conformance`` planner)."""
     servers: tuple[ServerSpec, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
