@@ -46,7 +46,7 @@ node: ## the pinned Node tools of the MCP interoperability tests, into tests/nod
 test-unit: $(VENV)/.installed-dev ## the fast tests only (no Ray, no database, no network)
 	$(BIN)/python -m pytest tests/unit
 
-lint: $(VENV)/.installed-dev ## ruff, mypy (strict on dag/ and planner/) and the import layers (import-linter)
+lint: $(VENV)/.installed-dev ## ruff, mypy (strict on every package) and the import layers and cycles (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -14,20 +14,19 @@ import ray
 from actors.calls.call import ExecutorKind, ToolExecutor
 from actors.calls.exchange import DEFAULT_CALLERS
 from actors.calls.executors import CallerPoolExecutor, build_executor
-from actors.launch.settings import MAX_ACTIVE_RUNS
-from actors.observe.metrics import RayRunMetrics
+from actors.calls.live_catalogue import LiveCatalogue
+from actors.observe.ray_metrics import RayRunMetrics
 from actors.observe.tracing import configure_tracing
 from actors.run.service import RunService
-from actors.run.submission import Cancellation, Drained, RunRequest, SubmitResult
+from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunRequest, SubmitResult
 from actors.store.database import create_pool
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
-from actors.toolsets.config import HttpServer, Toolsets, caseops_toolsets, load_toolsets
-from actors.toolsets.live import LiveCatalogue
+from actors.toolsets.config import HttpServer, Toolsets, load_toolsets, shipped_toolsets
 from dag.budget import Budgets
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
 from dag.health import ToolHealth
-from mcp_server.tokens import TaskTokens
+from dag.tokens import TaskTokens
 from planner import load_planners, unavailable_planners
 from planner.openai_planner import OpenAISettings
 
@@ -69,7 +68,7 @@ class SupervisorConfig:
     def effective_toolsets(self) -> Toolsets:
         if isinstance(self.toolsets, str):
             return load_toolsets(self.toolsets)
-        return self.toolsets if self.toolsets is not None else caseops_toolsets(self.mcp_url)
+        return self.toolsets if self.toolsets is not None else shipped_toolsets(self.mcp_url)
 
     def outbox_sink(self) -> OutboxSink:
         return WebhookSink(self.outbox_webhook_url) if self.outbox_webhook_url else LogSink()

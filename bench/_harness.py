@@ -44,7 +44,6 @@ from actors.store.database import (
     ensure_database,
     with_database,
 )
-from actors.store.setup import prepare_database
 from bench._cpu import CpuMeter
 from bench._executors import EXECUTORS
 from bench._ray import local_ray
@@ -63,9 +62,10 @@ from bench._synthetic import (
 from dag.budget import BudgetRequest, Budgets
 from dag.policy import Principal
 from dag.refs import resolve_pointer
-from mcp_server.seed import demo_seed
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import TaskTokens
+from dag.tokens import TaskTokens
+from mcp_server.config import ToolServerConfig
+from mcp_server.server import MCP_PATH, ToolServer
+from tests.caseops import prepare_caseops_database
 
 LIMITS = Budgets(max_nodes=2_000, max_fanout=2_000, max_parallel=64, deadline_s=600)
 """The server's limits for benchmark runs: room for the widest DAG (the default ``max_parallel`` is 16)."""
@@ -108,7 +108,7 @@ def fresh_database() -> Iterator[str]:
         asyncio.run(ensure_database(admin, name))
         stack.callback(lambda: asyncio.run(drop_database(admin, name)))
         dsn = with_database(admin, name)
-        asyncio.run(prepare_database(dsn, demo_seed()))
+        asyncio.run(prepare_caseops_database(dsn))
         yield dsn
 
 

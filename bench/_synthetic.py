@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dag.contracts import Risk, ToolContract, catalogue_of
-from mcp_server.tokens import TaskClaims
+from dag.tokens import TaskClaims
 from planner.base import Final, JoinDecision, Observation, PlanningContext
 
 SCOPE = "bench:read"

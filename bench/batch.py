@@ -22,11 +22,11 @@ from pathlib import Path
 
 import psutil
 
-from actors.store.setup import prepare_database
 from bench._harness import fresh_database
 from bench._ray import SMOKE_RAY, local_ray
 from bench._smoke import SMOKE, sized
 from mcp_server.seed import SeedData, demo_seed
+from tests.caseops import prepare_caseops_database
 
 RUNS = sized(int(os.environ.get("BENCH_BATCH_RUNS", "1000")), 4)
 CONCURRENCY = int(os.environ.get("BENCH_BATCH_CONCURRENCY", "16"))
@@ -80,7 +80,7 @@ class _SupervisorMemory:
 def main() -> None:
     seed, ids = wide_cases(RUNS)
     with fresh_database() as dsn, tempfile.TemporaryDirectory() as folder:
-        asyncio.run(prepare_database(dsn, seed))
+        asyncio.run(prepare_caseops_database(dsn, seed))
         cases = Path(folder) / "cases.txt"
         cases.write_text("\n".join(ids) + "\n")
         report = Path(folder) / "report.json"

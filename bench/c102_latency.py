@@ -24,16 +24,16 @@ from actors.calls.mcp import call_tool
 from actors.launch.background_server import BackgroundServer
 from actors.launch.settings import DEV_API_KEYS, Settings
 from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
-from actors.store.setup import prepare_database
 from actors.supervisor import NAMESPACE
 from bench._ray import local_ray
 from bench._smoke import sized
 from bench._stats import HEADER, row
 from dag.budget import Budgets
+from dag.tokens import TaskTokens
+from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import CASEOPS_TOOLS
-from mcp_server.seed import demo_seed
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import TaskTokens
+from mcp_server.server import MCP_PATH, ToolServer
+from tests.caseops import prepare_caseops_database
 from tests.loopback import free_port, wait_until_ok
 
 SUPERVISOR = "raydag-bench-c102"
@@ -68,6 +68,7 @@ def main() -> None:
     from ray import serve
 
     from actors.api.app import ApiConfig, build_app
+    from actors.supervisor import SupervisorConfig
 
     settings = Settings()
     with ExitStack() as stack:
@@ -81,7 +82,7 @@ def main() -> None:
         asyncio.run(ensure_database(admin, name))
         stack.callback(lambda: asyncio.run(drop_database(admin, name)))
         dsn = with_database(admin, name)
-        asyncio.run(prepare_database(dsn, demo_seed()))
+        asyncio.run(prepare_caseops_database(dsn))
 
         key = secrets.token_bytes(32)
         http = BackgroundServer()
@@ -95,11 +96,8 @@ def main() -> None:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         stack.callback(serve.shutdown)
         config = ApiConfig(
-            dsn=dsn,
-            mcp_url=mcp_url,
-            token_key=key,
+            supervisor=SupervisorConfig(dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets()),
             api_keys=dict(DEV_API_KEYS),
-            limits=Budgets(),
             supervisor_name=SUPERVISOR,
         )
         serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)

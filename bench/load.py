@@ -50,6 +50,7 @@ from actors.api.app import TOOLS_NAME
 from actors.calls.call import ExecutorKind
 from actors.calls.exchange import DEFAULT_CALLERS
 from actors.launch.settings import DEV_API_KEYS
+from actors.supervisor import SupervisorConfig
 from bench._cpu import CpuMeter, machine_busy
 from bench._harness import fresh_database, tool_server_process
 from bench._load import (
@@ -202,15 +203,17 @@ def deploy(
     from actors.api.app import ApiConfig, Scaling, build_app, layout
 
     config = ApiConfig(
-        dsn=dsn,
-        mcp_url=mcp_url,
-        token_key=key,
+        supervisor=SupervisorConfig(
+            dsn=dsn,
+            mcp_url=mcp_url,
+            token_key=key,
+            limits=Budgets(),
+            tool_executor=executor,
+            tool_callers=tool_callers,
+        ),
         api_keys=dict(DEV_API_KEYS),
-        limits=Budgets(),
         supervisor_name=name,
-        tool_executor=executor,
         tool_latency_ms=tool_latency_ms,
-        tool_callers=tool_callers,
     )
     if own_app:
         for app_name, (route_prefix, application) in layout(config, Scaling()).items():

@@ -42,13 +42,12 @@ from actors.calls.call import ToolCall
 from actors.calls.mcp import McpConnections, call_tool
 from actors.launch.settings import Settings
 from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
-from actors.store.setup import prepare_database
 from bench._smoke import sized
 from bench._stats import summary
+from dag.tokens import TaskTokens
 from mcp_server.contracts import CASEOPS_TOOLS
-from mcp_server.seed import demo_seed
 from mcp_server.server import MCP_PATH
-from mcp_server.tokens import TaskTokens
+from tests.caseops import prepare_caseops_database
 from tests.loopback import free_port
 
 SAMPLES = sized(int(os.environ.get("BENCH_SAMPLES", "200")), 2)
@@ -66,8 +65,9 @@ def serve(port: int) -> None:
     """The tool server, in this process: ``python -m bench.mcp_latency serve PORT`` (DSN and key from env)."""
     import uvicorn
 
+    from mcp_server.config import ToolServerConfig
     from mcp_server.limits import TenantLimits
-    from mcp_server.server import ToolServer, ToolServerConfig
+    from mcp_server.server import ToolServer
 
     tokens = TaskTokens(
         key=bytes.fromhex(os.environ["BENCH_TOKEN_KEY"]), audience=os.environ["BENCH_MCP_URL"]
@@ -260,7 +260,7 @@ def main() -> None:
         asyncio.run(ensure_database(admin, name))
         stack.callback(lambda: asyncio.run(drop_database(admin, name)))
         dsn = with_database(admin, name)
-        asyncio.run(prepare_database(dsn, demo_seed()))
+        asyncio.run(prepare_caseops_database(dsn))
 
         key = secrets.token_bytes(32)
         url, pid = _start_server(stack, dsn, key, direct=True)

@@ -30,7 +30,7 @@ from dag.contracts import Risk, ToolContract, catalogue_of
 from dag.events import RunCreated
 from dag.fingerprint import canonical_json
 from dag.run_state import apply
-from mcp_server.tokens import TaskTokens
+from dag.tokens import TaskTokens
 from planner.base import Final, JoinDecision, PlanningContext
 
 SIZES = sized((10, 100, 1_000), (10,))

@@ -1,4 +1,5 @@
-"""raydag's pure core: plans, references, validation, fingerprints, states, events, scheduling, policy, budgets.
+"""raydag's pure core: plans, references, validation, fingerprints, states, events, scheduling, policy, budgets,
+and the decisions of a run made of them: admission, dispatch and the join's conclusion.
 
 Nothing here performs I/O or imports Ray, a database driver, an HTTP stack or MCP.
 """

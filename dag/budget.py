@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from dag.errors import BudgetExceeded, RaydagError
 from dag.states import StopReason
+
+NODES_CAP = 10_000
+"""The most nodes a run may ever hold: the ceiling of ``max_nodes`` (and of ``max_fanout``: a fan-out wider
+than any run is none), and the bound a replan's plan is validated against before ``check_plan_size`` weighs
+it against the run's own ``max_nodes``."""
 
 
 class Budgets(BaseModel):
@@ -16,10 +23,10 @@ class Budgets(BaseModel):
     max_nodes: int = Field(
         default=64,
         ge=1,
-        le=10_000,
+        le=NODES_CAP,
         description="Nodes in the run, all rounds, for_each parents and children.",
     )
-    max_fanout: int = Field(default=32, ge=0, le=10_000, description="Children of one for_each.")
+    max_fanout: int = Field(default=32, ge=0, le=NODES_CAP, description="Children of one for_each.")
     max_replans: int = Field(default=2, ge=0, le=20, description="Plan rounds after the first.")
     max_parallel: int = Field(
         default=16, ge=1, le=1_000, description="Tool calls in flight at once in one run."
@@ -52,6 +59,23 @@ class Budgets(BaseModel):
             raise BudgetAboveLimit(above)
         return self.model_copy(update=asked)
 
+    def deadline_of(self, started: datetime) -> datetime:
+        """When a run started at ``started`` must stop."""
+        return started + timedelta(seconds=self.deadline_s)
+
+    def check_deadline(self, *, started: datetime, now: datetime) -> None:
+        """Raise ``BudgetExceeded`` once the run started at ``started`` has reached its deadline."""
+        if now >= self.deadline_of(started):
+            raise BudgetExceeded("deadline_s", round((now - started).total_seconds(), 3), self.deadline_s)
+
+    def calls_room(self, *, in_flight: int) -> int:
+        """How many more calls may start while ``in_flight`` are out (``max_parallel`` bounds them)."""
+        return self.max_parallel - in_flight
+
+    def nodes_left(self, *, nodes: int) -> int:
+        """How many more nodes a run of ``nodes`` may gain."""
+        return self.max_nodes - nodes
+
     def check_expansion(self, *, nodes: int, fanout: int) -> None:
         """Raise ``BudgetExceeded`` if a ``for_each`` of ``fanout`` items may not be added to a run of ``nodes``."""
         if fanout > self.max_fanout:
@@ -70,6 +94,7 @@ class Budgets(BaseModel):
             raise BudgetExceeded("max_replans", replans, self.max_replans)
 
     def check_stale(self, *, stale_replans: int) -> None:
+        """Raise ``BudgetExceeded`` if more replan rounds than allowed added no new evidence."""
         if stale_replans > self.max_stale_replans:
             raise BudgetExceeded("max_stale_replans", stale_replans, self.max_stale_replans)
 
@@ -81,6 +106,7 @@ class Budgets(BaseModel):
             raise BudgetExceeded("max_cost_usd", round(cost_usd, 6), self.max_cost_usd)
 
     def check_repeat(self, *, proposals: int) -> None:
+        """Raise ``BudgetExceeded`` if one action has been proposed ``proposals`` times, more than allowed."""
         if proposals > self.repeat_limit:
             raise BudgetExceeded("repeat_limit", proposals, self.repeat_limit)
 

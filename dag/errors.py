@@ -82,3 +82,15 @@ class BudgetExceeded(RaydagError):
         self.budget = budget
         self.used = used
         self.limit = limit
+
+
+class EventRefused(RaydagError, ValueError):
+    """An event the run's state cannot take: out of order, or contradicting what was recorded. Like
+    ``IllegalTransition``, a bug in whoever wrote the event, never input to recover from. (A ``ValueError``
+    too, as the reducer's refusals were before they had a type of their own.)"""
+
+    def __init__(self, kind: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        """The refused event's kind (``None``: no event at all, an empty log)."""
+        self.reason = reason

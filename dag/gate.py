@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
+from dag.errors import BudgetExceeded
 from dag.run_state import RunState
 
 
@@ -58,7 +59,9 @@ def gate(
     if source_id is not None and not state.nodes[source_id].status.terminal:
         return Wait()
     proposals = state.proposals.get(fingerprint, 0) + decided.get(fingerprint, 0) + 1
-    if proposals > state.budgets.repeat_limit:
+    try:
+        state.budgets.check_repeat(proposals=proposals)
+    except BudgetExceeded:
         return RepeatLimit(proposals, state.budgets.repeat_limit)
     if source_id is None:
         return Dispatch()

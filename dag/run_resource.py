@@ -16,6 +16,9 @@ Resource = Mapping[str, str]
 """What a run is about: ``{"case_id": "C-102"}``, ``{"root": "/srv/reports"}``."""
 
 MAX_RESOURCE_KEYS = 16
+IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+"""A resource value given bare (the API's ``case_id`` shorthand, a line of a batch file): letters, digits and
+``_.:-``, up to 64, starting with a letter or digit."""
 MAX_RESOURCE_KEY_LENGTH = 64
 MAX_RESOURCE_VALUE_LENGTH = 1024
 RESOURCE_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar, assert_never
 
 from dag.budget import Budgets
-from dag.errors import IllegalTransition
+from dag.errors import EventRefused, IllegalTransition
 from dag.events import (
     GroupSettled,
     JoinStarted,
@@ -193,10 +193,11 @@ def _with_node(state: RunState, node_id: str, status: NodeStatus | None = None, 
 
 
 def apply(state: RunState | None, event: RunEvent) -> RunState:
-    """The state after ``event``. Raises ``IllegalTransition`` for an event the state cannot take."""
+    """The state after ``event``. Raises ``IllegalTransition`` for a transition the tables forbid and
+    ``EventRefused`` for an event out of order or contradicting the state."""
     if state is None:
         if not isinstance(event, RunCreated):
-            raise ValueError(f"a run's first event must be run_created, not {event.kind}")
+            raise EventRefused(event.kind, f"a run's first event must be run_created, not {event.kind}")
         return RunState(
             run_id=event.run_id,
             principal=Principal(event.tenant_id, event.subject, frozenset(event.scopes)),
@@ -213,7 +214,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         )
     match event:
         case RunCreated():
-            raise ValueError("run_created may only start a run")
+            raise EventRefused(event.kind, "run_created may only start a run")
         case PlanningStarted():
             return _set_run_status(
                 state,
@@ -225,26 +226,32 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             )
         case PlanAccepted():
             if event.round != state.round:
-                raise ValueError(f"plan for round {event.round} accepted during round {state.round}")
+                raise EventRefused(
+                    event.kind, f"plan for round {event.round} accepted during round {state.round}"
+                )
             check_run_transition(state.status, RunStatus.RUNNING)
             plan = Plan.parse(event.plan)
-            state = _add_plan_nodes(state, event.round, plan.nodes, whole=plan)
+            state = _add_plan_nodes(state, event, plan.nodes, whole=plan)
             return _set_run_status(state, RunStatus.RUNNING, plan_open=False)
         case PlanNodeAccepted():
             if event.round != state.round:
-                raise ValueError(f"plan node for round {event.round} accepted during round {state.round}")
+                raise EventRefused(
+                    event.kind, f"plan node for round {event.round} accepted during round {state.round}"
+                )
             if not (
                 state.status is RunStatus.PLANNING or (state.status is RunStatus.RUNNING and state.plan_open)
             ):
                 raise IllegalTransition("run", state.status.value, "a streamed plan node")
             spec = PlanNode.model_validate(event.node)
-            state = _add_plan_nodes(state, event.round, (spec,), whole=None)
+            state = _add_plan_nodes(state, event, (spec,), whole=None)
             if state.status is RunStatus.PLANNING:
                 return _set_run_status(state, RunStatus.RUNNING, plan_open=True)
             return _evolve(state, plan_open=True)
         case PlanCompleted():
             if event.round != state.round:
-                raise ValueError(f"plan of round {event.round} completed during round {state.round}")
+                raise EventRefused(
+                    event.kind, f"plan of round {event.round} completed during round {state.round}"
+                )
             if not (
                 state.status is RunStatus.PLANNING or (state.status is RunStatus.RUNNING and state.plan_open)
             ):
@@ -278,7 +285,9 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         case NodeDispatched():
             node = state.nodes[event.node_id]
             if event.attempt != node.attempts + 1:
-                raise ValueError(f"{event.node_id}: attempt {event.attempt} after {node.attempts}")
+                raise EventRefused(
+                    event.kind, f"{event.node_id}: attempt {event.attempt} after {node.attempts}"
+                )
             state = _with_node(
                 state,
                 event.node_id,
@@ -310,7 +319,9 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         case NodeReused():
             source = state.nodes[event.source_node_id]
             if not source.status.has_output:
-                raise ValueError(f"{event.node_id} reuses {source.node_id}, which has no output")
+                raise EventRefused(
+                    event.kind, f"{event.node_id} reuses {source.node_id}, which has no output"
+                )
             state = _with_node(
                 state,
                 event.node_id,
@@ -362,11 +373,11 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             )
         case RunRecovered():
             if state.status.terminal:
-                raise ValueError("a finished run cannot be recovered")
+                raise EventRefused(event.kind, "a finished run cannot be recovered")
             return _evolve(state, recoveries=state.recoveries + 1)
         case RunFinished():
             if not event.status.terminal:
-                raise ValueError(f"run_finished needs a terminal status, not {event.status}")
+                raise EventRefused(event.kind, f"run_finished needs a terminal status, not {event.status}")
             state = _set_run_status(
                 state,
                 event.status,
@@ -384,16 +395,21 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
 
 
 def _add_plan_nodes(
-    state: RunState, round_number: int, specs: tuple[PlanNode, ...], *, whole: Plan | None
+    state: RunState,
+    event: PlanAccepted | PlanNodeAccepted,
+    specs: tuple[PlanNode, ...],
+    *,
+    whole: Plan | None,
 ) -> RunState:
     """The round's plan (whole, or one more streamed node) and its nodes, added to the run."""
+    round_number = event.round
     nodes = dict(state.nodes)
     all_specs = dict(state.specs)
     added = []
     for spec in specs:
         node_id = qualified_id(round_number, spec.id)
         if node_id in nodes:
-            raise ValueError(f"node {node_id} is already in the run")
+            raise EventRefused(event.kind, f"node {node_id} is already in the run")
         nodes[node_id] = NodeState(
             node_id=node_id,
             tool=spec.tool,
@@ -426,5 +442,5 @@ def fold(events: Iterable[RunEvent]) -> RunState:
     for event in events:
         state = apply(state, event)
     if state is None:
-        raise ValueError("a run has at least one event")
+        raise EventRefused(None, "a run has at least one event")
     return state

@@ -110,7 +110,7 @@ def check_node_transition(source: NodeStatus, target: NodeStatus) -> None:
 
 
 class StopReason(StrEnum):
-    """Why a run ended anywhere but ``completed``. The README lists each with its meaning."""
+    """Why a run ended anywhere but ``completed``. docs/API.md (Stop reasons) lists each with its meaning."""
 
     PLAN_INVALID = "PLAN_INVALID"
     PLANNER_ERROR = "PLANNER_ERROR"

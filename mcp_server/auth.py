@@ -6,7 +6,7 @@ import contextvars
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from mcp_server.tokens import TaskClaims
+from dag.tokens import TaskClaims
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -19,6 +19,11 @@ REALM = "raydag-mcp"
 current_claims: contextvars.ContextVar[TaskClaims | None] = contextvars.ContextVar(
     "raydag_task_claims", default=None
 )
+
+
+def case_of(claims: TaskClaims) -> str | None:
+    """The case a token is bound to, if its run's resource names one (``case_id``)."""
+    return claims.resource.get("case_id")
 
 
 def require_claims() -> TaskClaims:

@@ -29,6 +29,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 from starlette.requests import Request
 
+from dag.tokens import RESOURCE_READER, TaskClaims, TaskTokens, TokenInvalid
 from mcp_server._asgi import respond_json
 from mcp_server.auth import (
     ASGIApp,
@@ -45,7 +46,6 @@ from mcp_server.auth import (
 from mcp_server.evidence import scope_for_uri
 from mcp_server.limits import Admission
 from mcp_server.rpc import RESOURCES_READ, TOOLS_CALL, BodyRejected, Target, decode, target_of
-from mcp_server.tokens import RESOURCE_READER, TaskClaims, TaskTokens, TokenInvalid
 
 log = logging.getLogger(__name__)
 _TRACER = trace.get_tracer("raydag.mcp_server")

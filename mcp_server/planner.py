@@ -69,6 +69,8 @@ def document_check_plan(case_id: str) -> dict[str, Any]:
 
 class ConformancePlanner:
     name = "conformance"
+    required_tools = CHECK_TOOLS
+    """It checks a case's documents with these four tools: a run that cannot use them is refused."""
 
     async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
         case_id = context.resource.get("case_id")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import asyncpg
 
-from mcp_server.tokens import LEEWAY_SECONDS, TaskClaims
+from dag.tokens import LEEWAY_SECONDS, TaskClaims
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp_types import Resource
 from pydantic import BaseModel
 
-from mcp_server.auth import current_claims
+from dag.tokens import RESOURCE_READER, TaskClaims
+from mcp_server.auth import case_of, current_claims
 from mcp_server.caseops import CaseopsError
 from mcp_server.contracts import SCOPE_CASES, SCOPE_DOCUMENTS, SCOPE_POLICIES
 from mcp_server.evidence import (
@@ -24,7 +25,6 @@ from mcp_server.evidence import (
     case_uri,
     policy_uri,
 )
-from mcp_server.tokens import RESOURCE_READER, TaskClaims
 from mcp_server.tools import Backend
 
 
@@ -35,7 +35,7 @@ def _not_found(uri: str) -> ResourceNotFoundError:
 
 def _reader(uri: str, case_id: str) -> TaskClaims:
     claims = current_claims.get()
-    if claims is None or claims.tool != RESOURCE_READER or claims.case_id != case_id:
+    if claims is None or claims.tool != RESOURCE_READER or case_of(claims) != case_id:
         raise _not_found(uri)
     return claims
 
@@ -74,11 +74,10 @@ def register_evidence(server: MCPServer, backend: Backend) -> None:
     async def read_policy(policy_id: str, version: str) -> str:
         uri = policy_uri(policy_id, version)
         claims = current_claims.get()
-        if claims is None or claims.tool != RESOURCE_READER or claims.case_id is None:
+        case_id = case_of(claims) if claims is not None and claims.tool == RESOURCE_READER else None
+        if claims is None or case_id is None:
             raise _not_found(uri)
-        policy = await backend.repository().policy_of_case(
-            claims.tenant_id, claims.case_id, policy_id, version
-        )
+        policy = await backend.repository().policy_of_case(claims.tenant_id, case_id, policy_id, version)
         if policy is None:
             raise _not_found(uri)
         return _json(policy)
@@ -103,7 +102,7 @@ async def case_resources(backend: Backend, claims: TaskClaims) -> list[Resource]
     """The resources the token's case cites, limited to the token's scopes: what ``resources/list`` shows."""
     repository = backend.repository()
     found: list[Resource] = []
-    case_id = claims.case_id
+    case_id = case_of(claims)
     if case_id is None:  # a token for a run over another kind of resource cites no case
         return found
     try:

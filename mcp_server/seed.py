@@ -67,7 +67,7 @@ class DocumentAliasRow(_Row):
 
 
 class SeedData(_Row):
-    """The seed file format (documented in the README)."""
+    """The seed file format (docs/CASEOPS.md, Seed files)."""
 
     tenants: list[Tenant] = []
     policies: list[PolicyRow] = []
@@ -190,3 +190,9 @@ async def load_seed(connection: asyncpg.Connection, data: SeedData) -> dict[str,
         "source_documents": len(data.source_documents),
         "document_aliases": len(data.document_aliases),
     }
+
+
+async def load(connection: asyncpg.Connection, path: Path | None) -> dict[str, int]:
+    """The seed file at ``path``, or the demo fixture (``None``), into the database (``hosting.seed`` in
+    ``caseops.yaml``: ``raydag seed``); rows per kind. ``ValidationError`` for a file that is not a seed."""
+    return await load_seed(connection, demo_seed() if path is None else SeedData.from_file(path))

@@ -14,7 +14,6 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -26,13 +25,14 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Resource
 from starlette.routing import Router
 
+from dag.tokens import TaskTokens
 from mcp_server.auth import ASGIApp, current_claims
-from mcp_server.guard import McpGuard, is_loopback
-from mcp_server.limits import Admission, TenantLimits
+from mcp_server.config import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, ToolServerConfig
+from mcp_server.guard import McpGuard
+from mcp_server.limits import Admission
 from mcp_server.replay import ReplayCache
 from mcp_server.resources import case_resources, register_evidence
 from mcp_server.stateless_call import StatelessCalls
-from mcp_server.tokens import TaskTokens
 from mcp_server.tools import Backend, ToolBinding, caseops_bindings, guarded_tool
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,6 @@ MCP_PATH = "/mcp"
 APPLICATION_NAME = "raydag-mcp"
 """How the tool server's database connections appear in ``pg_stat_activity``."""
 
-LOOPBACK_HOSTS = ("127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*")
-LOOPBACK_ORIGINS = tuple(f"http://{host}" for host in LOOPBACK_HOSTS)
 
 CACHE_HINTS: dict[CacheableMethod, CacheHint] = {
     # The same for every caller, and changed only by a deployment.
@@ -56,50 +54,9 @@ CACHE_HINTS: dict[CacheableMethod, CacheHint] = {
 }
 
 
-@dataclass
-class ToolServerConfig:
-    dsn: str
-    tokens: TaskTokens
-    latency_ms: int = 0
-    """Simulated upstream latency per call (benchmarks, tests); 0 in production."""
-    pool_size: int = 4
-    faults: dict[str, int] = field(default_factory=dict)
-    """Fault injection for tests: the first N calls of each named tool answer UPSTREAM_UNAVAILABLE."""
-    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
-    """``Host`` values accepted (``name:*`` for any port); anything else is 421 (DNS-rebinding protection)."""
-    allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS
-    """``Origin`` values accepted when a request has one; anything else is 403."""
-    max_body_bytes: int = 64 * 1024
-    """Larger request bodies are 413; MCP requests to these tools are well under 2 KiB."""
-    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
-    """Per tenant and per server replica: requests in flight and the request rate (429 beyond)."""
-    replay_prune_interval_s: float = 30.0
-    """How often expired rows leave the replay cache."""
-    direct_calls: bool = True
-    """Answer plain 2026-07-28 ``tools/call`` requests past the SDK's per-request plumbing
-    (``mcp_server.stateless_call``); ``False`` sends every request through the SDK, which the benchmark and
-    the differential test compare it with."""
-    insecure_disable_auth_for_tests: bool = False
-    """Serve without task tokens, for the conformance suite, which cannot send one. Tools and resources then
-    refuse every call and read. Only with loopback ``allowed_hosts``, and only on a loopback socket."""
-
-    def __post_init__(self) -> None:
-        if self.insecure_disable_auth_for_tests:
-            foreign = [host for host in self.allowed_hosts if not is_loopback(_hostname(host))]
-            if foreign:
-                raise ValueError(f"authentication may be switched off on loopback only, not for {foreign}")
-
-
 async def _rollback_only(connection: asyncpg.Connection) -> None:
     """The pool's ``reset``: asyncpg rolls back a transaction left open, and this skips its reset query (a
     round trip per release, which every tool call waited for). The pool leaves no session state to reset."""
-
-
-def _hostname(host: str) -> str:
-    """``127.0.0.1:*`` → ``127.0.0.1``; ``[::1]:8000`` → ``::1``."""
-    if host.startswith("["):
-        return host[1 : host.index("]")]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 class _CaseopsServer(MCPServer[Any]):
@@ -260,3 +217,25 @@ class ToolServer:
                 yield
 
         return Router(lifespan=lifespan, default=self.asgi)
+
+
+def hosted(
+    *,
+    dsn: str,
+    tokens: TaskTokens,
+    latency_ms: int = 0,
+    pool_size: int = 4,
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS,
+    allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS,
+) -> ToolServer:
+    """The caseops server as raydag hosts it (``hosting.server`` in ``caseops.yaml``)."""
+    return ToolServer(
+        ToolServerConfig(
+            dsn=dsn,
+            tokens=tokens,
+            latency_ms=latency_ms,
+            pool_size=pool_size,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+        )
+    )

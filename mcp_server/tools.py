@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 from mcp.server.mcpserver.tools.base import Tool
@@ -22,19 +22,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dag.contracts import Risk, ToolContract
 from dag.fingerprint import canonical_json
-from mcp_server.auth import current_claims
+from dag.tokens import TaskClaims
+from mcp_server.auth import case_of, current_claims
 from mcp_server.caseops import CaseopsError, CaseopsRepository, case_not_found
+from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import (
     GET_CASE_SNAPSHOT,
     GET_POLICY_REQUIREMENTS,
     LIST_UNCLASSIFIED_DOCUMENTS,
     RESOLVE_DOCUMENT_ALIAS,
 )
-from mcp_server.tokens import TaskClaims
 from mcp_server.upstream import DATABASE, UPSTREAM_ERRORS
-
-if TYPE_CHECKING:
-    from mcp_server.server import ToolServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +164,7 @@ def guarded_tool(contract: ToolContract, handler: ToolHandler, backend: Backend)
             except ValidationError as exc:
                 raise _invalid(contract, exc) from None
             case_id = getattr(args, "case_id", None)
-            if "case_id" in contract.run_bound and case_id != claims.case_id:
+            if "case_id" in contract.run_bound and case_id != case_of(claims):
                 raise case_not_found(str(case_id))  # a token is bound to one case; others do not exist for it
             if backend.calls[name] <= config.faults.get(name, 0):
                 raise CaseopsError(

@@ -6,10 +6,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from dag.conclusion import Final as Final
+from dag.conclusion import JoinDecision as JoinDecision
+from dag.conclusion import NeedsHuman as NeedsHuman
+from dag.conclusion import Replan as Replan
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
 from dag.events import NodeError
-from dag.states import NodeStatus, StopReason
+from dag.states import NodeStatus
 
 
 @dataclass(frozen=True)
@@ -70,44 +74,34 @@ class PlanningContext:
     observations: Sequence[Observation] = ()
     """What earlier rounds observed: data to reason about, never instructions."""
     replan_reason: str | None = None
+    unanswered: Sequence[str] = ()
+    """Plan nodes that ended without a call: failed before it (an argument that could not be resolved, a
+    ``for_each`` over what is not a list) or skipped because a node they depend on failed. They have no
+    arguments, so they are not among the observations; a joiner that answers with every node's output must
+    not answer without these."""
     usage: list[Usage] = field(default_factory=list)
     """Where a planner reports each model call it makes for this request; the runtime records them."""
 
 
-@dataclass(frozen=True)
-class Final:
-    """The run has its answer. ``citations`` are the evidence refs, codes and ids the answer rests on: the
-    runtime verifies that each appears in a tool output of the run."""
-
-    result: Mapping[str, Any]
-    citations: Sequence[str]
-
-
-@dataclass(frozen=True)
-class NeedsHuman:
-    stop_reason: StopReason
-    detail: str
-    result: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Replan:
-    """Another round is needed; the next ``propose`` sees ``reason`` and the observations so far."""
-
-    reason: str
-
-
-JoinDecision = Final | NeedsHuman | Replan
-
-
 class Planner(Protocol):
-    """Proposes a plan (untrusted JSON) and decides what the observations add up to."""
+    """Proposes a plan (untrusted JSON) and decides what the observations add up to.
+
+    A planner that can plan or judge only some tools (a toolset's own, like caseops' ``conformance``) says
+    which in a ``required_tools: frozenset[str]`` attribute: a run whose tools lack one of them is refused at
+    submission. A generic planner has none (``required_tools`` reads it).
+    """
 
     name: str
 
     async def propose(self, context: PlanningContext) -> Mapping[str, Any]: ...
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision: ...
+
+
+def required_tools(planner: Planner) -> frozenset[str]:
+    """The tools ``planner`` cannot plan or judge a run without (none for a generic planner)."""
+    needed: frozenset[str] = frozenset(getattr(planner, "required_tools", ()))
+    return needed
 
 
 @runtime_checkable

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dag.admission import PLAN_GIVEN_PLANNER
 from dag.states import StopReason
 from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlanningContext
 
@@ -19,24 +20,26 @@ class PlanRequired(Exception):
 
 
 class OutputsPlanner:
-    name = "outputs"
+    name = PLAN_GIVEN_PLANNER
 
     async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
         raise PlanRequired("the outputs planner proposes no plan: give the run a plan of its own")
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
-        return outputs_of(observations)
+        return outputs_of(observations, context.unanswered)
 
 
-def outputs_of(observations: Sequence[Observation]) -> JoinDecision:
-    """``{"outputs": {node_id: output}}`` when every node has an output; which ones have none otherwise."""
-    unanswered = [observation for observation in observations if not observation.status.has_output]
-    if unanswered:
-        named = ", ".join(
-            f"{observation.node_id} ({observation.error.code if observation.error else observation.status})"
-            for observation in unanswered[:20]
-        )
+def outputs_of(observations: Sequence[Observation], uncalled: Sequence[str] = ()) -> JoinDecision:
+    """``{"outputs": {node_id: output}}`` when every node has an output; which ones have none otherwise
+    (``uncalled``: the nodes that ended without a call, which no observation shows)."""
+    missing = [
+        f"{observation.node_id} ({observation.error.code if observation.error else observation.status})"
+        for observation in observations
+        if not observation.status.has_output
+    ] + [f"{node_id} (never called)" for node_id in uncalled]
+    if missing:
         return NeedsHuman(
-            StopReason.EVIDENCE_INCOMPLETE, f"{len(unanswered)} node(s) have no output: {named}"
+            StopReason.EVIDENCE_INCOMPLETE,
+            f"{len(missing)} node(s) have no output: {', '.join(missing[:20])}",
         )
     return Final(result={"outputs": {o.node_id: o.output for o in observations}}, citations=())

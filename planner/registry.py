@@ -13,7 +13,7 @@ from planner.base import Planner
 from planner.openai_planner import OpenAIPlanner, OpenAISettings
 from planner.outputs import OutputsPlanner
 
-BUILT_IN: dict[str, type[Planner]] = {"outputs": OutputsPlanner}
+BUILT_IN: dict[str, type[Planner]] = {OutputsPlanner.name: OutputsPlanner}
 MODEL_PLANNER = "openai"
 
 

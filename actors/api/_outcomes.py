@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, assert_never
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -13,14 +13,12 @@ from ray.exceptions import RayActorError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from actors.api._problem import Problem, with_problem_schema
-from actors.run.submission import Submission, SubmitResult
+from actors.run.submission import DATABASE_RETRY_AFTER_S as DATABASE_RETRY_AFTER_S
+from actors.run.submission import SUPERVISOR_RETRY_AFTER_S as SUPERVISOR_RETRY_AFTER_S
+from actors.run.submission import SubmitResult
 from actors.store.resilience import QUEUE_S, DatabaseBusy, DatabaseUnavailable, Line, remaining_s, within
 
 log = logging.getLogger(__name__)
-
-DATABASE_RETRY_AFTER_S = 5
-SUPERVISOR_RETRY_AFTER_S = 1
-"""Ray restarts a supervisor whose process died within a second or two."""
 
 
 def database_unavailable(
@@ -107,61 +105,20 @@ async def _answer(call: Callable[[], Awaitable[Any]], within_s: float | None) ->
 
 
 def raise_for_submission(submitted: SubmitResult, *, conflicting_run_visible: bool) -> None:
-    """Nothing for a created or replayed run; the problem that explains any other outcome.
+    """Nothing for a created or replayed run; the problem that explains any other outcome (its status, type
+    and detail are the submission's ``refusal()``, the same on every surface).
 
     ``conflicting_run_visible``: whether the requester may read the run an idempotency conflict names (only
     then does the 409 name it).
     """
-    match submitted.outcome:
-        case Submission.CREATED | Submission.REPLAYED:
-            return
-        case Submission.RESOURCE_NOT_FOUND:
-            # The toolset's check makes one answer for an unknown resource and another tenant's (caseops:
-            # 404 case-not-found, byte for byte the same).
-            error = submitted.error or {}
-            raise Problem(404, str(error.get("problem")), str(error.get("detail")))
-        case Submission.RESOURCE_CHECK_UNAVAILABLE:
-            detail = "the resource check could not answer; nothing was accepted, retry later"
-            raise Problem(503, "resource-check-unavailable", detail, headers=_retry_soon())
-        case Submission.IDEMPOTENCY_CONFLICT:
-            named: dict[str, Any] = {"run_id": submitted.run_id} if conflicting_run_visible else {}
-            raise Problem(
-                409,
-                "idempotency-key-reused",
-                "this Idempotency-Key was already used with a different request",
-                **named,
-            )
-        case Submission.RESOURCE_MISMATCH:
-            error = dict(submitted.error or {})
-            raise Problem(
-                422,
-                "resource-mismatch",
-                str(error.pop("message", "the resource does not fit the run's tools")),
-                **error,
-            )
-        case Submission.PLAN_INVALID:
-            assert submitted.error is not None
-            raise Problem(422, "plan-invalid", submitted.error["message"], plan_error=submitted.error)
-        case Submission.UNKNOWN_PLANNER:
-            raise Problem(422, "unknown-planner", "the planner is not available", **(submitted.error or {}))
-        case Submission.UNAVAILABLE:
-            raise database_unavailable()
-        case Submission.SHUTTING_DOWN:
-            detail = "the server is stopping and hands its runs over; nothing was accepted, retry later"
-            raise Problem(503, "shutting-down", detail, headers=_retry_soon())
-        case Submission.PLANNER_UNAVAILABLE:
-            error = submitted.error or {}
-            raise Problem(422, "planner-unavailable", str(error.get("reason")), planner=error.get("planner"))
-        case Submission.BUDGET_ABOVE_LIMIT:
-            error = submitted.error or {}
-            raise Problem(422, "budget-above-limit", str(error.get("message")), above=error.get("above"))
-        case _:
-            assert_never(submitted.outcome)
-
-
-def _retry_soon() -> dict[str, str]:
-    """The headers of a 503 after which a retry in a moment may be accepted."""
-    return {"Retry-After": str(SUPERVISOR_RETRY_AFTER_S)}
+    refusal = submitted.refusal()
+    if refusal is None:
+        return
+    fields = dict(refusal.fields)
+    if not conflicting_run_visible:
+        fields.pop("run_id", None)
+    headers = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s is not None else None
+    raise Problem(refusal.status, refusal.problem, refusal.detail, headers=headers, **fields)
 
 
 def install_problem_handlers(app: FastAPI) -> None:

@@ -45,11 +45,10 @@ from actors.api import (
 )
 from actors.api.viewer import viewer_router
 from actors.api.views import event_view, load_state, nodes_view, run_view
-from actors.calls.call import ExecutorKind
-from actors.calls.exchange import DEFAULT_CALLERS
-from actors.launch.local import database
+from actors.launch.hosting import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, HostedServer, hosted
+from actors.launch.local import database, supervisor_config
 from actors.launch.ports import refuse_shared_listener
-from actors.launch.settings import MAX_ACTIVE_RUNS, ApiKeyGrant, Settings, load_settings
+from actors.launch.settings import ApiKeyGrant, Settings, load_settings
 from actors.observe.tracing import carrier, configure_tracing
 from actors.run.submission import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
@@ -58,19 +57,17 @@ from actors.store.runs import MAX_SEQ, RunStore
 from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from actors.toolsets.config import Toolsets
-from dag.budget import BudgetRequest, Budgets
+from dag.budget import BudgetRequest
 from dag.policy import Principal
 from dag.run_resource import (
+    IDENTIFIER_PATTERN,
     MAX_RESOURCE_KEY_LENGTH,
     MAX_RESOURCE_KEYS,
     MAX_RESOURCE_VALUE_LENGTH,
     RESOURCE_KEY_PATTERN,
 )
 from dag.storable import unfit_values
-from mcp_server.contracts import CaseId
-from mcp_server.server import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import TaskTokens, load_token_key
-from planner.openai_planner import OpenAISettings
+from dag.tokens import TaskTokens
 
 log = logging.getLogger(__name__)
 
@@ -85,75 +82,46 @@ TOOLS_NAME = "raydag-mcp"
 
 @dataclass(frozen=True)
 class ApiConfig:
-    dsn: str
-    mcp_url: str
-    token_key: bytes
+    """The API's configuration: the supervisor's, which the settings are turned into in one place
+    (``actors.launch.local.supervisor_config``), and what only the API has."""
+
+    supervisor: SupervisorConfig
     api_keys: dict[str, ApiKeyGrant]
-    limits: Budgets
     supervisor_name: str
-    pool_size: int = 4
     tool_latency_ms: int = 0
     max_body_bytes: int = 2 * 1024 * 1024
     mcp_allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     mcp_allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS
-    planners: tuple[str, ...] = ()
-    openai: OpenAISettings | None = None
-    outbox_webhook_url: str | None = None
-    lease_s: float = 15.0
-    tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
-    tool_executor: ExecutorKind = ExecutorKind.CALLERS
-    tool_callers: int = DEFAULT_CALLERS
-    max_active_runs: int = MAX_ACTIVE_RUNS
-    toolsets: Toolsets | None = None
-    """The MCP servers runs may use (``RAYDAG_TOOLSETS``); ``None``: the caseops tools at ``mcp_url``."""
+
+    @property
+    def dsn(self) -> str:
+        return self.supervisor.dsn
+
+    @property
+    def pool_size(self) -> int:
+        return self.supervisor.pool_size
 
     @classmethod
     def from_settings(cls, settings: Settings, dsn: str) -> ApiConfig:
         hosts, origins = settings.mcp_hosts() or (LOOPBACK_HOSTS, LOOPBACK_ORIGINS)
         mcp_url = settings.mcp_url or f"http://{settings.host}:{settings.port}{MCP_PATH}"
         return cls(
-            mcp_allowed_hosts=hosts,
-            mcp_allowed_origins=origins,
-            dsn=dsn,
-            mcp_url=mcp_url,
-            token_key=load_token_key(
-                settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+            supervisor=supervisor_config(
+                settings,
+                dsn=dsn,
+                mcp_url=mcp_url,
+                token_key=settings.task_token_key(),
+                toolsets=settings.toolset_declarations(mcp_url),
             ),
             api_keys=settings.api_key_grants(),
-            limits=settings.budgets,
             supervisor_name=settings.supervisor_name,
-            pool_size=settings.db_pool_size,
             tool_latency_ms=settings.tool_latency_ms,
-            tenant_tools=settings.tenant_tool_grants(),
-            planners=settings.planner_paths(),
-            openai=settings.openai_settings(),
-            outbox_webhook_url=settings.outbox_webhook_url,
-            lease_s=settings.lease_s,
-            tool_executor=settings.tool_executor,
-            tool_callers=settings.tool_callers,
-            max_active_runs=settings.max_active_runs,
-            toolsets=settings.toolset_declarations(mcp_url),
-        )
-
-    def supervisor_config(self) -> SupervisorConfig:
-        return SupervisorConfig(
-            dsn=self.dsn,
-            mcp_url=self.mcp_url,
-            token_key=self.token_key,
-            limits=self.limits,
-            pool_size=self.pool_size,
-            tenant_tools=self.tenant_tools,
-            planners=self.planners,
-            openai=self.openai,
-            outbox_webhook_url=self.outbox_webhook_url,
-            lease_s=self.lease_s,
-            tool_executor=self.tool_executor,
-            tool_callers=self.tool_callers,
-            max_active_runs=self.max_active_runs,
-            toolsets=self.toolsets,
+            mcp_allowed_hosts=hosts,
+            mcp_allowed_origins=origins,
         )
 
 
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=IDENTIFIER_PATTERN)]
 ResourceKey = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_RESOURCE_KEY_LENGTH, pattern=RESOURCE_KEY_PATTERN)
 ]
@@ -175,11 +143,17 @@ class RunCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     resource: RunResource | None = None
-    case_id: CaseId | None = Field(
-        default=None, description='The caseops shorthand: `{"case_id": X}` is `{"resource": {"case_id": X}}`.'
+    case_id: Identifier | None = Field(
+        default=None, description='A shorthand: `{"case_id": X}` is `{"resource": {"case_id": X}}`.'
     )
     goal: str = Field(default=DEFAULT_GOAL, min_length=1, max_length=2000)
-    planner: str = Field(default="conformance", min_length=1, max_length=64)
+    planner: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="The planner: `outputs` (the default with a `plan`), `openai`, or the toolsets' own (the "
+        "default without one; caseops: `conformance`).",
+    )
     plan: dict[str, Any] | None = None
     budgets: BudgetRequest | None = None
 
@@ -225,35 +199,42 @@ class _AppState:
     submissions: Line = field(default_factory=submissions)
 
 
-def tool_server_for(config: ApiConfig) -> ToolServer:
-    """The caseops MCP server the API's task tokens are minted for (audience ``config.mcp_url``)."""
-    return ToolServer(
-        ToolServerConfig(
-            dsn=config.dsn,
-            tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
-            latency_ms=config.tool_latency_ms,
-            pool_size=config.pool_size,
-            allowed_hosts=config.mcp_allowed_hosts,
-            allowed_origins=config.mcp_allowed_origins,
-        )
+def tool_server_for(config: ApiConfig, toolsets: Toolsets) -> HostedServer | None:
+    """The server ``toolsets`` have raydag host (``hosting.server``), its task tokens minted for the
+    supervisor's ``mcp_url``; ``None`` when they host none."""
+    hosting = hosted(toolsets)
+    if hosting is None or not hosting.serves:
+        return None
+    supervisor = config.supervisor
+    return hosting.server(
+        dsn=supervisor.dsn,
+        tokens=TaskTokens(key=supervisor.token_key, audience=supervisor.mcp_url),
+        latency_ms=config.tool_latency_ms,
+        pool_size=supervisor.pool_size,
+        allowed_hosts=config.mcp_allowed_hosts,
+        allowed_origins=config.mcp_allowed_origins,
     )
 
 
 def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
     configure_tracing("raydag-api")
-    tool_server = tool_server_for(config) if tools_mounted else None
+    toolsets = config.supervisor.effective_toolsets()
+    hosting = hosted(toolsets)
+    tool_server = tool_server_for(config, toolsets) if tools_mounted else None
+    declared = toolsets.scopes
     state = _AppState()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await prepare_database(config.dsn, caseops=tool_server is not None)
+        schemas = hosting.schemas if hosting is not None and tool_server is not None else ()
+        await prepare_database(config.dsn, schemas=schemas)
         pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=APPLICATION_NAME)
         state.store = RunStore(pool)
         state.supervisor = get_or_create_supervisor(
-            config.supervisor_config(), name=config.supervisor_name, detached=True
+            config.supervisor, name=config.supervisor_name, detached=True
         )
         # A supervisor that outlived an earlier deployment adopts this one's configuration for new runs.
-        await state.supervisor.reconfigure.remote(config.supervisor_config())
+        await state.supervisor.reconfigure.remote(config.supervisor)
         try:
             async with tool_server.lifespan() if tool_server else contextlib.nullcontext():
                 yield
@@ -281,7 +262,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
         if credentials is not None:
             for known, grant in config.api_keys.items():
                 if hmac.compare_digest(known.encode(), credentials.credentials.strip().encode()):
-                    return grant.principal()
+                    return grant.principal(declared)
         raise Problem(
             401,
             "unauthorized",
@@ -565,7 +546,10 @@ class ToolAPI:
         self._config = config or _config_from_environment(self._resources)
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
-        return _at_route_prefix(tool_server_for(self._config).asgi_app())
+        server = tool_server_for(self._config, self._config.supervisor.effective_toolsets())
+        if server is None:
+            raise RuntimeError("the toolsets declare no server for raydag to host (hosting.server)")
+        return _at_route_prefix(server.asgi_app())
 
     def __del__(self) -> None:
         self._resources.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from actors.store.database import create_pool
 from actors.store.runs import RunStore, StoredEvent
 from dag.contracts import Recording, ToolCatalogue
 from dag.events import event_to_json
 from dag.fingerprint import sha256_hex
+from dag.policy import Principal
 from dag.run_state import NodeState, RunState, fold
 
 
@@ -88,3 +90,19 @@ def event_view(stored: StoredEvent) -> dict[str, Any]:
 
 async def load_state(store: RunStore, run_id: str) -> RunState:
     return fold(stored.event for stored in await store.events(run_id))
+
+
+async def read_report(
+    dsn: str, principal: Principal, run_id: str, catalogue: ToolCatalogue
+) -> dict[str, Any]:
+    """The run and its nodes as the API shows them, read over a connection of its own (the CLI's and the
+    Python API's report); ``catalogue`` is the supervisor's."""
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        store = RunStore(pool)
+        row = await store.run_row(principal, run_id)
+        assert row is not None
+        state = await load_state(store, run_id)
+        return {"run": run_view(row), "nodes": nodes_view(state, catalogue, await store.ledger(run_id))}
+    finally:
+        await pool.close()

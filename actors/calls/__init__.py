@@ -6,7 +6,9 @@
   ``build_executor``;
 - ``caller``: the ``ToolCaller`` actor, which makes many calls at once from one event loop;
 - ``task``: the Ray task that makes one call;
+- ``live_catalogue``: ``LiveCatalogue``, the toolsets as their servers list them now: listed in the
+  background, re-listed, their tools withdrawn when a server cannot be reached or changes a pinned tool;
 - ``mcp/``: the MCP client itself (connections, listings, stdio servers, classification).
 
-Other packages use ``call``'s names and ``build_executor``; the rest is this package's own.
+Other packages use ``call``'s names, ``build_executor`` and ``LiveCatalogue``; the rest is this package's own.
 """

@@ -21,8 +21,8 @@ from rich.table import Table
 from actors.launch.shutdown import Interrupted, interrupted
 from actors.run.submission import Submission
 from dag.errors import RaydagError
+from dag.run_resource import IDENTIFIER_PATTERN
 from dag.states import RunStatus
-from mcp_server.contracts import IDENTIFIER_PATTERN
 
 NOT_FOUND = "not_found"
 """A case the tenant does not have: no run was created."""
@@ -232,7 +232,7 @@ def report(
     *,
     source: Path,
     tenant: str,
-    planner: str,
+    planner: str | None,
     concurrency: int,
     seconds: float,
 ) -> dict[str, Any]:

@@ -10,18 +10,18 @@ import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, assert_never
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from actors.api.views import read_report
 from actors.cli.report import (
     EXIT_NEEDS_HUMAN,
     EXIT_RUN_FAILED,
     exit_code,
     print_report,
-    read_report,
     status_exit_code,
 )
 from actors.launch.settings import ConfigurationError, Settings, load_settings
@@ -29,6 +29,7 @@ from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted,
 
 if TYPE_CHECKING:
     from actors.run.submission import SubmitResult
+    from actors.toolsets.config import Toolsets
     from dag.policy import Principal
 
 app = typer.Typer(
@@ -58,7 +59,7 @@ ToolsetsOption = Annotated[
     typer.Option(
         "--toolsets",
         help="The toolsets file: the MCP servers runs may use (overrides RAYDAG_TOOLSETS). "
-        "[default: the caseops toolset]",
+        "[default: the shipped toolsets, caseops]",
         dir_okay=False,
         show_default=False,
     ),
@@ -73,8 +74,10 @@ def _settings(toolsets: Path | None = None) -> Settings:
     if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
         os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
     try:
+        from actors.launch.local import PLACEHOLDER_URL
+
         settings = load_settings()
-        settings.toolset_declarations()
+        settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
     except ConfigurationError as exc:
         errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
@@ -86,24 +89,23 @@ def _settings(toolsets: Path | None = None) -> Settings:
 
 @app.command()
 def demo() -> None:
-    """Investigate case C-102 end to end: local Ray, embedded PostgreSQL (unless RAYDAG_DATABASE_URL), MCP."""
+    """The toolsets' demo end to end (the shipped one investigates case C-102): local Ray, embedded PostgreSQL
+    (unless RAYDAG_DATABASE_URL), the hosted MCP server, its demo data, one run with its own planner."""
     from actors.launch.local import local_runtime
-    from mcp_server.seed import demo_seed
 
     started = time.perf_counter()
     settings = _settings()
     try:
         with ExitStack() as stack:
             with console.status("starting PostgreSQL, the MCP tool server and Ray…"):
-                runtime = stack.enter_context(local_runtime(settings, seed=demo_seed()))
+                runtime = stack.enter_context(local_runtime(settings, demo_seed=True))
+            demo = runtime.toolsets.hosting.demo if runtime.toolsets.hosting is not None else None
+            if demo is None:
+                errors.print("[red]the toolsets declare no demo (hosting.demo)[/red]")
+                raise typer.Exit(EXIT_BAD_INPUT)
             console.print(f"[dim]database ready, tool server at {runtime.mcp_url}, Ray up[/dim]")
             report = _run_case(
-                runtime,
-                tenant="tenant-demo",
-                resource={"case_id": "C-102"},
-                goal=None,
-                key=None,
-                planner="conformance",
+                runtime, tenant="tenant-demo", resource=demo.resource, goal=demo.goal, key=None, planner=None
             )
             print_report(console, report)
             console.print(f"[dim]demo wall time {time.perf_counter() - started:.1f}s[/dim]")
@@ -116,7 +118,10 @@ def demo() -> None:
 def run(
     case_id: Annotated[
         str | None,
-        typer.Argument(help="The case to investigate, e.g. C-102 (short for --resource case_id=C-102)."),
+        typer.Argument(
+            help="What the run is about, as the value of the toolsets' one resource key: a case such as "
+            "C-102 for the shipped toolsets (short for --resource case_id=C-102)."
+        ),
     ] = None,
     resource: Annotated[
         list[str] | None,
@@ -128,8 +133,13 @@ def run(
     goal: Annotated[str | None, typer.Option(help="What the run should establish.")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Run at most once per key.")] = None,
     planner: Annotated[
-        str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
-    ] = "conformance",
+        str | None,
+        typer.Option(
+            help="outputs, openai (needs OPENAI_API_KEY) or the toolsets' own (caseops: conformance). "
+            "[default: outputs with --plan, else the toolsets' own]",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its nodes as JSON.")] = False,
     plan: Annotated[
         Path | None,
@@ -147,9 +157,9 @@ def run(
     entrypoint)."""
     from actors.launch.local import local_runtime
 
-    about = _resource_of(case_id, resource or [], planned=plan is not None)
-    proposal = _read_plan(plan) if plan is not None else None
     settings = _settings(toolsets)
+    about = _resource_of(case_id, resource or [], key=_resource_key(settings), planned=plan is not None)
+    proposal = _read_plan(plan) if plan is not None else None
     try:
         with local_runtime(settings) as runtime:
             report = _run_case(
@@ -187,8 +197,13 @@ def batch(
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Runs in flight at once.")] = 8,
     planner: Annotated[
-        str, typer.Option(help="conformance (deterministic) or openai (needs OPENAI_API_KEY)")
-    ] = "conformance",
+        str | None,
+        typer.Option(
+            help="openai (needs OPENAI_API_KEY) or the toolsets' own (caseops: conformance). "
+            "[default: the toolsets' own]",
+            show_default=False,
+        ),
+    ] = None,
     toolsets: ToolsetsOption = None,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
@@ -212,18 +227,24 @@ def batch(
         errors.print(f"[red]invalid batch file:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     settings = _settings(toolsets)
-    principal = _operator(tenant, settings)
+    key = _resource_key(settings)
+    if key is None:
+        errors.print(
+            "[red]a batch needs toolsets that bind one resource key, which each line is a value of[/red]"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
     started = time.perf_counter()
     stop: BatchInterrupted | None = None
     try:
         with local_runtime(settings) as runtime:
+            principal = _operator(tenant, runtime.toolsets)
 
             def run_one(
                 case_id: str,
             ) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
-                about = {"case_id": case_id}
+                about = {key: case_id}
                 submitted = _submit(runtime, principal, resource=about, goal=None, key=None, planner=planner)
-                refusal = _refusal(submitted, resource=about, tenant=tenant, key=None, planner=planner)
+                refusal = _refusal(submitted, resource=about, tenant=tenant)
                 if refusal is not None:
                     return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
                 assert submitted.run_id is not None
@@ -255,28 +276,41 @@ def batch(
 @app.command()
 def seed(
     file: Annotated[
-        Path | None, typer.Argument(help="A seed file (format in the README).", exists=True)
+        Path | None,
+        typer.Argument(
+            help="A seed file of the hosted toolset (caseops: docs/CASEOPS.md, Seed files).", exists=True
+        ),
     ] = None,
     demo_data: Annotated[bool, typer.Option("--demo", help="Load the fixture shipped with raydag.")] = False,
 ) -> None:
-    """Load domain data idempotently: loading the same file twice changes nothing."""
+    """Load the hosted toolset's data (its ``hosting.seed``) idempotently: loading a file twice changes
+    nothing."""
     from pydantic import ValidationError
 
-    from actors.launch.local import database
+    from actors.launch.hosting import hosted
+    from actors.launch.local import PLACEHOLDER_URL, database
     from actors.store.setup import prepare_database
-    from mcp_server.seed import SeedData, demo_seed
 
     if (file is None) == (not demo_data):
         errors.print("give a FILE or --demo (one of them)")
         raise typer.Exit(EXIT_BAD_INPUT)
+    settings = _settings()
+    hosting = hosted(settings.toolset_declarations(PLACEHOLDER_URL))
+    loader = hosting.seed if hosting is not None else None
+    if hosting is None or loader is None:
+        errors.print("[red]the toolsets declare no seed to load (hosting.seed)[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    counts: dict[str, int] = {}
+
+    async def load(connection: Any) -> None:
+        counts.update(await loader(connection, None if demo_data else file))
+
     try:
-        data = demo_seed() if demo_data else SeedData.from_file(file)  # type: ignore[arg-type]
+        with database(settings) as dsn:
+            asyncio.run(prepare_database(dsn, schemas=hosting.schemas, seed=load))
     except (ValidationError, ValueError) as exc:
         errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    with database(_settings()) as dsn:
-        asyncio.run(prepare_database(dsn, data))
-    counts = {name: len(getattr(data, name)) for name in type(data).model_fields}
     console.print("loaded " + ", ".join(f"{count} {name}" for name, count in counts.items()))
 
 
@@ -372,18 +406,24 @@ def mcp(
         str, typer.Option(help="The address to listen on (loopback unless you mean it).")
     ] = "127.0.0.1",
 ) -> None:
-    """Run the MCP tool server alone, in this process, until SIGINT or SIGTERM; point RAYDAG_MCP_URL at it.
+    """Run the toolsets' hosted MCP server alone, in this process, until SIGINT or SIGTERM; point
+    RAYDAG_MCP_URL at it.
 
     Tool calls then reach it directly instead of through the Serve proxy (docs/BENCHMARKS.md, "Load through
     Serve"). It shares the API's database (RAYDAG_DATABASE_URL) and token key (RAYDAG_TOKEN_KEY, or the dev
     key under RAYDAG_HOME), and accepts tokens for RAYDAG_MCP_URL, else http://HOST:PORT/mcp. Stopping, it
     refuses new connections and finishes the calls in flight (RAYDAG_STOP_GRACE_S at most).
     """
+    from actors.launch.hosting import MCP_PATH
     from actors.launch.ports import PortTaken
-    from actors.launch.servers import serve_tool_server, tool_server_config
-    from mcp_server.server import MCP_PATH, ToolServer
+    from actors.launch.servers import NothingHosted, hosted_server, hosting_of, serve_tool_server
 
     settings = _settings()
+    try:
+        hosting = hosting_of(settings)
+    except NothingHosted as exc:
+        errors.print(f"[red]raydag mcp has nothing to serve:[/red] {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     if settings.database_url is None:
         errors.print(
             "[red]raydag mcp needs RAYDAG_DATABASE_URL:[/red] the tool server reads the database the API "
@@ -391,13 +431,13 @@ def mcp(
         )
         raise typer.Exit(EXIT_BAD_INPUT)
     audience = settings.mcp_url or f"http://{host}:{port}{MCP_PATH}"
-    config = tool_server_config(settings, settings.database_url.get_secret_value(), audience=audience)
+    dsn = settings.database_url.get_secret_value()
     import asyncpg
 
     from actors.store.setup import prepare_database
 
     try:
-        asyncio.run(prepare_database(config.dsn, caseops=True))  # the tool server's own tables
+        asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # the tool server's own tables
     except (OSError, asyncpg.PostgresError) as exc:
         errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None
@@ -406,9 +446,8 @@ def mcp(
         from actors.observe.tracing import configure_tracing
 
         configure_tracing("raydag-mcp")
-        stop = serve_tool_server(
-            ToolServer(config).asgi_app(), host=host, port=port, grace_s=settings.stop_grace_s
-        )
+        app = hosted_server(settings, hosting, dsn, audience=audience).asgi_app()
+        stop = serve_tool_server(app, host=host, port=port, grace_s=settings.stop_grace_s)
     except PortTaken as exc:
         errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
@@ -429,22 +468,41 @@ def _read_plan(path: Path) -> dict[str, Any]:
     return document
 
 
-def _resource_of(case_id: str | None, pairs: list[str], *, planned: bool = False) -> dict[str, str]:
-    """The run's resource from the case argument and ``--resource key=value`` options; exits on a bad one."""
+def _resource_key(settings: Settings) -> str | None:
+    """The one resource key the toolsets bind tools to (the shipped ones: ``case_id``), which a bare value on
+    the command line stands for; ``None`` when they bind none or several."""
+    from actors.launch.local import PLACEHOLDER_URL
+
+    keys = settings.toolset_declarations(PLACEHOLDER_URL).resource_keys
+    return next(iter(keys)) if len(keys) == 1 else None
+
+
+def _resource_of(
+    value: str | None, pairs: list[str], *, key: str | None, planned: bool = False
+) -> dict[str, str]:
+    """The run's resource from the bare value (``key``'s) and ``--resource key=value`` options; exits on a
+    bad one."""
     resource: dict[str, str] = {}
     for pair in pairs:
-        key, equals, value = pair.partition("=")
-        if not equals or not key or key in resource:
+        name, equals, given = pair.partition("=")
+        if not equals or not name or name in resource:
             errors.print(f"[red]--resource {escape(repr(pair))}:[/red] give each key once, as key=value")
             raise typer.Exit(EXIT_BAD_INPUT)
-        resource[key] = value
-    if case_id is not None and resource.setdefault("case_id", case_id) != case_id:
-        errors.print(
-            f"[red]{escape(repr(case_id))} and --resource {escape(repr(resource['case_id']))} disagree[/red]"
-        )
-        raise typer.Exit(EXIT_BAD_INPUT)
+        resource[name] = given
+    if value is not None:
+        if key is None:
+            errors.print(
+                f"[red]{escape(repr(value))}:[/red] the toolsets bind no single resource key it could be: "
+                "give --resource key=value"
+            )
+            raise typer.Exit(EXIT_BAD_INPUT)
+        if resource.setdefault(key, value) != value:
+            errors.print(
+                f"[red]{escape(repr(value))} and --resource {key}={escape(repr(resource[key]))} disagree[/red]"
+            )
+            raise typer.Exit(EXIT_BAD_INPUT)
     if not resource and not planned:  # a plan of one's own may use tools that bind nothing to a resource
-        errors.print("[red]name what the run is about:[/red] a case id, or --resource key=value")
+        errors.print("[red]name what the run is about:[/red] a value (a case id), or --resource key=value")
         raise typer.Exit(EXIT_BAD_INPUT)
     return resource
 
@@ -456,12 +514,12 @@ def _run_case(
     resource: Mapping[str, str],
     goal: str | None,
     key: str | None,
-    planner: str,
+    planner: str | None,
     plan: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    principal = _operator(tenant, runtime.settings)
+    principal = _operator(tenant, runtime.toolsets)
     submitted = _submit(runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan)
-    refusal = _refusal(submitted, resource=resource, tenant=tenant, key=key, planner=planner)
+    refusal = _refusal(submitted, resource=resource, tenant=tenant)
     if refusal is not None:
         message, code = refusal
         errors.print(message)
@@ -473,7 +531,7 @@ def _run_case(
         stop = interrupted(signalled)
         errors.print(
             f"[yellow]{stop.name}: run {submitted.run_id} is not finished.[/yellow] It is handed over as it "
-            "is: a supervisor resumes it (README, Durable runs)."
+            "is: a supervisor resumes it (docs/DURABILITY.md)."
         )
         raise
 
@@ -488,18 +546,12 @@ def _stopped(stop: Interrupted) -> int:
     return stop.exit_code
 
 
-def _operator(tenant: str, settings: Settings | None = None) -> Principal:
+def _operator(tenant: str, toolsets: Toolsets) -> Principal:
+    """The operator at the console: it acts for the tenant it names, with every scope the toolsets it runs
+    declare."""
     from dag.policy import Principal
-    from mcp_server.contracts import ALL_SCOPES
 
-    # The operator at the console acts with every scope of the tenant it names, and of the toolsets it runs.
-    toolsets = settings.toolset_declarations("") if settings is not None else None
-    declared = {
-        overlay.scope
-        for server in (toolsets.servers if toolsets else ())
-        for overlay in server.tools.values()
-    }
-    return Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", frozenset({*ALL_SCOPES, *declared}))
+    return Principal(tenant, f"cli:{os.environ.get('USER', 'operator')}", toolsets.scopes)
 
 
 def _submit(
@@ -509,7 +561,7 @@ def _submit(
     resource: Mapping[str, str],
     goal: str | None,
     key: str | None,
-    planner: str,
+    planner: str | None,
     plan: dict[str, Any] | None = None,
 ) -> SubmitResult:
     import ray
@@ -528,47 +580,23 @@ def _submit(
     return result
 
 
-def _refusal(
-    submitted: SubmitResult, *, resource: Mapping[str, str], tenant: str, key: str | None, planner: str
-) -> tuple[str, int] | None:
-    """Why a submission started no run (rich markup) and the exit code that says so; ``None`` if it did."""
+def _refusal(submitted: SubmitResult, *, resource: Mapping[str, str], tenant: str) -> tuple[str, int] | None:
+    """Why a submission started no run (rich markup: the refusal as every surface words it) and the exit code
+    that says so (2: the request must change; 1: it may be retried later); ``None`` if it started one."""
     from actors.run.submission import Submission
 
-    match submitted.outcome:
-        case Submission.CREATED | Submission.REPLAYED:
-            return None
-        case Submission.RESOURCE_NOT_FOUND:
-            what = (
-                f"case {resource['case_id']!r}" if "case_id" in resource else f"resource {dict(resource)!r}"
-            )
-            return (
-                f"[red]{escape(what)} was not found for tenant {escape(repr(tenant))}.[/red] "
-                "Load data with `raydag seed FILE` (or `raydag seed --demo`).",
-                EXIT_BAD_INPUT,
-            )
-        case Submission.IDEMPOTENCY_CONFLICT:
-            return (
-                f"[red]idempotency key {key!r} was already used for a different request[/red]",
-                EXIT_BAD_INPUT,
-            )
-        case Submission.UNAVAILABLE:
-            return f"[red]the database cannot be reached:[/red] {submitted.error}", EXIT_RUN_FAILED
-        case Submission.RESOURCE_CHECK_UNAVAILABLE:
-            return f"[red]the resource check could not answer:[/red] {submitted.error}", EXIT_RUN_FAILED
-        case Submission.SHUTTING_DOWN:
-            return "[red]the supervisor is shutting down; nothing was started[/red]", EXIT_RUN_FAILED
-        case Submission.PLANNER_UNAVAILABLE:
-            reason = (submitted.error or {}).get("reason")
-            return f"[red]planner {planner!r} is not available:[/red] {reason}", EXIT_BAD_INPUT
-        case Submission.RESOURCE_MISMATCH:
-            return (
-                f"[red]the resource does not fit the run's tools:[/red] {(submitted.error or {}).get('message')}",
-                (EXIT_BAD_INPUT),
-            )
-        case Submission.UNKNOWN_PLANNER | Submission.PLAN_INVALID | Submission.BUDGET_ABOVE_LIMIT:
-            return f"[red]rejected ({submitted.outcome.value}):[/red] {submitted.error}", EXIT_BAD_INPUT
-        case _:
-            assert_never(submitted.outcome)
+    refusal = submitted.refusal()
+    if refusal is None:
+        return None
+    code = EXIT_BAD_INPUT if refusal.requester_must_act else EXIT_RUN_FAILED
+    if submitted.outcome is Submission.RESOURCE_NOT_FOUND:  # the console knows the tenant, and the remedy
+        what = f"case {resource['case_id']!r}" if "case_id" in resource else f"resource {dict(resource)!r}"
+        return (
+            f"[red]{escape(what)} was not found for tenant {escape(repr(tenant))}.[/red] "
+            "Load data with `raydag seed FILE` (or `raydag seed --demo`).",
+            code,
+        )
+    return f"[red]no run was started ({escape(refusal.problem)}):[/red] {escape(refusal.detail)}", code
 
 
 def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, Any]:

@@ -13,30 +13,10 @@ from rich.table import Table
 from dag.states import RunStatus
 
 if TYPE_CHECKING:
-    from dag.contracts import ToolCatalogue
-    from dag.policy import Principal
+    pass
 
 EXIT_NEEDS_HUMAN = 3
 EXIT_RUN_FAILED = 1
-
-
-async def read_report(
-    dsn: str, principal: Principal, run_id: str, catalogue: ToolCatalogue
-) -> dict[str, Any]:
-    """The run and its nodes, as the API shows them (``actors.api.views``); ``catalogue`` is the supervisor's."""
-    from actors.api.views import load_state, nodes_view, run_view
-    from actors.store.database import create_pool
-    from actors.store.runs import RunStore
-
-    pool = await create_pool(dsn, max_size=1)
-    try:
-        store = RunStore(pool)
-        row = await store.run_row(principal, run_id)
-        assert row is not None
-        state = await load_state(store, run_id)
-        return {"run": run_view(row), "nodes": nodes_view(state, catalogue, await store.ledger(run_id))}
-    finally:
-        await pool.close()
 
 
 def print_report(console: Console, report: dict[str, Any]) -> None:

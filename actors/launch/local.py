@@ -1,4 +1,5 @@
-"""Bring up everything a run needs on one machine: database, migrations, MCP tool server, Ray, supervisor."""
+"""Bring up everything a run needs on one machine: database, migrations, the hosted tool server (if the
+toolsets declare one and ``RAYDAG_MCP_URL`` names none), Ray, supervisor."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.launch.background_server import BackgroundServer
+from actors.launch.hosting import MCP_PATH, HostedServer, hosted
 from actors.launch.settings import Settings
 from actors.launch.shutdown import become_subreaper, catch_stop_signals, stop_descendants
 from actors.observe.tracing import configure_tracing
@@ -20,9 +22,7 @@ from actors.store.database import embedded_postgres
 from actors.store.setup import prepare_database
 from actors.supervisor import NAMESPACE, SupervisorConfig, get_or_create_supervisor
 from actors.toolsets.config import Toolsets, load_toolsets
-from mcp_server.seed import SeedData
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import TaskTokens, load_token_key
+from dag.tokens import TaskTokens
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ class Runtime:
     mcp_url: str
     token_key: bytes
     supervisor: Any
-    tool_server: ToolServer | None
+    tool_server: HostedServer | None
+    toolsets: Toolsets
 
 
 @contextmanager
@@ -96,57 +97,50 @@ def local_ray(*, dashboard: bool = False, setup_hook: str | None = None) -> Iter
 def local_runtime(
     settings: Settings,
     *,
-    seed: SeedData | None = None,
+    demo_seed: bool = False,
     dashboard: bool = False,
     toolsets: Toolsets | str | Path | None = None,
 ) -> Iterator[Runtime]:
     """Everything a run needs, torn down in reverse on exit: nothing it started is left running.
 
-    Without ``RAYDAG_MCP_URL`` the tool server runs in this process on a free loopback port. Interrupted
-    (SIGINT, SIGTERM), the supervisor first hands its runs over, so that they are resumed, not lost.
-    ``toolsets`` (parsed, or a file's path, whose ``${RAYDAG_MCP_URL}`` is that tool server) replaces
-    ``RAYDAG_TOOLSETS``. A Ray already initialized in this process is used, and left running.
+    Without ``RAYDAG_MCP_URL`` the toolsets' hosted server (``hosting.server``), if they declare one, runs in
+    this process on a free loopback port; ``demo_seed`` loads its demo data first. Interrupted (SIGINT,
+    SIGTERM), the supervisor first hands its runs over, so that they are resumed, not lost. ``toolsets``
+    (parsed, or a file's path, whose ``${RAYDAG_MCP_URL}`` is that tool server) replaces ``RAYDAG_TOOLSETS``.
+    A Ray already initialized in this process is used, and left running.
     """
     with ExitStack() as stack:
         dsn = stack.enter_context(database(settings))
-        asyncio.run(prepare_database(dsn, seed, caseops=seed is not None or not settings.mcp_url))
-        token_key = load_token_key(
-            settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
+        hosting = hosted(_declared(settings, toolsets, PLACEHOLDER_URL))
+        hosts = hosting is not None and hosting.serves and not settings.mcp_url
+        seeding = hosting.seed if hosting is not None and demo_seed else None
+        asyncio.run(
+            prepare_database(
+                dsn,
+                schemas=hosting.schemas if hosting is not None and (hosts or seeding) else (),
+                seed=(lambda connection: seeding(connection, None)) if seeding is not None else None,
+            )
         )
-        tool_server: ToolServer | None = None
-        if settings.mcp_url:
-            mcp_url = settings.mcp_url
-        else:
+        token_key = settings.task_token_key()
+        tool_server: HostedServer | None = None
+        if hosts:
+            assert hosting is not None
             http = BackgroundServer(host="127.0.0.1")
             mcp_url = http.url + MCP_PATH
             configure_tracing("raydag-mcp")  # this process hosts the tool server
-            tool_server = ToolServer(
-                ToolServerConfig(
-                    dsn=dsn,
-                    tokens=TaskTokens(key=token_key, audience=mcp_url),
-                    latency_ms=settings.tool_latency_ms,
-                    pool_size=settings.db_pool_size,
-                )
+            tool_server = hosting.server(
+                dsn=dsn,
+                tokens=TaskTokens(key=token_key, audience=mcp_url),
+                latency_ms=settings.tool_latency_ms,
+                pool_size=settings.db_pool_size,
             )
             http.start(tool_server.asgi_app())
             stack.callback(http.stop)
+        else:
+            mcp_url = settings.mcp_url or ""
         stack.enter_context(local_ray(dashboard=dashboard))
-        config = SupervisorConfig(
-            dsn=dsn,
-            mcp_url=mcp_url,
-            token_key=token_key,
-            limits=settings.budgets,
-            pool_size=settings.db_pool_size,
-            tenant_tools=settings.tenant_tool_grants(),
-            lease_s=settings.lease_s,
-            planners=settings.planner_paths(),
-            openai=settings.openai_settings(),
-            outbox_webhook_url=settings.outbox_webhook_url,
-            tool_executor=settings.tool_executor,
-            tool_callers=settings.tool_callers,
-            max_active_runs=settings.max_active_runs,
-            toolsets=_declared(settings, toolsets, mcp_url),
-        )
+        declared = _declared(settings, toolsets, mcp_url)
+        config = supervisor_config(settings, dsn=dsn, mcp_url=mcp_url, token_key=token_key, toolsets=declared)
         supervisor = get_or_create_supervisor(
             config, name=f"{settings.supervisor_name}-cli-{os.getpid()}", detached=False
         )
@@ -155,13 +149,39 @@ def local_runtime(
 
         ray.get(supervisor.ping.remote())  # up and warm: the first run's independent calls start together
         try:
-            yield Runtime(settings, dsn, mcp_url, token_key, supervisor, tool_server)
+            yield Runtime(settings, dsn, mcp_url, token_key, supervisor, tool_server, declared)
         except KeyboardInterrupt:  # SIGINT or SIGTERM (actors.launch.shutdown)
             hand_over(supervisor, settings.stop_grace_s)  # while the tool server is still up
             raise
 
 
-def _declared(settings: Settings, toolsets: Toolsets | str | Path | None, mcp_url: str) -> Toolsets | None:
+def supervisor_config(
+    settings: Settings, *, dsn: str, mcp_url: str, token_key: bytes, toolsets: Toolsets
+) -> SupervisorConfig:
+    """The supervisor's configuration, derived from the settings in this one place (the API's too)."""
+    return SupervisorConfig(
+        dsn=dsn,
+        mcp_url=mcp_url,
+        token_key=token_key,
+        limits=settings.budgets,
+        pool_size=settings.db_pool_size,
+        tenant_tools=settings.tenant_tool_grants(),
+        lease_s=settings.lease_s,
+        planners=settings.planner_paths(),
+        openai=settings.openai_settings(),
+        outbox_webhook_url=settings.outbox_webhook_url,
+        tool_executor=settings.tool_executor,
+        tool_callers=settings.tool_callers,
+        max_active_runs=settings.max_active_runs,
+        toolsets=toolsets,
+    )
+
+
+PLACEHOLDER_URL = "http://127.0.0.1/mcp"
+"""What ``${RAYDAG_MCP_URL}`` stands for while the toolsets are read only to learn what they host."""
+
+
+def _declared(settings: Settings, toolsets: Toolsets | str | Path | None, mcp_url: str) -> Toolsets:
     if isinstance(toolsets, str | Path):
         return load_toolsets(toolsets, {**os.environ, "RAYDAG_MCP_URL": mcp_url})
     return toolsets if toolsets is not None else settings.toolset_declarations(mcp_url)

@@ -27,7 +27,7 @@ from actors.launch.shutdown import Interrupted, Steps, catch_stop_signals, inter
 from actors.supervisor import NAMESPACE
 
 if TYPE_CHECKING:
-    from mcp_server.server import ToolServerConfig
+    from actors.launch.hosting import HostedServer, HostedToolset
 
 APP_NAME = "raydag"
 """The Serve application ``raydag serve`` runs (``serve_config.yaml`` names it the same)."""
@@ -122,46 +122,57 @@ TOOL_SERVER_START_S = 30.0
 """How long ``tool_server_beside`` waits for its server to listen before it gives up."""
 
 
-def tool_server_config(settings: Settings, dsn: str, *, audience: str) -> ToolServerConfig:
-    """The caseops tool server's configuration from ``RAYDAG_*``: its database, the token key and the
-    ``audience`` its task tokens must name."""
-    from dataclasses import replace
+class NothingHosted(Exception):
+    """The toolsets declare no server for raydag to host (``hosting.server``)."""
 
-    from mcp_server.server import ToolServerConfig
-    from mcp_server.tokens import TaskTokens, load_token_key
 
-    token_key = load_token_key(
-        settings.token_key.get_secret_value() if settings.token_key else None, settings.home_dir
-    )
-    config = ToolServerConfig(
+def hosting_of(settings: Settings) -> HostedToolset:
+    """What the toolsets ``RAYDAG_TOOLSETS`` names (or the shipped ones) have raydag host; ``NothingHosted``
+    if they host no server."""
+    from actors.launch.hosting import hosted
+    from actors.launch.local import PLACEHOLDER_URL
+
+    hosting = hosted(settings.toolset_declarations(PLACEHOLDER_URL))
+    if hosting is None or not hosting.serves:
+        raise NothingHosted("the toolsets declare no server for raydag to host (hosting.server)")
+    return hosting
+
+
+def hosted_server(settings: Settings, hosting: HostedToolset, dsn: str, *, audience: str) -> HostedServer:
+    """The hosted server as ``RAYDAG_*`` configure it: its database, the token key, the ``audience`` its task
+    tokens must name, and the hosts and origins it answers."""
+    from actors.launch.hosting import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
+    from dag.tokens import TaskTokens
+
+    hosts, origins = settings.mcp_hosts() or (LOOPBACK_HOSTS, LOOPBACK_ORIGINS)
+    return hosting.server(
         dsn=dsn,
-        tokens=TaskTokens(key=token_key, audience=audience),
+        tokens=TaskTokens(key=settings.task_token_key(), audience=audience),
         latency_ms=settings.tool_latency_ms,
         pool_size=settings.db_pool_size,
+        allowed_hosts=hosts,
+        allowed_origins=origins,
     )
-    if (hosts := settings.mcp_hosts()) is not None:
-        config = replace(config, allowed_hosts=hosts[0], allowed_origins=hosts[1])
-    return config
 
 
 @contextmanager
 def tool_server_beside(settings: Settings, dsn: str) -> Iterator[str]:
-    """The caseops tool server in a thread of this process, on a loopback port of its own (owned exclusively);
+    """The hosted tool server in a thread of this process, on a loopback port of its own (owned exclusively);
     yields its URL. Tool calls to it skip the Serve proxy, which took ~4× the CPU per run of the calls
     themselves (docs/BENCHMARKS.md, "Load through Serve"). On leaving, it stops accepting connections and
     finishes the calls in flight (``RAYDAG_STOP_GRACE_S`` at most)."""
     import uvicorn
 
+    from actors.launch.hosting import MCP_PATH
     from actors.store.setup import prepare_database
-    from mcp_server.server import MCP_PATH, ToolServer
 
-    asyncio.run(prepare_database(dsn, caseops=True))  # its tables, before its first call
+    hosting = hosting_of(settings)
+    asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # its tables, before its first call
     sock = bind_exclusively("127.0.0.1", 0, setting="(a free port)")
     url = f"http://127.0.0.1:{sock.getsockname()[1]}{MCP_PATH}"
-    config = tool_server_config(settings, dsn, audience=url)
     server = uvicorn.Server(
         uvicorn.Config(
-            ToolServer(config).asgi_app(),
+            hosted_server(settings, hosting, dsn, audience=url).asgi_app(),
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=int(settings.stop_grace_s) or 1,

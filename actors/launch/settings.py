@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any, get_args
 
@@ -14,10 +15,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from actors.calls.call import ExecutorKind
 from actors.calls.exchange import DEFAULT_CALLERS
-from actors.toolsets.config import Toolsets, load_toolsets
-from dag.budget import Budgets
+from actors.run.submission import MAX_ACTIVE_RUNS
+from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, load_toolsets
+from dag.budget import NODES_CAP, Budgets
 from dag.policy import Principal
-from mcp_server.contracts import ALL_SCOPES
+from dag.tokens import MIN_KEY_BYTES
 from planner.openai_planner import OpenAISettings
 
 
@@ -28,10 +30,14 @@ class ApiKeyGrant(BaseModel):
 
     tenant_id: str
     subject: str
-    scopes: tuple[str, ...] = ALL_SCOPES
+    scopes: tuple[str, ...] | None = None
+    """The scopes the key grants; unset, every scope the deployment's toolsets declare (a development key)."""
 
-    def principal(self) -> Principal:
-        return Principal(self.tenant_id, self.subject, frozenset(self.scopes))
+    def principal(self, declared: frozenset[str]) -> Principal:
+        """Who the key stands for, ``declared`` the scopes of the toolsets served."""
+        return Principal(
+            self.tenant_id, self.subject, frozenset(self.scopes if self.scopes is not None else declared)
+        )
 
 
 DEV_API_KEYS: dict[str, ApiKeyGrant] = {
@@ -39,9 +45,6 @@ DEV_API_KEYS: dict[str, ApiKeyGrant] = {
     "dev-key-tenant-other": ApiKeyGrant(tenant_id="tenant-other", subject="dev-other"),
 }
 
-
-MAX_ACTIVE_RUNS = 64
-"""Runs a supervisor drives at once (``RAYDAG_MAX_ACTIVE_RUNS``); more are accepted and wait their turn."""
 
 MAX_USD_PER_MTOK = 1_000_000.0
 """The highest model price a setting may give, in USD per million tokens: far above any model's, and far below
@@ -63,8 +66,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     tool_latency_ms: int = Field(default=0, ge=0, le=60_000)
-    max_nodes: int = Field(default=Budgets().max_nodes, ge=1, le=10_000)
-    max_fanout: int = Field(default=Budgets().max_fanout, ge=0, le=10_000)
+    max_nodes: int = Field(default=Budgets().max_nodes, ge=1, le=NODES_CAP)
+    max_fanout: int = Field(default=Budgets().max_fanout, ge=0, le=NODES_CAP)
     supervisor_name: str = "raydag-supervisor"
     dashboard: bool = True
     """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
@@ -121,6 +124,30 @@ class Settings(BaseSettings):
     def home_dir(self) -> Path:
         return self.home.expanduser().resolve()
 
+    def task_token_key(self) -> bytes:
+        """The key task tokens are signed with: ``RAYDAG_TOKEN_KEY`` if set, else one generated once per
+        installation under ``RAYDAG_HOME`` (written atomically: a concurrent first start keeps exactly one)."""
+        if self.token_key is not None and self.token_key.get_secret_value():
+            key = self.token_key.get_secret_value().encode("utf-8")
+            if len(key) < MIN_KEY_BYTES:
+                raise ValueError(f"RAYDAG_TOKEN_KEY must be at least {MIN_KEY_BYTES} bytes long")
+            return key
+        home = self.home_dir
+        path = home / "token.key"
+        if not path.exists():
+            home.mkdir(parents=True, exist_ok=True)
+            scratch = home / f".token.key.{os.getpid()}.{secrets.token_hex(4)}"
+            descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_hex(32))
+            try:
+                os.link(scratch, path)
+            except FileExistsError:
+                pass
+            finally:
+                scratch.unlink()
+        return path.read_text().strip().encode("utf-8")
+
     @property
     def budgets(self) -> Budgets:
         return Budgets(max_nodes=self.max_nodes, max_fanout=self.max_fanout)
@@ -173,16 +200,15 @@ class Settings(BaseSettings):
         """``RAYDAG_PLANNERS`` as import paths."""
         return tuple(path.strip() for path in self.planners.split(",") if path.strip())
 
-    def toolset_declarations(self, mcp_url: str | None = None) -> Toolsets | None:
-        """The toolsets file loaded, or ``None`` for the shipped caseops toolset; ``ToolsetsInvalid`` names the
-        file, line and field of a malformed one. ``${RAYDAG_MCP_URL}`` in it is ``mcp_url`` when given (the
-        caseops server a command started itself), else the environment's."""
-        if self.toolsets is None:
-            return None
+    def toolset_declarations(self, mcp_url: str | None = None) -> Toolsets:
+        """The toolsets file ``RAYDAG_TOOLSETS`` names, or the shipped ones (``SHIPPED_TOOLSETS``), loaded;
+        ``ToolsetsInvalid`` names the file, line and field of a malformed one. ``${RAYDAG_MCP_URL}`` in it is
+        ``mcp_url`` when given (the hosted server a command started itself), else the environment's."""
         variables = dict(os.environ)
         if mcp_url is not None:
             variables["RAYDAG_MCP_URL"] = mcp_url
-        return load_toolsets(self.toolsets.expanduser(), variables)
+        source = self.toolsets.expanduser() if self.toolsets is not None else SHIPPED_TOOLSETS
+        return load_toolsets(source, variables)
 
     def tenant_tool_grants(self) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
         """``RAYDAG_TENANT_TOOLS`` as (tenant, tools) pairs, or ``None`` when every tenant gets every tool."""

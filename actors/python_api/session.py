@@ -18,15 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.cli.report import read_report
+from actors.api.views import read_report
 from actors.launch.settings import Settings, load_settings
-from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission
+from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
 from dag.policy import Principal
-from mcp_server.contracts import ALL_SCOPES
 
 
 class RunRefused(RaydagError):
@@ -35,7 +34,8 @@ class RunRefused(RaydagError):
     def __init__(self, outcome: Submission, error: Mapping[str, Any] | None) -> None:
         self.outcome = outcome
         self.error = dict(error) if error else None
-        super().__init__(f"no run was started ({outcome.value}): {self.error}")
+        refusal = SubmitResult(outcome, error=self.error).refusal()
+        super().__init__(f"no run was started ({outcome.value}): {refusal.detail if refusal else self.error}")
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ class Raydag:
         return status
 
     def _principal(self) -> Principal:
-        scopes = {contract.scope for contract in self.tools().values()}
-        return Principal(self._tenant, self._subject, frozenset({*ALL_SCOPES, *scopes}))
+        """The caller: the session's tenant and subject, with every scope the toolsets served declare."""
+        return Principal(self._tenant, self._subject, self._runtime.toolsets.scopes)
 
     def submit(
         self,
@@ -110,15 +110,15 @@ class Raydag:
     ) -> str:
         """Start a run over ``resource`` (``{"root": "/srv/reports"}``, ``{"case_id": "C-102"}``; what the
         tools' run-bound inputs are checked against) and return its id. With ``plan``, the run executes it
-        (planner ``outputs`` unless another is named); without, ``planner`` (default ``conformance``)
-        proposes one for ``goal``."""
+        (planner ``outputs`` unless another is named); without, ``planner`` (default: the toolsets' own,
+        caseops' ``conformance``) proposes one for ``goal``."""
         import ray
 
         request = RunRequest(
             principal=self._principal(),
             resource=dict(resource or {}),
             goal=goal or DEFAULT_GOAL,
-            planner=planner or ("outputs" if plan is not None else "conformance"),
+            planner=planner,
             plan=plan,
             budgets=budgets,
             idempotency_key=idempotency_key,

@@ -6,7 +6,8 @@
 - ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
 - ``round``: ``RoundExecution``: one plan round, each ready node dispatched the moment it is ready;
 - ``context``: what every round shares (``ExecutionContext``), ``Interruption``, ``HandedOver``;
-- ``recorder``: ``RunRecorder``: every transition recorded before it is acted on.
+- ``recorder``: ``RunRecorder``: every transition recorded before it is acted on;
+- ``resource_check``: the toolsets' checks of who may run over which resource, asked at submission.
 
 The decisions themselves (admission, dispatch, policy, budgets, gates) are ``dag``'s; these modules ask them,
 record the answers and act on them.

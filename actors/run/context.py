@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from actors.calls.call import ToolExecutor
 from actors.toolsets.config import HttpServer, RaydagTokenAuth, StdioServer
-from actors.toolsets.live import Withdrawal
 from actors.toolsets.pinning import run_pin
+from actors.toolsets.withdrawal import Withdrawal
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.errors import RaydagError
 from dag.evidence import DEFINITION_CHANGED_RULE
@@ -19,7 +19,7 @@ from dag.policy import RunAuthority
 from dag.retry import RetryPolicy
 from dag.run_state import RunState
 from dag.states import StopReason
-from mcp_server.tokens import TaskTokens
+from dag.tokens import TaskTokens
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The run driver: plan, execute, join — and replan — recording every transition before acting on it.
 
-It decides nothing itself: the planner proposes and judges the evidence, ``dag`` validates, authorizes,
-gates and budgets, and ``RoundExecution`` performs one round. The driver sequences them and turns their
-answers into the run's transitions.
+It decides nothing itself: the planner proposes and judges the evidence, ``dag`` admits each plan
+(``dag.admission``), decides each dispatch (``dag.dispatch``, through ``RoundExecution``, which performs one
+round) and concludes each join (``dag.conclusion``). The driver sequences them and records their answers as
+the run's transitions.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from actors.calls.call import MODERN_PROTOCOL, ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics
 from actors.observe.tracing import context_of, tracer
 from actors.run.context import ExecutionContext, HandedOver, Interruption
-from actors.run.recorder import EventSink, LeaseLost, RunRecorder, now
+from actors.run.recorder import EventSink, RunRecorder, now
 from actors.run.round import RoundExecution
+from actors.store.ownership import LeaseLost
 from actors.toolsets.config import HttpServer, StdioServer
-from actors.toolsets.live import Withdrawal
-from dag.budget import STOP_REASON_OF_BUDGET
+from actors.toolsets.withdrawal import Withdrawal
+from dag.admission import OverBudget, PlanRefused, RoundAdmitted, ToolUnlisted, admit_round, round_validator
+from dag.conclusion import Finish, NextRound, conclude, out_of_model_budget
 from dag.contracts import ToolCatalogue
-from dag.errors import BudgetExceeded, PlanErrorCode, PlanInvalid
+from dag.errors import PlanErrorCode, PlanInvalid
 from dag.events import (
     JoinStarted,
     ModelUsed,
@@ -40,27 +43,19 @@ from dag.events import (
     PlanNodeAccepted,
     RunRecovered,
 )
-from dag.evidence import MissingEvidence, describe_missing, missing_evidence
 from dag.health import ToolHealth
 from dag.plan import Plan, PlanNode
 from dag.policy import effective_tools
 from dag.retry import RetryPolicy
 from dag.run_state import RunState
 from dag.states import RunStatus, StopReason
-from dag.storable import unfit_values
-from dag.validate import PlanValidator, validate_plan
-from dag.verify import unsupported_citations
-from mcp_server.tokens import TaskTokens
+from dag.tokens import TaskTokens
 from planner.base import (
-    Final,
-    JoinDecision,
-    NeedsHuman,
     Observation,
     Planner,
     PlannerContractViolation,
     PlannerRefused,
     PlanningContext,
-    Replan,
     StreamingPlanner,
     ToolSpec,
 )
@@ -195,7 +190,7 @@ class RunDriver:
     async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
         """Each step reads the recorded status and takes the one transition it allows."""
         planner = self._planners[run.state.planner]
-        deadline = run.state.created_at + timedelta(seconds=run.state.budgets.deadline_s)
+        deadline = run.state.budgets.deadline_of(run.state.created_at)
         plan_changed = asyncio.Event()
         stream: asyncio.Task[None] | None = None
         rounds = _RoundSpans(run.state.run_id)
@@ -276,13 +271,13 @@ class RunDriver:
             await self._planner_failed(run, planner, exc)
             return
         await self._record_usage(run, context, "join")
-        unrecordable = _unrecordable(decision)
-        if unrecordable is not None:
-            await self._planner_failed(run, planner, PlannerContractViolation(unrecordable))
-            return
-        if not isinstance(decision, Final) and await self._out_of_model_budget(run):
-            return  # an answer completes the run even past its budget; anything else stops here
-        await self._conclude(run, decision)
+        match conclude(run.state, decision):
+            case Finish() as finish:
+                await run.finish(finish.status, finish.stop_reason, finish.detail, finish.result)
+            case NextRound(reason=reason):
+                await run.record(PlanningStarted(at=now(), round=run.state.round + 1, reason=reason))
+            case unexpected:
+                assert_never(unexpected)
 
     async def _plan(
         self,
@@ -329,42 +324,21 @@ class RunDriver:
         return None
 
     async def _accept(self, run: RunRecorder, proposal: Any) -> None:
-        state = run.state
-        round_number = state.round
-        budgets = state.budgets
-        try:
-            parsed = Plan.parse(proposal)
-            unavailable = self._unavailable_tool(parsed)
-            if unavailable is not None:
-                await run.finish(RunStatus.STOPPED, unavailable.stop_reason, unavailable.detail)
-                return
-            plan = validate_plan(
-                parsed,
-                self._catalogue,
-                max_nodes=budgets.max_nodes if round_number == 1 else 10_000,
-                round_number=round_number,
-                earlier=state.earlier_names(),
-            )
-            if round_number > 1:
-                budgets.check_plan_size(nodes=state.node_count(), added=len(plan.nodes))
-        except PlanInvalid as exc:
-            await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(exc.as_dict()))
-            return
-        except BudgetExceeded as exc:
-            await run.finish(
-                RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"replan {round_number}: {exc}"
-            )
-            return
-        # Acted on only through the dispatches of the round's first step, which store it with them.
-        await run.stage(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
-
-    def _unavailable_tool(self, plan: Plan) -> Withdrawal | None:
-        """Why a tool the plan names cannot be offered now (its server was never listed), if one cannot."""
-        for node in plan.nodes:
-            withdrawn = self.context.withdrawn.get(node.tool)
-            if withdrawn is not None and node.tool not in self._catalogue:
-                return withdrawn
-        return None
+        """Admit ``proposal`` as the current round's plan (``dag.admission``), or end the run saying why."""
+        round_number = run.state.round
+        match admit_round(proposal, run.state, self._catalogue, self.context.withdrawn):
+            case RoundAdmitted(plan=plan):
+                # Acted on only through the dispatches of the round's first step, which store it with them.
+                await run.stage(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
+            case ToolUnlisted(tool=tool):  # its server was never listed: the run stops with its withdrawal
+                withdrawn = self.context.withdrawn[tool]
+                await run.finish(RunStatus.STOPPED, withdrawn.stop_reason, withdrawn.detail)
+            case PlanRefused(error=error):
+                await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(error.as_dict()))
+            case OverBudget() as over:
+                await run.finish(RunStatus.STOPPED, over.stop_reason, over.detail)
+            case unexpected:
+                assert_never(unexpected)
 
     async def _plan_streamed(
         self,
@@ -377,13 +351,7 @@ class RunDriver:
     ) -> asyncio.Task[None] | None:
         state = run.state
         round_number = state.round
-        budgets = state.budgets
-        validator = PlanValidator(
-            self._catalogue,
-            max_nodes=budgets.max_nodes - state.node_count(),
-            round_number=round_number,
-            earlier=state.earlier_names(),
-        )
+        validator = round_validator(state, self._catalogue)
         started = asyncio.Event()
         failure: list[BaseException] = []
 
@@ -464,13 +432,11 @@ class RunDriver:
 
     async def _out_of_model_budget(self, run: RunRecorder) -> bool:
         """Stop the run if its model calls have spent the token or cost budget; ``True`` if it did."""
-        state = run.state
-        try:
-            state.budgets.check_usage(tokens=state.tokens_used, cost_usd=state.cost_usd)
-        except BudgetExceeded as exc:
-            await run.finish(RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], str(exc))
-            return True
-        return False
+        spent = out_of_model_budget(run.state)
+        if spent is None:
+            return False
+        await run.finish(spent.status, spent.stop_reason, spent.detail)
+        return True
 
     async def _planner_failed(self, run: RunRecorder, planner: Planner, error: BaseException) -> None:
         match error:
@@ -490,55 +456,6 @@ class RunDriver:
                     RunStatus.FAILED, StopReason.PLANNER_ERROR, f"the planner failed: {type(error).__name__}"
                 )
 
-    async def _conclude(self, run: RunRecorder, decision: JoinDecision) -> None:
-        """Turn the joiner's decision into the run's end, or into its next round.
-
-        A round a hard limit cut short (a budget, the repeat gate, a withdrawn tool, the deadline) ends the run
-        ``stopped`` with that limit's reason and detail, whatever the joiner decided: it judged less than the
-        plan asked for, so its answer is kept as partial, never completes the run, and no replan goes around
-        the limit.
-
-        Failure is not evidence: while calls of the run have no answer, no verdict may stand — the run stops
-        naming what is missing, and keeps no result. A replan of a round that drained may still ask again.
-        """
-        interruption = _interruption_of(run.state)
-        missing = missing_evidence(run.state, drained=interruption is None)
-        if interruption is not None:
-            detail, partial = _cut_short(run.state, interruption, decision, missing)
-            await run.finish(RunStatus.STOPPED, interruption.reason, detail, partial)
-            return
-        if missing and not isinstance(decision, Replan):
-            await run.finish(RunStatus.STOPPED, StopReason.EVIDENCE_INCOMPLETE, describe_missing(missing))
-            return
-        match decision:
-            case Final():
-                unsupported = unsupported_citations(decision.citations, run.state)
-                if unsupported:
-                    await run.finish(
-                        RunStatus.NEEDS_HUMAN,
-                        StopReason.FINAL_ANSWER_UNSUPPORTED,
-                        _unsupported(unsupported),
-                        dict(decision.result),
-                    )
-                else:
-                    await run.finish(RunStatus.COMPLETED, None, None, dict(decision.result))
-            case NeedsHuman():
-                result = dict(decision.result) if decision.result is not None else None
-                await run.finish(RunStatus.NEEDS_HUMAN, decision.stop_reason, decision.detail, result)
-            case Replan():
-                budgets = run.state.budgets
-                try:
-                    budgets.check_stale(stale_replans=run.state.rounds_without_new_evidence())
-                    budgets.check_replan(replans=run.state.round)
-                except BudgetExceeded as exc:
-                    await run.finish(
-                        RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"{decision.reason}: {exc}"
-                    )
-                    return
-                await run.record(PlanningStarted(at=now(), round=run.state.round + 1, reason=decision.reason))
-            case _:
-                assert_never(decision)
-
     async def _halt(self, run: RunRecorder, interruption: Interruption) -> None:
         status = RunStatus.CANCELLED if interruption.reason is StopReason.CANCELLED else RunStatus.STOPPED
         await run.finish(status, interruption.reason, interruption.detail)
@@ -546,7 +463,11 @@ class RunDriver:
     def _context(self, state: RunState) -> PlanningContext:
         """What the planner is shown: only the tools this run could use right now, and observations as data."""
         authority = self.context.authority(state)
-        tools = [ToolSpec.of(contract) for contract in effective_tools(authority, self._catalogue).values()]
+        tools = [  # a tool withdrawn under the run (its server unlisted, its definition changed) is not offered
+            ToolSpec.of(contract)
+            for name, contract in effective_tools(authority, self._catalogue).items()
+            if self.context.withdrawal(name, state.tool_pins) is None
+        ]
         return PlanningContext(
             resource=state.resource,
             goal=state.goal,
@@ -554,6 +475,7 @@ class RunDriver:
             round=state.round,
             observations=tuple(observations(state)),
             replan_reason=state.replan_reason,
+            unanswered=unanswered(state),
         )
 
 
@@ -582,49 +504,6 @@ class _RoundSpans:
             self._span.end()
             otel_context.detach(self._attached)
             self._span = None
-
-
-def _unrecordable(decision: JoinDecision) -> str | None:
-    """Why ``decision`` cannot be recorded, if it cannot: a model may write a NUL, a lone surrogate or a
-    non-finite number into its answer, or nest it past ``dag.storable.MAX_DEPTH``."""
-    match decision:
-        case Final(result=result, citations=citations):
-            written: dict[str, Any] = {"result": dict(result), "citations": list(citations)}
-        case NeedsHuman(detail=detail, result=result):
-            written = {"detail": detail, "result": dict(result) if result is not None else None}
-        case Replan(reason=reason):
-            written = {"reason": reason}
-    for pointer, problem in unfit_values(written):
-        return f"the planner's answer cannot be recorded: {pointer}: {problem}"
-    return None
-
-
-def _cut_short(
-    state: RunState,
-    interruption: Interruption,
-    decision: JoinDecision,
-    missing: tuple[MissingEvidence, ...],
-) -> tuple[str, dict[str, Any] | None]:
-    """The detail and the partial result of a run whose round ``interruption`` cut short: the joiner's result
-    is kept as it would be on a ``needs_human`` run, unless it rests on calls that have no answer."""
-    if missing:
-        return f"{interruption.detail}; {describe_missing(missing)}", None
-    match decision:
-        case Final(result=result, citations=citations):
-            unsupported = unsupported_citations(citations, state)
-            if unsupported:
-                return f"{interruption.detail}; {_unsupported(unsupported)}", dict(result)
-            return interruption.detail, dict(result)
-        case NeedsHuman(result=result):
-            return interruption.detail, dict(result) if result is not None else None
-        case Replan():
-            return interruption.detail, None
-        case _:
-            assert_never(decision)
-
-
-def _unsupported(citations: list[str]) -> str:
-    return f"the answer cites what no tool output of this run contains: {citations[:20]}"
 
 
 def _interruption_of(state: RunState) -> Interruption | None:
@@ -658,6 +537,15 @@ async def _bounded(
         task.cancel()
         cancelled.cancel()
         handed_over.cancel()
+
+
+def unanswered(state: RunState) -> tuple[str, ...]:
+    """The plan nodes that ended without a call (``PlanningContext.unanswered``), in run order."""
+    return tuple(
+        node_id
+        for node_id in state.order
+        if (node := state.nodes[node_id]).args is None and not node.is_group and node.status.terminal
+    )
 
 
 def observations(state: RunState) -> list[Observation]:

@@ -12,14 +12,9 @@ from pydantic import JsonValue
 
 from actors.observe.metrics import NO_METRICS, RunMetrics, Transition, report
 from actors.observe.tracing import tracer
-from dag.errors import RaydagError
 from dag.events import RunEvent, RunFinished
 from dag.run_state import RunState, apply
 from dag.states import RunStatus, StopReason
-
-
-class LeaseLost(RaydagError):
-    """Another supervisor owns the run now; this one must stop driving it (and record nothing more)."""
 
 
 class EventSink(Protocol):

@@ -1,8 +1,8 @@
 """One plan round, executed: nodes dispatched the moment they are ready, retried, timed out, limited, cancelled.
 
-The decisions come from ``dag``: the scheduler (what is ready), the policy (may it run), the gate (has it
-run), the budget (must we stop), the retry policy (try again?) and the circuit breaker (is the tool well).
-This module performs them and records each transition before acting on it.
+What to do with each ready node and each retry that is due is ``dag.dispatch``'s decision, a list of steps;
+this module records them, each before it is acted on, starts the calls they ask for, and keeps the round's
+clocks: the deadline, retry backoffs, a resting tool's wake-up.
 """
 
 from __future__ import annotations
@@ -20,9 +20,21 @@ from actors.calls.call import ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.context import ExecutionContext, HandedOver, Interruption
 from actors.run.recorder import RunRecorder, now
-from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolContract
-from dag.errors import BudgetExceeded
+from dag.dispatch import (
+    AwaitIdentical,
+    Call,
+    Deny,
+    Fail,
+    HoldForCapacity,
+    HoldForCircuit,
+    Probe,
+    ReuseOutput,
+    Stop,
+    dispatch,
+    past_deadline,
+    retries,
+)
 from dag.events import (
     ErrorKind,
     GroupSettled,
@@ -38,13 +50,11 @@ from dag.events import (
     RunEvent,
     RuntimeFailure,
 )
-from dag.gate import AlreadyFailed, Dispatch, RepeatLimit, Reuse, Wait, gate
-from dag.health import Go, HealthKey, WaitFor, counts_against_tool
-from dag.policy import Decision, authorize, observed_values
+from dag.health import HealthKey, counts_against_tool
+from dag.policy import observed_values
 from dag.run_state import RunState, apply
-from dag.scheduler import Expand, Frontier, Ready, Runnable, Settle, Skip, Step, Unresolvable, resolve
+from dag.scheduler import Expand, Frontier, Settle, Skip
 from dag.states import NodeStatus, StopReason
-from dag.validate import check_arguments
 
 HELD_AT_MOST_S = 0.05
 """How long what a round decided and nothing acts on yet (outcomes that make no node ready while other calls
@@ -114,13 +124,12 @@ class RoundExecution:
                     await self._land_in_flight()
                     await self._run.flush()
                     raise HandedOver(f"run {self._run.state.run_id} handed over by a stopping supervisor")
-                remaining = (self._deadline - now()).total_seconds()
-                if remaining <= 0:
+                at = now()
+                remaining = (self._deadline - at).total_seconds()
+                late = past_deadline(self._run.state, at)
+                if late is not None:
                     await self._record_landed()
-                    limit = self._run.state.budgets.deadline_s
-                    return Interruption(
-                        StopReason.DEADLINE_EXCEEDED, f"the run's deadline of {limit:g}s passed"
-                    )
+                    return Interruption(late.reason, late.detail)
                 if self._plan_changed is not None:
                     self._plan_changed.clear()  # before the scheduler looks, so no arrival goes unseen
                 progress = await self._step()
@@ -190,21 +199,6 @@ class RoundExecution:
     def _health_key(self, tool: str) -> HealthKey:
         return (self._run.state.principal.tenant_id, tool)
 
-    def _admit(self, node_id: str, tool: str) -> bool:
-        """Whether the tool's circuit lets this call go now; if not, the round wakes when it might."""
-        key = self._health_key(tool)
-        admission = self._context.health.admit(key, time.monotonic())
-        match admission:
-            case WaitFor(seconds=seconds):
-                self._wake_in(seconds)
-                return False
-            case Go(probe=probe):
-                if probe:
-                    self._probes[node_id] = key
-                return True
-            case unexpected:
-                assert_never(unexpected)
-
     async def _resume_in_flight(self) -> None:
         """Calls recorded as in flight have no task in this process (a recovered run): dispatch them again.
 
@@ -239,113 +233,52 @@ class RoundExecution:
         for event in events:
             state = apply(state, event)
         context = self._context
-        authority = context.authority(state)
+        steps = dispatch(
+            state,
+            self._frontier.candidates(state),
+            in_flight=len(self._calls),
+            catalogue=context.catalogue,
+            withdrawal=context.withdrawal,
+            observed=self._observed,
+            health=context.health,
+            now=time.monotonic(),
+        )
         calls: list[tuple[ToolCall, ToolContract]] = []
-        dispatching: set[str] = set()
-        decided: Counter[str] = Counter()  # proposals decided in this step, not yet in the state
-        nodes = state.node_count()
-        capacity = state.budgets.max_parallel - len(self._calls)
         at = now()
-        for candidate in self._frontier.candidates(state):
-            if isinstance(candidate, Runnable) and capacity <= 0:
-                continue  # max_parallel: not even resolved until a call lands
-            step: Step = resolve(state, candidate.node_id) if isinstance(candidate, Runnable) else candidate
+        for step in steps:
             match step:
                 case Skip():
                     events.append(NodeSkipped(at=at, node_id=step.node_id, cause_node_id=step.cause_node_id))
                 case Settle():
                     events.append(GroupSettled(at=at, node_id=step.node_id, succeeded=step.succeeded))
-                case Unresolvable():
-                    error = NodeError(kind=ErrorKind.CONTRACT, code=step.code, message=step.message)
-                    events.append(NodeFailed(at=at, node_id=step.node_id, error=error))
                 case Expand():
-                    try:
-                        state.budgets.check_expansion(nodes=nodes, fanout=step.count)
-                    except BudgetExceeded as exc:
-                        return await self._stop(
-                            events, Interruption(STOP_REASON_OF_BUDGET[exc.budget], f"{step.node_id}: {exc}")
-                        )
-                    nodes += step.count
                     events.append(NodeExpanded(at=at, node_id=step.node_id, count=step.count))
-                case Ready():
-                    withdrawn = context.withdrawal(step.tool, state.tool_pins)
-                    if withdrawn is not None:
-                        decided[step.fingerprint] += 1
-                        events.append(
-                            NodeDenied(
-                                at=at,
-                                node_id=step.node_id,
-                                tool=step.tool,
-                                args=step.args,
-                                fingerprint=step.fingerprint,
-                                decision=withdrawn.decision,
-                            )
+                case Fail() | Deny():
+                    events.append(_event_of(step, at))
+                case ReuseOutput(ready=ready):
+                    events.append(
+                        NodeReused(
+                            at=at,
+                            node_id=ready.node_id,
+                            tool=ready.tool,
+                            args=ready.args,
+                            fingerprint=ready.fingerprint,
+                            source_node_id=step.source_node_id,
                         )
-                        return await self._stop(
-                            events,
-                            Interruption(withdrawn.stop_reason, f"{step.node_id}: {withdrawn.detail}"),
-                        )
-                    contract = context.catalogue.get(step.tool)
-                    problem = check_arguments(contract, step.args) if contract is not None else None
-                    if problem is not None:
-                        error = NodeError(kind=ErrorKind.CONTRACT, code="INVALID_ARGUMENTS", message=problem)
-                        events.append(NodeFailed(at=at, node_id=step.node_id, error=error))
-                        continue
-                    decision = authorize(authority, context.catalogue, step.tool, step.args, self._observed)
-                    common: dict[str, Any] = {
-                        "at": at,
-                        "node_id": step.node_id,
-                        "tool": step.tool,
-                        "args": step.args,
-                        "fingerprint": step.fingerprint,
-                    }
-                    if not decision.allowed:
-                        decided[step.fingerprint] += 1
-                        events.append(NodeDenied(**common, decision=decision))
-                        continue
-                    assert contract is not None
-                    verdict = gate(state, step.fingerprint, dispatching=dispatching, decided=decided)
-                    if not isinstance(verdict, Wait | RepeatLimit):
-                        decided[step.fingerprint] += 1
-                    match verdict:
-                        case Wait():
-                            continue
-                        case RepeatLimit() as limit:
-                            return await self._stop(
-                                events,
-                                Interruption(
-                                    StopReason.REPEATED_ACTION_FINGERPRINT,
-                                    f"{step.node_id}: {step.tool} with these arguments was proposed "
-                                    f"{limit.proposals} times (limit {limit.limit})",
-                                ),
-                            )
-                        case Reuse() as reuse:
-                            events.append(NodeReused(**common, source_node_id=reuse.source_node_id))
-                        case AlreadyFailed() as failed:
-                            error = NodeError(
-                                kind=ErrorKind.BUSINESS,
-                                code="IDENTICAL_ACTION_FAILED",
-                                message=f"the identical action of {failed.source_node_id!r} already ran and failed",
-                            )
-                            events.append(NodeFailed(at=at, node_id=step.node_id, error=error))
-                        case Dispatch():
-                            if capacity <= 0:
-                                continue  # max_parallel: it stays pending until a call lands
-                            if not self._admit(step.node_id, step.tool):
-                                continue  # the tool is resting: it stays pending until its circuit lets it
-                            capacity -= 1
-                            dispatching.add(step.fingerprint)
-                            events.append(NodeDispatched(**common, attempt=1, decision=decision))
-                            calls.append(
-                                (
-                                    self._call_for(
-                                        state, step.node_id, step.tool, step.args, 1, step.fingerprint
-                                    ),
-                                    contract,
-                                )
-                            )
-                        case unexpected:
-                            assert_never(unexpected)
+                    )
+                case Call():
+                    events.append(_dispatched(step, at))
+                    calls.append((self._call_for(state, step), context.catalogue[step.tool]))
+                case Probe():
+                    self._probes[step.node_id] = step.key
+                case HoldForCircuit():
+                    self._wake_in(step.seconds)  # it stays pending until its tool's circuit lets it
+                case AwaitIdentical() | HoldForCapacity():
+                    pass  # decided again when a call lands
+                case Stop():
+                    if step.last is not None:
+                        events.append(_event_of(step.last, at))
+                    return await self._stop(events, Interruption(step.reason, step.detail))
                 case _:
                     assert_never(step)
         if not events:
@@ -396,19 +329,46 @@ class RoundExecution:
     async def _retry_due(self) -> Interruption | bool:
         """Dispatch due retries, oldest first, while ``max_parallel`` leaves room and their tools' circuits let
         them through; ``True`` if any moved, the interruption if one's tool was withdrawn."""
+        if not self._due:
+            return False
+        context = self._context
+        steps = retries(
+            self._run.state,
+            self._due,
+            in_flight=len(self._calls),
+            catalogue=context.catalogue,
+            withdrawal=context.withdrawal,
+            observed=self._observed,
+            health=context.health,
+            now=time.monotonic(),
+        )
         moved = False
         resting: list[str] = []
-        while self._due and len(self._calls) < self._run.state.budgets.max_parallel:
-            node_id = self._due.pop(0)
-            if not self._admit(node_id, self._run.state.nodes[node_id].tool):
-                resting.append(node_id)
-                continue
-            interruption = await self._redispatch(node_id)
-            if interruption is not None:
-                self._due[:0] = resting
-                return interruption
-            moved = True
-        self._due[:0] = resting  # still first in line once their tool is back
+        taken = 0
+        for step in steps:
+            match step:
+                case Probe():
+                    self._probes[step.node_id] = step.key
+                    continue
+                case HoldForCircuit():
+                    resting.append(step.node_id)  # still first in line once its tool is back
+                    self._wake_in(step.seconds)
+                case Call():
+                    await self._run.record(_dispatched(step, now()))
+                    self._start(self._call_for(self._run.state, step), context.catalogue[step.tool])
+                    moved = True
+                case Fail():
+                    await self._run.record(_event_of(step, now()))
+                    moved = True
+                case Stop():
+                    if step.last is not None:
+                        await self._run.record(_event_of(step.last, now()))
+                    self._due[: taken + 1] = resting
+                    return Interruption(step.reason, step.detail)
+                case _:
+                    assert_never(step)
+            taken += 1
+        self._due[:taken] = resting
         return moved
 
     def _completion(self, node_id: str, outcome: ToolOutcome) -> RunEvent:
@@ -455,80 +415,39 @@ class RoundExecution:
             at=now(), node_id=node_id, attempt=node.attempts, error=error, delay_s=round(delay, 3), **times
         )
 
-    async def _redispatch(self, node_id: str) -> Interruption | None:
-        """A retry is a new dispatch: authorized again, with a token of its own. A tool withdrawn meanwhile
-        stops the round, as a fresh dispatch of it would."""
-        state = self._run.state
-        node = state.nodes[node_id]
-        assert node.args is not None
-        assert node.fingerprint is not None
-        withdrawn = self._context.withdrawal(node.tool, state.tool_pins)
-        decision: Decision = (
-            withdrawn.decision
-            if withdrawn is not None
-            else authorize(
-                self._context.authority(state), self._context.catalogue, node.tool, node.args, self._observed
-            )
-        )
-        if not decision.allowed:
-            error = NodeError(kind=ErrorKind.AUTHORIZATION, code=decision.rule_id, message=decision.reason)
-            await self._run.record(NodeFailed(at=now(), node_id=node_id, error=error))
-            if withdrawn is not None:
-                return Interruption(withdrawn.stop_reason, f"{node_id}: {withdrawn.detail}")
-            return None
-        attempt = node.attempts + 1
-        await self._run.record(
-            NodeDispatched(
-                at=now(),
-                node_id=node_id,
-                tool=node.tool,
-                args=dict(node.args),
-                fingerprint=node.fingerprint,
-                attempt=attempt,
-                decision=decision,
-            )
-        )
-        self._start(
-            self._call_for(state, node_id, node.tool, dict(node.args), attempt, node.fingerprint),
-            self._context.catalogue[node.tool],
-        )
-        return None
-
-    def _call_for(
-        self, state: RunState, node_id: str, tool: str, args: dict[str, Any], attempt: int, fingerprint: str
-    ) -> ToolCall:
-        contract = self._context.catalogue[tool]
+    def _call_for(self, state: RunState, step: Call) -> ToolCall:
+        contract = self._context.catalogue[step.tool]
         url, tokens = self._context.destination(contract)
         token = (
             tokens.mint(
                 subject=state.principal.subject,
                 tenant_id=state.principal.tenant_id,
-                task_id=f"{state.run_id}/{node_id}/{attempt}",
+                task_id=f"{state.run_id}/{step.node_id}/{step.attempt}",
                 resource=state.resource,
                 scopes={contract.scope},
-                tool=tool,
+                tool=step.tool,
             )
             if tokens is not None
             else ""
         )
         span = tracer().start_span(
-            f"node {node_id}",
+            f"node {step.node_id}",
             attributes={
                 "raydag.run_id": state.run_id,
-                "raydag.node_id": node_id,
-                "raydag.tool": tool,
-                "raydag.attempt": attempt,
-                "raydag.fingerprint": fingerprint,
+                "raydag.node_id": step.node_id,
+                "raydag.tool": step.tool,
+                "raydag.attempt": step.attempt,
+                "raydag.fingerprint": step.fingerprint,
             },
         )
-        self._spans[node_id] = span
+        self._spans[step.node_id] = span
         return ToolCall(
             trace=carrier(span),
             run_id=state.run_id,
-            node_id=node_id,
-            attempt=attempt,
-            tool=tool,
-            args=args,
+            node_id=step.node_id,
+            attempt=step.attempt,
+            tool=step.tool,
+            args=step.args,
             mcp_url=url,
             token=token,
             timeout_s=contract.timeout_s,
@@ -552,3 +471,32 @@ class RoundExecution:
                 message=f"no result within {contract.timeout_s + self._context.call_slack_s:g}s",
             )
             return ToolOutcome(output=None, error=error, started_at=started, finished_at=now())
+
+
+def _dispatched(call: Call, at: datetime) -> NodeDispatched:
+    return NodeDispatched(
+        at=at,
+        node_id=call.node_id,
+        tool=call.tool,
+        args=call.args,
+        fingerprint=call.fingerprint,
+        attempt=call.attempt,
+        decision=call.decision,
+    )
+
+
+def _event_of(step: Deny | Fail, at: datetime) -> NodeDenied | NodeFailed:
+    match step:
+        case Deny(ready=ready, decision=decision):
+            return NodeDenied(
+                at=at,
+                node_id=ready.node_id,
+                tool=ready.tool,
+                args=ready.args,
+                fingerprint=ready.fingerprint,
+                decision=decision,
+            )
+        case Fail(node_id=node_id, error=error):
+            return NodeFailed(at=at, node_id=node_id, error=error)
+        case _:
+            assert_never(step)

@@ -7,38 +7,48 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, assert_never
 
 import asyncpg
 
 from actors.calls.call import ToolExecutor
-from actors.launch.settings import MAX_ACTIVE_RUNS
 from actors.observe.metrics import NO_METRICS, RunMetrics, report
 from actors.run.context import HandedOver
 from actors.run.driver import RunDriver
-from actors.run.recorder import LeaseLost, now
-from actors.run.submission import Cancellation, Drained, RunRequest, Submission, SubmitResult
+from actors.run.recorder import now
+from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
+from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunRequest, Submission, SubmitResult
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
-from actors.store.ownership import Leases
+from actors.store.ownership import LeaseLost, Leases
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.runs import Creation, RunStore
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets
-from actors.toolsets.live import Withdrawal
 from actors.toolsets.pinning import run_pin
-from actors.toolsets.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
-from dag.budget import BudgetAboveLimit, Budgets
+from actors.toolsets.withdrawal import Withdrawal
+from dag.admission import (
+    NoPlanner,
+    Offer,
+    OverLimits,
+    PlannerLacksTools,
+    PlannerUnavailable,
+    PlanRefused,
+    ResourceUnfit,
+    RunAdmitted,
+    RunRefusal,
+    UnknownPlanner,
+    admit_run,
+)
+from dag.budget import Budgets
 from dag.contracts import ToolCatalogue, ToolContract
-from dag.errors import PlanInvalid
 from dag.events import RunCreated
 from dag.health import ToolHealth
 from dag.plan import Plan
 from dag.policy import Principal
-from dag.run_resource import missing_resource_keys, resource_mismatch
 from dag.run_state import RunState, apply, fold
 from dag.states import RunStatus
-from dag.validate import validate_plan
-from mcp_server.tokens import TaskTokens
-from planner.base import Planner
+from dag.tokens import TaskTokens
+from planner.base import Planner, required_tools
 
 if TYPE_CHECKING:
     from actors.calls.call import ToolOutcome
@@ -93,8 +103,9 @@ class RunService:
         self._unavailable_planners = dict(unavailable_planners or {})
         self._toolset_planner = toolset_planner
         """The toolsets' own planner's name: the planner of a run that names none and gives no plan."""
+        self._planner_tools = {name: required_tools(planner) for name, planner in planners.items()}
+        """Each planner offered, with the tools it cannot plan or judge a run without."""
         self._catalogue = catalogue
-        self._planners = planners
         self._limits = limits
         self._tenant_tools = tenant_tools
         self._driver = RunDriver(
@@ -132,68 +143,32 @@ class RunService:
     async def _submit(self, request: RunRequest) -> SubmitResult:
         if self._driver.handover.is_set():
             return SubmitResult(Submission.SHUTTING_DOWN)
-        if request.planner in self._unavailable_planners:
-            return SubmitResult(
-                Submission.PLANNER_UNAVAILABLE,
-                error={"planner": request.planner, "reason": self._unavailable_planners[request.planner]},
-            )
-        if request.planner not in self._planners:
-            return SubmitResult(
-                Submission.UNKNOWN_PLANNER,
-                error={"planner": request.planner, "known": sorted(self._planners)},
-            )
-        try:
-            budgets = self._limits.lowered_by(request.budgets)
-        except BudgetAboveLimit as exc:
-            above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
-            return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})
         tenant_tools = (
             self._tenant_tools.get(request.principal.tenant_id, ())
             if self._tenant_tools is not None
             else None
         )
-        usable = {
-            name: contract
-            for name, contract in self._catalogue.items()
-            if tenant_tools is None or name in tenant_tools
-        }
-        planned = None
-        checked = None
-        if request.plan is not None and self._names_unlisted_tool(request.plan):
-            pass  # its server has not been listed: the run is created and stops TOOL_SERVER_UNREACHABLE
-        elif request.plan is not None:
-            try:
-                checked = validate_plan(
-                    Plan.parse(request.plan), self._catalogue, max_nodes=budgets.max_nodes
-                )
-            except PlanInvalid as exc:
-                return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
-            planned = [node.tool for node in checked.nodes]
         unlisted = self._unlisted_tools(tenant_tools)
-        mismatch = resource_mismatch(request.resource, usable, planned)
-        if mismatch is not None and not mismatch.missing and planned is None:
-            # A key a tool of an unlisted server is declared to bind is not a requester's mistake: the run
-            # is created and stops with that server's withdrawal, as a plan naming its tool would.
-            declared = frozenset().union(*unlisted.values())
-            if set(mismatch.unused) <= declared:
-                mismatch = None
-        if mismatch is not None:
-            return SubmitResult(
-                Submission.RESOURCE_MISMATCH, error={"message": mismatch.message, **mismatch.as_dict()}
-            )
-        used = (
-            planned
-            if planned is not None
-            else [
-                name
-                for name, contract in usable.items()
-                if not missing_resource_keys(contract, request.resource)
-            ]
+        offer = Offer(
+            catalogue=self._catalogue,
+            limits=self._limits,
+            planners=self._planner_tools,
+            unavailable_planners=self._unavailable_planners,
+            toolset_planner=self._toolset_planner,
+            withdrawn=self._withdrawn,
+            unlisted=unlisted,
+            granted=tenant_tools,
         )
-        # An unlisted server's check still decides who may name the resource: existence must not leak
-        # while that server is down.
-        used += [name for name, keys in unlisted.items() if keys <= request.resource.keys()]
-        for check in checks_for(self._resource_checks, used):
+        admission = admit_run(
+            planner=request.planner,
+            plan=request.plan,
+            resource=request.resource,
+            budgets=request.budgets,
+            offer=offer,
+        )
+        if not isinstance(admission, RunAdmitted):
+            return _refused(admission)
+        for check in checks_for(self._resource_checks, list(admission.checked_by)):
             try:
                 answer = await check(request.principal, request.resource)
             except ResourceCheckUnavailable as exc:
@@ -210,12 +185,14 @@ class RunService:
             scopes=tuple(sorted(request.principal.scopes)),
             resource=dict(request.resource),
             goal=request.goal,
-            planner=request.planner,
-            budgets=budgets,
+            planner=admission.planner,
+            budgets=admission.budgets,
             proposal=dict(request.plan) if request.plan is not None else None,
             tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
             trace=dict(request.trace) if request.trace else None,
-            tool_pins={name: run_pin(self._pins[name]) for name in sorted(usable) if name in self._pins}
+            tool_pins={
+                name: run_pin(self._pins[name]) for name in sorted(admission.tools) if name in self._pins
+            }
             or None,
         )
         self._creating.add(created.run_id)  # not an orphan between its insert and its driver's start
@@ -223,14 +200,14 @@ class RunService:
             creation, run_id = await self.store.create_run(
                 created,
                 idempotency_key=request.idempotency_key,
-                request_hash=request.fingerprint(),
-                tools={*usable, *unlisted},
+                request_hash=replace(request, planner=admission.planner).fingerprint(),
+                tools={*admission.tools, *unlisted},
             )
             match creation:
                 case Creation.CREATED:
                     state = apply(None, created)
                     report(self._metrics, [(None, created, state)])
-                    self._start(state, last_seq=1, checked_plan=checked)
+                    self._start(state, last_seq=1, checked_plan=admission.plan)
                     return SubmitResult(Submission.CREATED, run_id)
                 case Creation.REPLAYED:
                     return SubmitResult(Submission.REPLAYED, run_id)
@@ -257,17 +234,6 @@ class RunService:
             and name not in self._catalogue
             and (tenant_tools is None or name in tenant_tools)
         }
-
-    def _names_unlisted_tool(self, plan: Mapping[str, Any]) -> bool:
-        """Whether ``plan`` names a declared tool whose server has not been listed: such a run is created and
-        then stopped with the withdrawal's stop reason, recorded, rather than refused as invalid."""
-        nodes = plan.get("nodes")
-        return isinstance(nodes, list) and any(
-            isinstance(node, Mapping)
-            and node.get("tool") in self._withdrawn
-            and node.get("tool") not in self._catalogue
-            for node in nodes
-        )
 
     async def _call_for_check(
         self, principal: Principal, resource: Mapping[str, str], contract: ToolContract, args: dict[str, Any]
@@ -513,3 +479,29 @@ class RunService:
         for cancel in self._cancels.values():
             cancel.set()
         await asyncio.gather(*self._background, *self._runs.values(), return_exceptions=True)
+
+
+def _refused(refusal: RunRefusal) -> SubmitResult:
+    """Admission's refusal, as the submission's answer."""
+    match refusal:
+        case NoPlanner(known=known):
+            return SubmitResult(Submission.NO_PLANNER, error={"known": list(known)})
+        case UnknownPlanner(planner=planner, known=known):
+            return SubmitResult(Submission.UNKNOWN_PLANNER, error={"planner": planner, "known": list(known)})
+        case PlannerUnavailable(planner=planner, reason=reason):
+            return SubmitResult(Submission.PLANNER_UNAVAILABLE, error={"planner": planner, "reason": reason})
+        case OverLimits(error=exc):
+            above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
+            return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})
+        case PlanRefused(error=exc):
+            return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
+        case ResourceUnfit(mismatch=mismatch):
+            return SubmitResult(
+                Submission.RESOURCE_MISMATCH, error={"message": mismatch.message, **mismatch.as_dict()}
+            )
+        case PlannerLacksTools(planner=planner, missing=missing):
+            return SubmitResult(
+                Submission.PLANNER_LACKS_TOOLS, error={"planner": planner, "missing": list(missing)}
+            )
+        case _:
+            assert_never(refusal)

@@ -1,11 +1,15 @@
-"""What a request for a run is, and what submitting one, cancelling one or draining a supervisor answers."""
+"""What a request for a run is, and what submitting one, cancelling one or draining a supervisor answers.
+
+A refusal is shown the same way on every surface: ``SubmitResult.refusal()`` gives it its problem type, HTTP
+status and message once; the API, the CLI and the Python API render that.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, assert_never
 
 from dag.budget import BudgetRequest
 from dag.fingerprint import sha256_hex
@@ -15,6 +19,10 @@ DEFAULT_GOAL = "Answer from what the run's tools return."
 """A request's goal when it names none: the plan-driven planners ignore it; a model planner is best given one."""
 
 
+MAX_ACTIVE_RUNS = 64
+"""Runs a supervisor drives at once (``RAYDAG_MAX_ACTIVE_RUNS``); more are accepted and wait their turn."""
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """A request for a run over ``resource``. ``principal`` comes from authentication, the rest from the caller."""
@@ -22,7 +30,8 @@ class RunRequest:
     principal: Principal
     resource: Mapping[str, str]
     goal: str = DEFAULT_GOAL
-    planner: str = "conformance"
+    planner: str | None = None
+    """The planner named; ``None``: chosen at submission (``dag.admission.choose_planner``)."""
     plan: Mapping[str, Any] | None = None
     budgets: BudgetRequest | None = None
     idempotency_key: str | None = None
@@ -30,7 +39,9 @@ class RunRequest:
     """The caller's W3C trace context; not part of what makes two requests the same."""
 
     def fingerprint(self) -> str:
-        """What makes two requests "the same" for an idempotency key: the body and who sent it."""
+        """What makes two requests "the same" for an idempotency key: the body and who sent it. The service
+        hashes the request with its planner resolved, so that naming the planner a request would get anyway
+        changes nothing (a retried caseops request hashes as it did when ``conformance`` was the default)."""
         return sha256_hex(
             {
                 "subject": self.principal.subject,
@@ -59,6 +70,11 @@ class Submission(StrEnum):
     RESOURCE_MISMATCH = "resource_mismatch"
     """The resource lacks a key a tool of the plan needs, or names one no tool of the run uses."""
     UNKNOWN_PLANNER = "unknown_planner"
+    NO_PLANNER = "no_planner"
+    """The request names no planner and gives no plan, and the toolsets declare no planner of their own."""
+    PLANNER_LACKS_TOOLS = "planner_lacks_tools"
+    """The planner cannot plan or judge a run without tools this run cannot use (caseops' ``conformance``
+    over another toolset)."""
     PLAN_INVALID = "plan_invalid"
     BUDGET_ABOVE_LIMIT = "budget_above_limit"
     PLANNER_UNAVAILABLE = "planner_unavailable"
@@ -69,11 +85,89 @@ class Submission(StrEnum):
     """The supervisor is handing its runs over before it stops: nothing was accepted, retry later."""
 
 
+DATABASE_RETRY_AFTER_S = 5
+SUPERVISOR_RETRY_AFTER_S = 1
+"""Ray restarts a supervisor whose process died within a second or two."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a submission started no run, as every surface shows it: an HTTP problem (``status``, the problem
+    type ``problem``, ``detail`` and extension ``fields``, ``retry_after_s`` for a 503), the CLI's message and
+    exit code, the Python API's error."""
+
+    status: int
+    problem: str
+    detail: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    retry_after_s: int | None = None
+
+    @property
+    def requester_must_act(self) -> bool:
+        """Whether the request must change (a 4xx); otherwise the same request may be retried later."""
+        return self.status < 500
+
+
 @dataclass(frozen=True)
 class SubmitResult:
     outcome: Submission
     run_id: str | None = None
     error: dict[str, Any] | None = None
+
+    def refusal(self) -> Refusal | None:
+        """Why no run was started; ``None`` for a created or replayed run."""
+        error = dict(self.error or {})
+        match self.outcome:
+            case Submission.CREATED | Submission.REPLAYED:
+                return None
+            case Submission.RESOURCE_NOT_FOUND:
+                # The toolset's check makes one answer for an unknown resource and another tenant's (caseops:
+                # 404 case-not-found, byte for byte the same).
+                return Refusal(404, str(error.get("problem")), str(error.get("detail")))
+            case Submission.RESOURCE_CHECK_UNAVAILABLE:
+                detail = "the resource check could not answer; nothing was accepted, retry later"
+                return Refusal(
+                    503, "resource-check-unavailable", detail, retry_after_s=SUPERVISOR_RETRY_AFTER_S
+                )
+            case Submission.IDEMPOTENCY_CONFLICT:
+                detail = "this Idempotency-Key was already used with a different request"
+                return Refusal(409, "idempotency-key-reused", detail, {"run_id": self.run_id})
+            case Submission.RESOURCE_MISMATCH:
+                detail = str(error.pop("message", "the resource does not fit the run's tools"))
+                return Refusal(422, "resource-mismatch", detail, error)
+            case Submission.PLAN_INVALID:
+                return Refusal(422, "plan-invalid", str(error["message"]), {"plan_error": error})
+            case Submission.UNKNOWN_PLANNER:
+                return Refusal(422, "unknown-planner", "the planner is not available", error)
+            case Submission.NO_PLANNER:
+                detail = (
+                    "no planner: name one (planner in the request, --planner on the command line; openai needs "
+                    "OPENAI_API_KEY), or give a plan"
+                )
+                return Refusal(422, "unknown-planner", detail, error)
+            case Submission.PLANNER_UNAVAILABLE:
+                return Refusal(
+                    422, "planner-unavailable", str(error.get("reason")), {"planner": error.get("planner")}
+                )
+            case Submission.PLANNER_LACKS_TOOLS:
+                missing = ", ".join(error.get("missing", ()))
+                detail = (
+                    f"planner {error.get('planner')!r} cannot plan or judge a run without {missing}, "
+                    "which this run cannot use"
+                )
+                return Refusal(422, "planner-lacks-tools", detail, error)
+            case Submission.BUDGET_ABOVE_LIMIT:
+                return Refusal(
+                    422, "budget-above-limit", str(error.get("message")), {"above": error.get("above")}
+                )
+            case Submission.UNAVAILABLE:
+                detail = "the run store cannot be reached; nothing was accepted, retry later"
+                return Refusal(503, "database-unavailable", detail, retry_after_s=DATABASE_RETRY_AFTER_S)
+            case Submission.SHUTTING_DOWN:
+                detail = "the server is stopping and hands its runs over; nothing was accepted, retry later"
+                return Refusal(503, "shutting-down", detail, retry_after_s=SUPERVISOR_RETRY_AFTER_S)
+            case _:
+                assert_never(self.outcome)
 
 
 @dataclass(frozen=True)

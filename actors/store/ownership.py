@@ -9,6 +9,11 @@ from dataclasses import dataclass
 import asyncpg
 
 from actors.store.resilience import RUN_WINDOW_S, retrying
+from dag.errors import RaydagError
+
+
+class LeaseLost(RaydagError):
+    """Another supervisor owns the run now; this one must stop driving it (and record nothing more)."""
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 REQUEST_DEADLINE_S = 1.5
 """All the waiting one API request may do on PostgreSQL and the supervisor, together, before it answers 503:
-the README promises that answer within two seconds."""
+docs/API.md promises that answer within two seconds."""
 REQUEST_WINDOW_S = 1.0
 """A client is waiting: give up on one statement quickly (within the request's deadline, where one is set)."""
 RUN_WINDOW_S = 60.0

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from actors.run.recorder import LeaseLost
+from actors.store.ownership import LeaseLost
 from actors.store.resilience import REQUEST_WINDOW_S, RUN_WINDOW_S, Line, retrying
 from dag.events import (
     NodeDenied,

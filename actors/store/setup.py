@@ -1,30 +1,34 @@
-"""A database made ready for the runtime: its migrations applied, and a toolset's own tables and seed where
-this process serves that toolset."""
+"""A database made ready for the runtime: raydag's migrations applied, then those of a toolset raydag hosts
+(its own tables, recorded apart), then that toolset's seed if one is asked for."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+
 from actors.store.database import create_pool
 from actors.store.migrate import Schema, migrate
-from mcp_server.seed import SeedData, load_seed
 
-CASEOPS_SCHEMA = Schema("mcp_server", table="caseops_schema_migrations")
-"""The shipped caseops server's own tables (mcp_server/migrations), in the database it shares with the runtime."""
+Seeding = Callable[[asyncpg.Connection], Awaitable[Any]]
+"""Loads data over a connection whose migrations are applied (``HostedToolset.seed`` bound to its file)."""
 
 
 async def prepare_database(
-    dsn: str, seed: SeedData | None = None, *, caseops: bool | None = None
+    dsn: str, *, schemas: Sequence[Schema] = (), seed: Seeding | None = None
 ) -> list[int]:
-    """Apply the runtime's pending migrations and, where this process serves caseops (``caseops``, implied by
-    a ``seed``, which is caseops data), caseops' own; then load ``seed``. Returns the runtime's versions
-    applied now. A database used only with other toolsets never gets caseops' tables."""
+    """Apply raydag's pending migrations, then each of ``schemas`` (a hosted toolset's own), then ``seed``.
+    Returns raydag's versions applied now. A database used only with toolsets served elsewhere never gets a
+    hosted toolset's tables."""
     pool = await create_pool(dsn, max_size=1)
     try:
         async with pool.acquire() as connection:
             applied = await migrate(connection)
-            if (seed is not None) if caseops is None else caseops:
-                await migrate(connection, CASEOPS_SCHEMA)
+            for schema in schemas:
+                await migrate(connection, schema)
             if seed is not None:
-                await load_seed(connection, seed)
+                await seed(connection)
         return applied
     finally:
         await pool.close()

@@ -1,4 +1,11 @@
-"""Toolsets: the MCP servers raydag calls, declared in one file, listed, turned into contracts and pinned.
+"""Toolsets: the MCP servers raydag calls, declared in one file, turned into contracts and pinned.
+
+- ``config``: the file's model (servers, auth, overlays, ``planner``, ``hosting``) and loading it;
+- ``_yaml_lines``: a malformed file's error, placed at its line;
+- ``credentials``: a server's own secrets, read where the call is made;
+- ``listing``: what a server listed; ``catalogue``: contracts built from a listing and its overlays;
+- ``pinning``: each tool's definition digest, and what changed since it was pinned;
+- ``withdrawal``: a declared tool that may not be called now, and why.
 
 What other packages use is re-exported here:
 
@@ -15,7 +22,7 @@ Listing a server is the MCP client's (``actors.calls.mcp.discovery``: ``discover
 from actors.toolsets._yaml_lines import ToolsetsInvalid
 from actors.toolsets.catalogue import ToolsetCatalogue, ToolsetMismatch, build_catalogue, contract_of
 from actors.toolsets.config import (
-    CASEOPS_TOOLSETS,
+    SHIPPED_TOOLSETS,
     TOOLSETS_ENV,
     BearerAuth,
     HttpServer,
@@ -25,17 +32,17 @@ from actors.toolsets.config import (
     StdioServer,
     ToolOverlay,
     Toolsets,
-    caseops_toolsets,
     configured_toolsets,
     load_toolsets,
     parse_toolsets,
+    shipped_toolsets,
 )
 from actors.toolsets.credentials import CredentialUnavailable
 from actors.toolsets.listing import ServerListing, ToolDefinition
 from actors.toolsets.pinning import PinChanges, ToolPins, compare, definition_digest, pins_of
 
 __all__ = [
-    "CASEOPS_TOOLSETS",
+    "SHIPPED_TOOLSETS",
     "TOOLSETS_ENV",
     "BearerAuth",
     "CredentialUnavailable",
@@ -54,7 +61,6 @@ __all__ = [
     "Toolsets",
     "ToolsetsInvalid",
     "build_catalogue",
-    "caseops_toolsets",
     "compare",
     "configured_toolsets",
     "contract_of",
@@ -62,4 +68,5 @@ __all__ = [
     "load_toolsets",
     "parse_toolsets",
     "pins_of",
+    "shipped_toolsets",
 ]

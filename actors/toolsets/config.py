@@ -331,14 +331,66 @@ ServerSpec = Annotated[HttpServer | StdioServer, Field(discriminator="transport"
 """One MCP server of a toolsets file."""
 
 
+_IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class Migrations(_Strict):
+    """A toolset's own tables: ``package``'s ``migrations/*.sql``, recorded in ``table`` (apart from raydag's)."""
+
+    package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+    table: str = Field(pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class Demo(_Strict):
+    """What ``raydag demo`` runs: a run over ``resource`` with the toolset's own planner."""
+
+    resource: dict[str, str] = Field(min_length=1)
+    goal: str | None = None
+
+
+class Hosting(_Strict):
+    """What raydag does for a toolset whose server it hosts itself (the shipped caseops), each thing named,
+    never imported by the runtime's code: the server, served where ``RAYDAG_MCP_URL`` is unset (at
+    ``/mcp``); the tables it needs in the database raydag prepares; how ``raydag seed`` loads its data; and
+    what ``raydag demo`` runs. The contract of each name is in docs/TOOLSETS.md ("Hosting a toolset")."""
+
+    server: str | None = Field(default=None, pattern=_IMPORT_PATH)
+    """``package.module:factory``, called with keywords ``dsn``, ``tokens`` (``dag.tokens.TaskTokens``),
+    ``latency_ms``, ``pool_size``, ``allowed_hosts``, ``allowed_origins``; it returns a server with ``asgi``
+    (the MCP endpoint), ``asgi_app()`` (an app answering at ``/mcp``, with its lifespan) and ``lifespan()``."""
+    migrations: Migrations | None = None
+    seed: str | None = Field(default=None, pattern=_IMPORT_PATH)
+    """``package.module:function``, awaited as ``load(connection, path)``: the data of the seed file at
+    ``path`` (``None``: the toolset's demo data) into the database; returns rows written per table."""
+    demo: Demo | None = None
+
+
 class Toolsets(_Strict):
     """A loaded, validated toolsets file."""
 
     version: Literal[1] = 1
-    planner: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+    planner: str | None = Field(default=None, pattern=_IMPORT_PATH)
     """The toolset's own planner, ``package.module:ClassName``: offered beside the built-in ones, and the
     planner of a run that names none and supplies no plan (caseops names its ``conformance`` planner)."""
+    hosting: Hosting | None = None
+    """What raydag runs for this toolset's server when it hosts it itself; ``None``: the servers run elsewhere."""
     servers: tuple[ServerSpec, ...] = Field(min_length=1)
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """Every scope the overlays declare: what a development key, the CLI's operator and the Python API act
+        with."""
+        return frozenset(overlay.scope for server in self.servers for overlay in server.tools.values())
+
+    @property
+    def resource_keys(self) -> frozenset[str]:
+        """Every resource key an overlay binds a tool's input to (caseops: ``case_id``)."""
+        return frozenset(
+            binding.resource
+            for server in self.servers
+            for overlay in server.tools.values()
+            for binding in overlay.run_bound.values()
+        )
 
     @model_validator(mode="after")
     def _unique_names(self) -> Toolsets:
@@ -411,24 +463,38 @@ def _check_unique_names(document: LocatedYaml) -> None:
 
 
 def load_toolsets(path: str | Path, variables: Mapping[str, str] | None = None) -> Toolsets:
-    """Read and validate the toolsets file at ``path``. ``${NAME}`` in ``url``, ``command``, ``args`` and
-    ``cwd`` comes from ``variables`` (default: the environment)."""
+    """Read and validate the toolsets file at ``path`` (or ``package:file``, a file a Python package ships,
+    such as ``SHIPPED_TOOLSETS``). ``${NAME}`` in ``url``, ``command``, ``args`` and ``cwd`` comes from
+    ``variables`` (default: the environment)."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _located(path).read_text(encoding="utf-8")
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ToolsetsInvalid(source, None, None, f"cannot be read ({reason})") from None
     return parse_toolsets(text, source, variables)
 
 
-CASEOPS_TOOLSETS = Path(str(resources.files("mcp_server").joinpath("caseops.yaml")))
-"""The shipped declaration of the caseops tools, which belongs to their server (``mcp_server/``)."""
+SHIPPED_TOOLSETS = "mcp_server:caseops.yaml"
+"""The toolsets a deployment serves when ``RAYDAG_TOOLSETS`` names none: the worked example's declaration, a
+file its package ships (named, not imported: the runtime knows the example only through what it declares)."""
+_PACKAGED = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*):([A-Za-z0-9_][A-Za-z0-9_./-]*\.ya?ml)$")
 
 
-def caseops_toolsets(mcp_url: str) -> Toolsets:
-    """The caseops toolset, its server at ``mcp_url``."""
-    return load_toolsets(CASEOPS_TOOLSETS, {"RAYDAG_MCP_URL": mcp_url})
+def _located(path: str | Path) -> Path:
+    """``path`` itself, or the file ``package:file`` names inside an installed package."""
+    packaged = _PACKAGED.match(str(path)) if isinstance(path, str) and not Path(path).exists() else None
+    if packaged is None:
+        return Path(path)
+    try:
+        return Path(str(resources.files(packaged.group(1)).joinpath(packaged.group(2))))
+    except ModuleNotFoundError:
+        return Path(path)  # read as a path, and reported as one that cannot be read
+
+
+def shipped_toolsets(mcp_url: str) -> Toolsets:
+    """The shipped toolsets (``SHIPPED_TOOLSETS``), their hosted server at ``mcp_url``."""
+    return load_toolsets(SHIPPED_TOOLSETS, {"RAYDAG_MCP_URL": mcp_url})
 
 
 def configured_toolsets(environ: Mapping[str, str] | None = None) -> Toolsets | None:

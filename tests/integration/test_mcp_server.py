@@ -18,10 +18,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from actors.launch.background_server import BackgroundServer
+from dag.tokens import RESOURCE_READER, TaskTokens
 from mcp_server.auth import ASGIApp
+from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
-from mcp_server.server import MCP_PATH, ToolServer, ToolServerConfig
-from mcp_server.tokens import RESOURCE_READER, TaskTokens
+from mcp_server.server import MCP_PATH, ToolServer
 from mcp_server.tools import ToolBinding
 from tests.c102 import CASE_OUTPUT, RESOLVE_OUTPUT
 from tests.integration.conftest import RunningToolServer
@@ -301,7 +302,7 @@ def test_requests_without_a_valid_task_token_are_401(
 
 
 def test_a_token_for_another_audience_is_401(tool_server: RunningToolServer) -> None:
-    from mcp_server.tokens import TaskTokens
+    from dag.tokens import TaskTokens
 
     elsewhere = TaskTokens(key=tool_server.tokens.key, audience="http://elsewhere.example/mcp")
     token = elsewhere.mint(
@@ -319,7 +320,7 @@ def test_a_token_for_another_audience_is_401(tool_server: RunningToolServer) -> 
 
 
 def test_a_token_living_longer_than_the_lifetime_is_401(tool_server: RunningToolServer) -> None:
-    from mcp_server.tokens import TaskTokens
+    from dag.tokens import TaskTokens
 
     long_lived = TaskTokens(key=tool_server.tokens.key, audience=tool_server.url, lifetime_seconds=3600)
     token = long_lived.mint(
@@ -337,7 +338,7 @@ def test_a_token_living_longer_than_the_lifetime_is_401(tool_server: RunningTool
 
 
 async def test_the_serve_app_serves_mcp_at_slash_mcp(api: str, tool_server: RunningToolServer) -> None:
-    from mcp_server.tokens import TaskTokens
+    from dag.tokens import TaskTokens
 
     url = api + "/mcp"
     token = TaskTokens(key=tool_server.tokens.key, audience=tool_server.url).mint(

@@ -11,12 +11,12 @@ from actors.calls.executors import RayToolExecutor
 from actors.run.service import RunService
 from actors.run.submission import RunRequest, Submission
 from actors.store.database import create_pool
-from actors.toolsets.config import caseops_toolsets, parse_toolsets
+from actors.toolsets.config import parse_toolsets, shipped_toolsets
 from dag.budget import Budgets
 from dag.policy import Principal
+from dag.tokens import TaskTokens
 from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS
 from mcp_server.planner import ConformancePlanner
-from mcp_server.tokens import TaskTokens
 from tests.integration.conftest import RunningToolServer
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
@@ -45,7 +45,7 @@ async def service(
     )
     assert (
         toolsets.server("caseops").tools.keys()
-        == caseops_toolsets(tool_server.url).server("caseops").tools.keys()
+        == shipped_toolsets(tool_server.url).server("caseops").tools.keys()
     )
     pool = await create_pool(dsn, max_size=2)
     running = RunService(
@@ -53,6 +53,7 @@ async def service(
         executor=RayToolExecutor(CASEOPS_TOOLS),
         catalogue=CASEOPS_TOOLS,
         planners={"conformance": ConformancePlanner()},
+        toolset_planner="conformance",  # as the shipped toolsets name it
         tokens=TaskTokens(key=token_key, audience=tool_server.url),
         mcp_url=tool_server.url,
         limits=Budgets(),

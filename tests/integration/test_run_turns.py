@@ -19,9 +19,9 @@ from actors.store.database import create_pool
 from actors.store.runs import RunStore
 from dag.budget import Budgets
 from dag.policy import Principal
+from dag.tokens import TaskTokens
 from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS
 from mcp_server.planner import ConformancePlanner
-from mcp_server.tokens import TaskTokens
 from tests.integration.conftest import RunningToolServer
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
@@ -44,6 +44,7 @@ async def service(dsn: str, slow: RunningToolServer, token_key: bytes) -> AsyncI
         executor=executor,
         catalogue=CASEOPS_TOOLS,
         planners={"conformance": ConformancePlanner()},
+        toolset_planner="conformance",  # as the shipped toolsets name it
         tokens=TaskTokens(key=token_key, audience=slow.url),
         mcp_url=slow.url,
         limits=Budgets(),

@@ -15,7 +15,7 @@ import httpx
 
 from actors.launch.background_server import BackgroundServer
 from actors.store.database import drop_database
-from actors.supervisor import NAMESPACE
+from actors.supervisor import NAMESPACE, SupervisorConfig
 from dag.budget import Budgets
 from tests.c102 import C102_RESULT
 from tests.integration.conftest import DEMO_KEY, TEST_API_KEYS, RunningToolServer, auth
@@ -43,14 +43,14 @@ def test_readyz_is_503_naming_the_dependency_that_does_not_answer(
     import ray
 
     from actors.api.app import ApiConfig, create_app
+    from actors.supervisor import SupervisorConfig
 
     name = f"raydag-test-readyz-{uuid.uuid4().hex[:6]}"
     config = ApiConfig(
-        dsn=scratch_dsn,
-        mcp_url=tool_server.url,
-        token_key=token_key,
+        supervisor=SupervisorConfig(
+            dsn=scratch_dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets()
+        ),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name=name,
     )
     server = BackgroundServer().start(create_app(config), timeout_s=60)
@@ -133,11 +133,8 @@ def test_removing_the_app_lets_a_waiting_request_finish(
 
     name = "raydag-test-graceful-supervisor"
     config = ApiConfig(
-        dsn=dsn,
-        mcp_url=simulated.url,
-        token_key=token_key,
+        supervisor=SupervisorConfig(dsn=dsn, mcp_url=simulated.url, token_key=token_key, limits=Budgets()),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name=name,
     )
     serve.run(build_app(config, Scaling()), name="raydag-graceful", route_prefix="/graceful", blocking=False)
@@ -185,17 +182,14 @@ def test_the_tool_server_as_an_application_of_its_own_serves_the_runs_and_checks
     from ray import serve
 
     from actors.api.app import ApiConfig, Scaling, build_app, build_tool_app
+    from dag.tokens import TaskTokens
     from mcp_server.server import MCP_PATH
-    from mcp_server.tokens import TaskTokens
 
     name = "raydag-test-layout-supervisor"
     mcp_url = f"{api}/layout{MCP_PATH}"
     config = ApiConfig(
-        dsn=dsn,
-        mcp_url=mcp_url,
-        token_key=token_key,
+        supervisor=SupervisorConfig(dsn=dsn, mcp_url=mcp_url, token_key=token_key, limits=Budgets()),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name=name,
     )
     serve.run(build_tool_app(config, Scaling()), name="raydag-layout-mcp", route_prefix=f"/layout{MCP_PATH}")

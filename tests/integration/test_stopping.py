@@ -150,8 +150,8 @@ def _run(base: str, run_id: str) -> dict[str, Any]:
 
 
 def test_sigterm_to_mcp_finishes_the_call_in_flight_and_exits_0(dsn: str, home: Path) -> None:
+    from dag.tokens import TaskTokens
     from mcp_server.contracts import CASEOPS_TOOLS
-    from mcp_server.tokens import TaskTokens
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"

@@ -17,11 +17,12 @@ from actors.api.views import run_view
 from actors.store.database import create_pool, drop_database, ensure_database, with_database
 from actors.store.migrate import migrations
 from actors.store.runs import RunStore, StoredEvent
-from actors.store.setup import CASEOPS_SCHEMA, prepare_database
+from actors.store.setup import prepare_database
 from dag.budget import Budgets
 from dag.events import RunCreated
 from dag.policy import Principal
 from mcp_server.seed import SeedData, demo_seed, load_seed
+from tests.caseops import CASEOPS_SCHEMA, prepare_caseops_database
 
 TABLES = ("tenants", "policies", "policy_required_documents", "cases", "source_documents", "document_aliases")
 
@@ -56,7 +57,7 @@ async def test_four_concurrent_starts_on_an_empty_database_apply_each_migration_
     admin_dsn: str,
 ) -> None:
     async with empty_database(admin_dsn) as fresh:
-        applied = await asyncio.gather(*(prepare_database(fresh, caseops=True) for _ in range(4)))
+        applied = await asyncio.gather(*(prepare_caseops_database(fresh, None) for _ in range(4)))
         connection = await asyncpg.connect(fresh)
         try:
             recorded = await connection.fetch("SELECT version FROM schema_migrations ORDER BY version")
@@ -83,7 +84,7 @@ async def test_a_database_for_other_toolsets_gets_no_caseops_tables_and_caseops_
         try:
             assert await connection.fetchval("SELECT to_regclass('cases')") is None
             assert await connection.fetchval("SELECT to_regclass('runs')") is not None
-            await prepare_database(fresh, caseops=True)
+            await prepare_caseops_database(fresh, None)
             caseops = await connection.fetch(f"SELECT version FROM {CASEOPS_SCHEMA.table} ORDER BY version")
             runtime = await connection.fetch("SELECT version FROM schema_migrations ORDER BY version")
         finally:
@@ -105,7 +106,7 @@ async def test_a_database_from_before_caseops_kept_its_own_schema_keeps_its_data
             await connection.execute("INSERT INTO schema_migrations (version, name) VALUES (1, 'domain')")
             await load_seed(connection, demo_seed())
             before = await counts(connection)
-            await prepare_database(old, caseops=True)
+            await prepare_caseops_database(old, None)
             after = await counts(connection)
             caseops = await connection.fetchval(f"SELECT array_agg(version) FROM {CASEOPS_SCHEMA.table}")
         finally:
@@ -334,7 +335,7 @@ async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_o
     from actors.store.ownership import Leases
 
     async with empty_database(admin_dsn) as fresh:
-        await prepare_database(fresh, demo_seed())
+        await prepare_caseops_database(fresh)
         pool = await create_pool(fresh, max_size=2)
         try:
             gone = RunStore(pool, owner="gone", lease_s=0.0)  # its leases have lapsed as soon as written
@@ -358,7 +359,7 @@ async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_o
 async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_another_owner(
     admin_dsn: str,
 ) -> None:
-    from actors.run.recorder import LeaseLost
+    from actors.store.ownership import LeaseLost
     from dag.events import RunFinished
     from dag.run_state import fold
     from dag.states import RunStatus, StopReason
@@ -424,8 +425,9 @@ async def _runtime_pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
 
 @contextlib.asynccontextmanager
 async def _tool_server_pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
-    from mcp_server.server import ToolServer, ToolServerConfig
-    from mcp_server.tokens import TaskTokens
+    from dag.tokens import TaskTokens
+    from mcp_server.config import ToolServerConfig
+    from mcp_server.server import ToolServer
 
     server = ToolServer(
         ToolServerConfig(dsn=dsn, tokens=TaskTokens(key=b"k" * 32, audience="a"), pool_size=1)

@@ -17,7 +17,7 @@ from actors.calls.mcp import McpConnections
 from actors.calls.mcp.discovery import discover, discover_toolsets
 from actors.launch.background_server import BackgroundServer
 from actors.toolsets.catalogue import ToolsetMismatch, build_catalogue
-from actors.toolsets.config import HttpServer, caseops_toolsets, parse_toolsets
+from actors.toolsets.config import HttpServer, parse_toolsets, shipped_toolsets
 from dag.events import ErrorKind
 from dag.validate import check_arguments
 from mcp_server.contracts import CASEOPS_TOOLS
@@ -187,7 +187,7 @@ def _unauthenticated(url: str, tmp_path: Path) -> HttpServer:
 async def test_the_shipped_caseops_toolset_gives_the_contracts_written_in_python(
     tool_server: RunningToolServer,
 ) -> None:
-    toolsets = caseops_toolsets(tool_server.url)
+    toolsets = shipped_toolsets(tool_server.url)
     snapshot = "caseops_get_case_snapshot"
 
     catalogue = await discover_toolsets(toolsets, token_for=lambda spec: tool_server.token(snapshot))

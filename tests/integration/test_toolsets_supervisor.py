@@ -20,7 +20,7 @@ from actors.calls.call import ExecutorKind
 from actors.launch.background_server import BackgroundServer
 from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
-from actors.toolsets.config import Toolsets, caseops_toolsets, parse_toolsets
+from actors.toolsets.config import Toolsets, parse_toolsets, shipped_toolsets
 from dag.budget import Budgets
 from dag.policy import Principal
 from dag.run_state import RunState
@@ -91,7 +91,7 @@ async def test_a_plan_over_two_servers_runs_each_call_on_its_own_server(
     """Whichever process makes the calls owns the stdio server: a caller actor, or the supervisor itself."""
     import ray
 
-    toolsets = merged(caseops_toolsets(tool_server.url), toy_toolsets())
+    toolsets = merged(shipped_toolsets(tool_server.url), toy_toolsets())
     supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets, tool_executor=executor)
     plan = {
         "nodes": [
@@ -128,7 +128,7 @@ async def test_an_unreachable_server_is_retried_in_the_background_and_its_runs_s
     import ray
 
     later = BackgroundServer(host="127.0.0.1")  # its port is bound, nothing listens yet
-    toolsets = merged(caseops_toolsets(tool_server.url), unreachable_toolsets(later.url + "/mcp"))
+    toolsets = merged(shipped_toolsets(tool_server.url), unreachable_toolsets(later.url + "/mcp"))
     supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets)
     echo = {"nodes": [{"id": "echo", "tool": "echo", "args": {"text": "hi"}}]}
     try:
@@ -173,7 +173,7 @@ async def test_while_a_server_is_not_listed_its_resource_check_still_decides_and
 
     nowhere = BackgroundServer(host="127.0.0.1")  # its port is bound, nothing listens: caseops never lists
     supervisor = supervisor_for(
-        dsn, tool_server, token_key, name, toolsets=caseops_toolsets(nowhere.url + "/mcp")
+        dsn, tool_server, token_key, name, toolsets=shipped_toolsets(nowhere.url + "/mcp")
     )
     try:
         theirs = await supervisor.submit.remote(
@@ -202,17 +202,19 @@ def test_readyz_is_503_naming_an_unreachable_toolset_server(
     import ray
 
     from actors.api.app import ApiConfig, create_app
-    from actors.supervisor import NAMESPACE
+    from actors.supervisor import NAMESPACE, SupervisorConfig
 
     nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     config = ApiConfig(
-        dsn=dsn,
-        mcp_url=tool_server.url,
-        token_key=token_key,
+        supervisor=SupervisorConfig(
+            dsn=dsn,
+            mcp_url=tool_server.url,
+            token_key=token_key,
+            limits=Budgets(),
+            toolsets=merged(shipped_toolsets(tool_server.url), unreachable_toolsets(nowhere + "/mcp")),
+        ),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name=name,
-        toolsets=merged(caseops_toolsets(tool_server.url), unreachable_toolsets(nowhere + "/mcp")),
     )
     server = BackgroundServer().start(create_app(config), timeout_s=60)
     try:

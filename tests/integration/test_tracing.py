@@ -130,17 +130,16 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
     import ray
 
     from actors.api.app import ApiConfig, create_app
+    from actors.supervisor import SupervisorConfig
 
     api = BackgroundServer()
     name = f"raydag-traced-{uuid.uuid4().hex[:8]}"
     config = ApiConfig(
-        dsn=dsn,
-        mcp_url=api.url + MCP_PATH,  # the app's own /mcp: its server spans land in this process
-        token_key=token_key,
+        supervisor=SupervisorConfig(
+            dsn=dsn, mcp_url=api.url + MCP_PATH, token_key=token_key, limits=Budgets(), tool_executor=executor
+        ),
         api_keys=TEST_API_KEYS,
-        limits=Budgets(),
         supervisor_name=name,
-        tool_executor=executor,  # Ray tasks or caller actors: the same trace either way
     )
     otel = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
@@ -152,7 +151,7 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
         .options(
             name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=100, runtime_env={"env_vars": otel}
         )
-        .remote(config.supervisor_config())
+        .remote(config.supervisor)
     )
     api.start(create_app(config))
     # Ready once the supervisor has listed the app's own /mcp (which was not up when the supervisor started).

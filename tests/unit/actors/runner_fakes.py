@@ -25,9 +25,9 @@ from dag.health import ToolHealth
 from dag.retry import RetryPolicy
 from dag.run_state import RunState, apply, fold
 from dag.states import NodeStatus
+from dag.tokens import TaskTokens
 from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS
 from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL, ConformancePlanner
-from mcp_server.tokens import TaskTokens
 from planner import JoinDecision, Observation, PlanningContext
 from tests.c102 import CASE_OUTPUT, DOCS_OUTPUT, POLICY_OUTPUT, RESOLVE_OUTPUT
 

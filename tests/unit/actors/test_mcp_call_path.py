@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from actors.calls.mcp.connections import McpConnections
-from actors.toolsets.config import caseops_toolsets, parse_toolsets
+from actors.toolsets.config import parse_toolsets, shipped_toolsets
 from dag.contracts import Risk, ToolContract
 from dag.schemas import JsonSchema
 from mcp_server.contracts import CASEOPS_TOOLS
 
-PINNED = caseops_toolsets("http://127.0.0.1:9/mcp").servers[0]  # 2026-07-28, raydag's task tokens
+PINNED = shipped_toolsets("http://127.0.0.1:9/mcp").servers[0]  # 2026-07-28, raydag's task tokens
 
 
 def server_of_others(protocol: str = "auto") -> Any:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from actors.calls.call import ToolOutcome
-from actors.toolsets.config import caseops_toolsets, parse_toolsets
-from actors.toolsets.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
+from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
+from actors.toolsets.config import parse_toolsets, shipped_toolsets
 from dag.contracts import ToolContract
 from dag.events import ErrorKind, NodeError
 from dag.policy import Principal
@@ -39,7 +39,7 @@ def unused_tool(*_: Any) -> Any:
 async def test_the_caseops_check_answers_another_tenants_case_exactly_as_an_unknown_one() -> None:
     database = Cases(("tenant-demo", "C-102"), ("tenant-other", "C-201"))
     checks = resource_checks(
-        caseops_toolsets("http://127.0.0.1:1/mcp"), CASEOPS_TOOLS, database=database, call_tool=unused_tool
+        shipped_toolsets("http://127.0.0.1:1/mcp"), CASEOPS_TOOLS, database=database, call_tool=unused_tool
     )
     (check,) = checks_for(checks, list(CASEOPS_TOOLS))
 

@@ -189,7 +189,7 @@ async def test_each_call_carries_a_task_token_for_this_run_node_and_principal() 
         claims = TOKENS.verify(call.token)
         assert claims.tenant_id == TENANT
         assert claims.sub == SUBJECT
-        assert claims.case_id == CASE_ID
+        assert claims.resource == {"case_id": CASE_ID}
         assert claims.tool == call.tool
         assert claims.scopes == frozenset({CASEOPS_TOOLS[call.tool].scope})  # only what this call needs
         assert claims.task_id == f"{RUN_ID}/{call.node_id}/1"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from actors.launch.settings import ConfigurationError, Settings, describe_errors, load_settings
+from dag.tokens import TaskTokens
 
 
 def test_a_bad_value_names_its_variable_and_what_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,3 +68,36 @@ def test_a_model_price_no_cost_could_be_recorded_with_is_refused(
         load_settings()
 
     assert str(raised.value).startswith("RAYDAG_MODEL_INPUT_USD_PER_MTOK: ")
+
+
+def task_token_key(home: Path, configured: str | None = None) -> bytes:
+    return Settings(home=home, token_key=configured).task_token_key()  # type: ignore[arg-type]
+
+
+def test_the_token_key_is_generated_once_per_home_private_to_its_owner(tmp_path: Path) -> None:
+    home = tmp_path / "raydag-home"
+    key = task_token_key(home)
+    assert len(key) >= 32
+    assert sorted(path.name for path in home.iterdir()) == ["token.key"]  # no scratch file left behind
+    assert stat.S_IMODE((home / "token.key").stat().st_mode) == 0o600
+    assert task_token_key(home) == key
+    assert task_token_key(home, "") == key
+    TaskTokens(key=key, audience="http://127.0.0.1/mcp")
+
+
+def test_two_homes_get_different_keys(tmp_path: Path) -> None:
+    assert task_token_key(tmp_path / "a") != task_token_key(tmp_path / "b")
+
+
+def test_a_configured_key_wins_over_the_generated_one_and_writes_no_file(tmp_path: Path) -> None:
+    generated = task_token_key(tmp_path / "a")
+    configured = "c" * 40
+    assert task_token_key(tmp_path / "b", configured) == configured.encode()
+    assert generated != configured.encode()
+    assert not (tmp_path / "b" / "token.key").exists()
+
+
+def test_a_short_configured_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        task_token_key(tmp_path, "c" * 31)
+    assert not (tmp_path / "token.key").exists()

@@ -16,10 +16,10 @@ from actors.toolsets.config import (
     RaydagTokenAuth,
     ResourceCheckSpec,
     StdioServer,
-    caseops_toolsets,
     configured_toolsets,
     load_toolsets,
     parse_toolsets,
+    shipped_toolsets,
 )
 from dag.contracts import BindingMatch, Recording, Risk
 
@@ -114,7 +114,7 @@ def test_a_resource_check_names_a_callable_or_a_declared_tool_and_the_shipped_ca
     assert by_tool.server("caseops").resource_check == ResourceCheckSpec(tool="caseops_get_case_snapshot")
     assert by_callable.server("caseops").resource_check == ResourceCheckSpec(callable="os.path:isdir")
     assert by_tool.server("files").resource_check is None
-    shipped = caseops_toolsets("http://127.0.0.1:1/mcp").server("caseops").resource_check
+    shipped = shipped_toolsets("http://127.0.0.1:1/mcp").server("caseops").resource_check
     assert shipped == ResourceCheckSpec(callable="mcp_server.resource_check:case_of_tenant")
 
 

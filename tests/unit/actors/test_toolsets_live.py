@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
+from actors.calls.live_catalogue import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE, LiveCatalogue
 from actors.calls.mcp.discovery import ServerUnreachable
 from actors.toolsets.config import HttpServer, StdioServer
 from actors.toolsets.listing import ServerListing
-from actors.toolsets.live import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE, LiveCatalogue
 from dag.states import StopReason
 from tests.unit.actors.test_toolsets_catalogue import READ, toolsets
 

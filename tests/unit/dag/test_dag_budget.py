@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -188,3 +189,25 @@ def test_model_usage_beyond_either_budget_names_it() -> None:
         budgets.check_usage(tokens=0, cost_usd=0.51)
 
     assert (tokens.value.budget, cost.value.budget) == ("max_tokens", "max_cost_usd")
+
+
+def test_the_deadline_is_reached_at_deadline_s_after_the_start_not_before() -> None:
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    budgets = Budgets(deadline_s=2.5)
+
+    assert budgets.deadline_of(started) == started + timedelta(seconds=2.5)
+    budgets.check_deadline(started=started, now=started + timedelta(seconds=2.499))
+    with pytest.raises(BudgetExceeded) as late:
+        budgets.check_deadline(started=started, now=started + timedelta(seconds=2.5))
+
+    assert (late.value.budget, late.value.used, late.value.limit) == ("deadline_s", 2.5, 2.5)
+
+
+def test_calls_may_start_while_fewer_than_max_parallel_are_out() -> None:
+    budgets = Budgets(max_parallel=4)
+
+    assert [budgets.calls_room(in_flight=n) for n in (0, 3, 4)] == [4, 1, 0]
+
+
+def test_a_run_may_gain_nodes_up_to_max_nodes() -> None:
+    assert [Budgets(max_nodes=10).nodes_left(nodes=n) for n in (0, 7, 10)] == [10, 3, 0]

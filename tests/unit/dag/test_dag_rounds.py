@@ -22,7 +22,7 @@ from dag_run_builders import (
     resolve_args_of,
 )
 
-from dag.errors import PlanErrorCode, PlanInvalid
+from dag.errors import EventRefused, PlanErrorCode, PlanInvalid
 from dag.events import JoinStarted, NodeReused, PlanAccepted, PlanningStarted, RunEvent
 from dag.fingerprint import action_fingerprint
 from dag.plan import Plan, qualified_id, qualify
@@ -169,7 +169,7 @@ def test_a_replan_node_names_its_own_rounds_nodes_without_a_prefix() -> None:
 
 
 def test_a_plan_for_another_round_than_the_current_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="plan for round 1 accepted during round 2"):
+    with pytest.raises(EventRefused, match="plan for round 1 accepted during round 2"):
         fold(
             [*round_one_done(), PlanningStarted(at=AT, round=2), PlanAccepted(at=AT, round=1, plan=ROUND_ONE)]
         )

@@ -30,7 +30,7 @@ from dag_run_builders import (
     succeeded,
 )
 
-from dag.errors import IllegalTransition
+from dag.errors import EventRefused, IllegalTransition
 from dag.events import (
     GroupSettled,
     JoinStarted,
@@ -93,11 +93,11 @@ def test_an_accepted_plan_makes_every_node_pending_in_plan_order(example_plan: d
 
 
 def test_a_run_must_start_with_run_created() -> None:
-    with pytest.raises(ValueError, match="first event must be run_created"):
+    with pytest.raises(EventRefused, match="first event must be run_created"):
         fold([PlanningStarted(at=AT, round=1)])
-    with pytest.raises(ValueError, match="may only start a run"):
+    with pytest.raises(EventRefused, match="may only start a run"):
         fold([run_created(), run_created()])
-    with pytest.raises(ValueError, match="at least one event"):
+    with pytest.raises(EventRefused, match="at least one event"):
         fold([])
 
 
@@ -161,7 +161,7 @@ def test_reusing_a_node_without_output_is_refused() -> None:
     }
     reuse = NodeReused(at=AT, node_id="two", tool=CASE_TOOL, args=args, fingerprint="f", source_node_id="one")
 
-    with pytest.raises(ValueError, match="no output"):
+    with pytest.raises(EventRefused, match="no output"):
         running(plan, dispatched("one", CASE_TOOL, args), failed("one"), reuse)
 
 
@@ -238,7 +238,7 @@ def test_run_finished_cancels_a_running_group_and_its_open_children(example_plan
 
 
 def test_run_finished_with_a_non_terminal_status_is_refused(example_plan: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="terminal status"):
+    with pytest.raises(EventRefused, match="terminal status"):
         running(example_plan, RunFinished(at=AT, status=RunStatus.JOINING))
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from mcp.server.transport_security import TransportSecuritySettings
 
+from dag.tokens import TaskClaims, TaskTokens
 from mcp_server.auth import current_claims
 from mcp_server.guard import McpGuard
 from mcp_server.limits import Admission, TenantLimits
-from mcp_server.tokens import TaskClaims, TaskTokens
 from tests.loopback import free_port
 
 PORT = free_port()  # the guard is driven by ASGI scopes alone; the port is only what the scope says

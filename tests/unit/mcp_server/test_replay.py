@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from dag.tokens import TaskClaims
 from mcp_server.replay import ReplayCache
-from mcp_server.tokens import TaskClaims
 
 
 def claims(jti: str | None = None) -> TaskClaims:

@@ -40,3 +40,15 @@ async def test_it_proposes_no_plan() -> None:
 
     with pytest.raises(PlanRequired):
         await OutputsPlanner().propose(context)
+
+
+def test_a_node_that_ended_without_a_call_leaves_the_outputs_unanswered() -> None:
+    """A node whose argument could not be resolved (or that was skipped) has no observation; the outputs
+    planner still owes it an output, so it does not complete without it."""
+    called = Observation("a", "echo", {"text": "x"}, NodeStatus.SUCCEEDED, {"text": "x"})
+
+    decision = outputs_of([called], uncalled=["b"])
+
+    assert isinstance(decision, NeedsHuman)
+    assert decision.stop_reason is StopReason.EVIDENCE_INCOMPLETE
+    assert decision.detail == "1 node(s) have no output: b (never called)"

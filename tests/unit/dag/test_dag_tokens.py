@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import base64
 import json
-import stat
 import time
-from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
 
-from mcp_server.tokens import (
+from dag.tokens import (
     LEEWAY_SECONDS,
     LIFETIME_SECONDS,
     RESOURCE_READER,
     TaskTokens,
     TokenInvalid,
-    load_token_key,
 )
 
 KEY = b"k" * 32
@@ -84,7 +81,6 @@ def test_a_minted_token_verifies_with_every_claim() -> None:
     assert claims.tenant_id == "tenant-demo"
     assert claims.task_id == "run-1/docs/1"
     assert claims.resource == {"case_id": "C-102"}
-    assert claims.case_id == "C-102"
     assert claims.tool == "caseops_list_unclassified_documents"
     assert claims.scope == "cases:read documents:read"  # sorted, space-separated
     assert claims.scopes == frozenset({"cases:read", "documents:read"})
@@ -205,40 +201,6 @@ def test_a_key_shorter_than_32_bytes_is_refused() -> None:
     with pytest.raises(ValueError, match="32 bytes"):
         TaskTokens(key=b"k" * 31, audience=AUDIENCE)
     assert TaskTokens(key=b"k" * 32, audience=AUDIENCE).key == b"k" * 32
-
-
-def test_load_token_key_generates_one_private_key_per_home(tmp_path: Path) -> None:
-    home = tmp_path / "raydag-home"
-    key = load_token_key(None, home)
-    assert len(key) >= 32
-    assert sorted(path.name for path in home.iterdir()) == ["token.key"]  # no scratch file left behind
-    assert stat.S_IMODE((home / "token.key").stat().st_mode) == 0o600
-    assert load_token_key(None, home) == key
-    assert load_token_key("", home) == key
-    TaskTokens(key=key, audience=AUDIENCE)
-
-
-def test_two_homes_get_different_keys(tmp_path: Path) -> None:
-    assert load_token_key(None, tmp_path / "a") != load_token_key(None, tmp_path / "b")
-
-
-def test_a_configured_key_wins_over_the_generated_one(tmp_path: Path) -> None:
-    generated = load_token_key(None, tmp_path)
-    configured = "c" * 40
-    assert load_token_key(configured, tmp_path) == configured.encode()
-    assert generated != configured.encode()
-
-
-def test_a_configured_key_creates_no_key_file(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    load_token_key("c" * 32, home)
-    assert not (home / "token.key").exists()
-
-
-def test_a_short_configured_key_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="at least 32 bytes"):
-        load_token_key("c" * 31, tmp_path)
-    assert not (tmp_path / "token.key").exists()
 
 
 def test_a_token_living_longer_than_the_lifetime_is_refused() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from actors.calls.mcp.discovery import ServerUnreachable, TokenFor, discover
@@ -21,9 +20,8 @@ from actors.toolsets.catalogue import ToolsetMismatch, contracts_of
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets
 from actors.toolsets.listing import ServerListing
 from actors.toolsets.pinning import PinChanges, compare, pins_of
+from actors.toolsets.withdrawal import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE, Withdrawal
 from dag.contracts import ToolContract
-from dag.evidence import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE
-from dag.policy import Decision
 from dag.states import StopReason
 
 log = logging.getLogger(__name__)
@@ -31,21 +29,6 @@ log = logging.getLogger(__name__)
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
 RELIST_EVERY_S = 30.0
-
-
-@dataclass(frozen=True)
-class Withdrawal:
-    """Why a declared tool may not be called now: the policy rule a node of it is denied by, and the stop
-    reason of the run that needed it."""
-
-    rule_id: str
-    stop_reason: StopReason
-    detail: str
-
-    @property
-    def decision(self) -> Decision:
-        """The denial a node of the withdrawn tool is recorded with."""
-        return Decision(allowed=False, rule_id=self.rule_id, reason=self.detail)
 
 
 Lister = Callable[[HttpServer | StdioServer], Awaitable[ServerListing]]

@@ -1,4 +1,7 @@
-"""Task tokens: short-lived JWTs the runtime mints for one tool call, and the server verifies.
+"""Task tokens: short-lived JWTs the runtime mints for one tool call, and a server built for raydag verifies.
+
+The protocol is raydag's, not any one server's: the runtime mints (``actors``), a server verifies (caseops'
+``mcp_server``), and both import it from here, below them.
 
 HS256 is pinned on both sides; ``iss`` and ``aud`` must match exactly; ``exp``/``nbf``/``iat`` are checked
 with ``LEEWAY_SECONDS`` of clock skew, and a token may not live longer than ``lifetime_seconds``. Tenant,
@@ -10,13 +13,10 @@ evidence resources of its run's resource (with the scopes it carries) and calls 
 
 from __future__ import annotations
 
-import os
-import secrets
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -60,7 +60,7 @@ class TaskClaims(BaseModel):
     tenant_id: str
     task_id: str
     resource: dict[str, str]
-    """The run's resource (``{"case_id": "C-102"}``): what the call may be about."""
+    """The run's resource (``{"case_id": "C-102"}``, ``{"root": "/srv/reports"}``): what the call may be about."""
     tool: str
     """The one tool this token may call."""
     scope: str
@@ -72,11 +72,6 @@ class TaskClaims(BaseModel):
     @property
     def scopes(self) -> frozenset[str]:
         return frozenset(self.scope.split())
-
-    @property
-    def case_id(self) -> str | None:
-        """The caseops case the token is bound to, if its run's resource names one."""
-        return self.resource.get("case_id")
 
 
 @dataclass(frozen=True)
@@ -141,26 +136,3 @@ class TaskTokens:
         if verified.exp - verified.iat > self.lifetime_seconds:
             raise TokenInvalid(f"invalid task token: it lives longer than {self.lifetime_seconds} s")
         return verified
-
-
-def load_token_key(configured: str | None, home: Path) -> bytes:
-    """The signing key: ``RAYDAG_TOKEN_KEY`` if set, else one generated once per installation under ``home``."""
-    if configured:
-        key = configured.encode("utf-8")
-        if len(key) < MIN_KEY_BYTES:
-            raise ValueError(f"RAYDAG_TOKEN_KEY must be at least {MIN_KEY_BYTES} bytes long")
-        return key
-    path = home / "token.key"
-    if not path.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        scratch = home / f".token.key.{os.getpid()}.{secrets.token_hex(4)}"
-        descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(secrets.token_hex(32))
-        try:
-            os.link(scratch, path)  # atomic: a concurrent first start keeps exactly one key
-        except FileExistsError:
-            pass
-        finally:
-            scratch.unlink()
-    return path.read_text().strip().encode("utf-8")

@@ -1,0 +1,312 @@
+"""Admission: the planner a request gets, whether it may become a run, and whether a plan may become a round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dag_run_builders import AT, CASE_ID, CASE_OUTPUT, CASE_TOOL, DOCUMENTS_TOOL, READ_FILE, ran, run_created
+
+from dag.admission import (
+    PLAN_GIVEN_PLANNER,
+    NoPlanner,
+    Offer,
+    OverBudget,
+    OverLimits,
+    PlannerLacksTools,
+    PlannerUnavailable,
+    PlanRefused,
+    ResourceUnfit,
+    RoundAdmitted,
+    RunAdmitted,
+    ToolUnlisted,
+    UnknownPlanner,
+    admit_round,
+    admit_run,
+    choose_planner,
+    round_validator,
+)
+from dag.budget import NODES_CAP, BudgetRequest, Budgets
+from dag.contracts import catalogue_of
+from dag.errors import PlanErrorCode, PlanInvalid
+from dag.events import JoinStarted, PlanAccepted, PlanningStarted
+from dag.plan import PlanNode
+from dag.run_state import RunState, fold
+from dag.states import StopReason
+from mcp_server.contracts import CASEOPS_TOOLS
+
+CASE_ARGS = {"case_id": CASE_ID}
+CASEOPS_PLANNER_TOOLS = frozenset(CASEOPS_TOOLS)
+"""What caseops' ``conformance`` planner needs: the four caseops tools."""
+PLANNERS = {"outputs": frozenset(), "conformance": CASEOPS_PLANNER_TOOLS}
+BOTH = {**CASEOPS_TOOLS, **catalogue_of(READ_FILE)}
+ECHO_PLAN = {"nodes": [{"id": "read", "tool": "read_file", "args": {"path": "/srv/a.txt"}}]}
+CASE_PLAN = {"nodes": [{"id": "case", "tool": CASE_TOOL, "args": CASE_ARGS}]}
+
+
+def offer(**changes: Any) -> Offer:
+    fields: dict[str, Any] = {
+        "catalogue": CASEOPS_TOOLS,
+        "limits": Budgets(),
+        "planners": PLANNERS,
+        "toolset_planner": "conformance",
+    }
+    return Offer(**{**fields, **changes})
+
+
+def admit(
+    *,
+    planner: str | None = None,
+    plan: dict[str, Any] | None = None,
+    resource: dict[str, str] | None = None,
+    budgets: BudgetRequest | None = None,
+    **offered: Any,
+) -> Any:
+    return admit_run(
+        planner=planner,
+        plan=plan,
+        resource=resource if resource is not None else {"case_id": CASE_ID},
+        budgets=budgets,
+        offer=offer(**offered),
+    )
+
+
+# ---------------------------------------------------------------- choosing the planner
+
+
+@pytest.mark.parametrize(
+    ("named", "planned", "toolset_planner", "chosen"),
+    [
+        ("openai", True, "conformance", "openai"),  # named: always that one
+        ("openai", False, None, "openai"),
+        (None, True, "conformance", PLAN_GIVEN_PLANNER),  # a plan given: outputs judges it
+        (None, True, None, PLAN_GIVEN_PLANNER),
+        (None, False, "conformance", "conformance"),  # neither: the toolsets' own
+        (None, False, None, None),  # nothing applies
+    ],
+    ids=["named-with-plan", "named-alone", "plan-caseops", "plan-third-party", "toolsets-own", "none"],
+)
+def test_the_planner_is_the_one_named_else_outputs_for_a_plan_else_the_toolsets_own(
+    named: str | None, planned: bool, toolset_planner: str | None, chosen: str | None
+) -> None:
+    assert choose_planner(named, planned=planned, toolset_planner=toolset_planner) == chosen
+
+
+def test_the_plan_given_planner_is_the_outputs_planner() -> None:
+    from planner.outputs import OutputsPlanner
+
+    assert OutputsPlanner.name == PLAN_GIVEN_PLANNER == "outputs"
+
+
+# ---------------------------------------------------------------- a request
+
+
+def test_a_caseops_request_naming_nothing_gets_the_toolsets_planner_and_its_budgets() -> None:
+    admitted = admit(budgets=BudgetRequest(max_nodes=10))
+
+    assert isinstance(admitted, RunAdmitted)
+    assert admitted.planner == "conformance"
+    assert admitted.budgets == Budgets(max_nodes=10)
+    assert admitted.plan is None
+    assert admitted.tools == frozenset(CASEOPS_TOOLS)
+    assert admitted.checked_by == tuple(CASEOPS_TOOLS)  # the tools a planner would be shown
+
+
+def test_a_plan_over_a_third_party_tool_naming_no_planner_is_judged_by_outputs() -> None:
+    admitted = admit(plan=ECHO_PLAN, resource={"root": "/srv"}, catalogue=BOTH, toolset_planner=None)
+
+    assert isinstance(admitted, RunAdmitted)
+    assert admitted.planner == "outputs"
+    assert admitted.plan is not None
+    assert [node.id for node in admitted.plan.nodes] == ["read"]
+    assert admitted.checked_by == ("read_file",)  # the plan's tools: their checks decide
+
+
+def test_no_planner_named_no_plan_and_none_of_the_toolsets_is_refused_listing_those_known() -> None:
+    assert admit(toolset_planner=None) == NoPlanner(known=("conformance", "outputs"))
+
+
+def test_a_planner_this_server_lacks_is_unknown() -> None:
+    assert admit(planner="gpt") == UnknownPlanner("gpt", known=("conformance", "outputs"))
+
+
+def test_a_planner_known_but_not_offered_here_is_unavailable_with_the_reason() -> None:
+    refused = admit(planner="openai", unavailable_planners={"openai": "no OPENAI_API_KEY"})
+
+    assert refused == PlannerUnavailable("openai", "no OPENAI_API_KEY")
+
+
+def test_budgets_above_the_servers_limits_are_refused_naming_them() -> None:
+    refused = admit(budgets=BudgetRequest(max_nodes=65), limits=Budgets(max_nodes=64))
+
+    assert isinstance(refused, OverLimits)
+    assert refused.error.above == {"max_nodes": (65, 64)}
+
+
+def test_an_invalid_plan_is_refused_with_its_plan_error() -> None:
+    plan = {"nodes": [{"id": "a", "tool": CASE_TOOL, "args": {"case_id": {"$ref": "b"}}}]}
+
+    refused = admit(plan=plan)
+
+    assert isinstance(refused, PlanRefused)
+    assert refused.error.code is PlanErrorCode.UNKNOWN_REFERENCE
+
+
+def test_a_plan_larger_than_the_requested_max_nodes_is_too_many_nodes() -> None:
+    plan = {"nodes": [{"id": f"n{i}", "tool": CASE_TOOL, "args": CASE_ARGS} for i in range(3)]}
+
+    refused = admit(plan=plan, budgets=BudgetRequest(max_nodes=2))
+
+    assert isinstance(refused, PlanRefused)
+    assert refused.error.code is PlanErrorCode.TOO_MANY_NODES
+
+
+def test_a_resource_key_no_tool_uses_is_a_mismatch() -> None:
+    refused = admit(resource={"case_id": CASE_ID, "repo": "x"})
+
+    assert isinstance(refused, ResourceUnfit)
+    assert refused.mismatch.unused == ("repo",)
+
+
+def test_a_plan_whose_tool_needs_a_key_the_resource_lacks_is_a_mismatch_naming_it() -> None:
+    refused = admit(plan=CASE_PLAN, resource={"root": "/srv"}, catalogue=BOTH)
+
+    assert isinstance(refused, ResourceUnfit)
+    assert dict(refused.mismatch.missing) == {"case_id": (CASE_TOOL,)}
+
+
+def test_a_planner_that_needs_tools_the_run_cannot_use_is_refused_naming_them() -> None:
+    refused = admit(planner="conformance", resource={"root": "/srv"}, catalogue=BOTH)
+
+    assert refused == PlannerLacksTools("conformance", tuple(sorted(CASEOPS_PLANNER_TOOLS)))
+
+
+def test_a_tenant_without_a_tool_the_planner_needs_is_refused_naming_only_that_tool() -> None:
+    granted = frozenset(CASEOPS_TOOLS) - {DOCUMENTS_TOOL}
+
+    assert admit(granted=granted) == PlannerLacksTools("conformance", (DOCUMENTS_TOOL,))
+
+
+def test_a_planner_needing_tools_of_an_unlisted_server_is_admitted_to_stop_with_the_withdrawal() -> None:
+    """The caseops server is down: the run is created (and stops TOOL_SERVER_UNREACHABLE), not refused."""
+    unlisted = {name: frozenset({"case_id"}) for name in CASEOPS_TOOLS}
+
+    admitted = admit(catalogue={}, unlisted=unlisted, withdrawn=frozenset(CASEOPS_TOOLS))
+
+    assert isinstance(admitted, RunAdmitted)
+    assert admitted.tools == frozenset()
+    assert admitted.checked_by == tuple(CASEOPS_TOOLS)  # its resource check still decides
+
+
+def test_a_plan_naming_a_tool_of_an_unlisted_server_is_created_without_validation() -> None:
+    plan = {"nodes": [{"id": "echo", "tool": "echo", "args": {"text": "hi"}, "extra": "not checked"}]}
+
+    admitted = admit(plan=plan, resource={}, unlisted={"echo": frozenset()}, withdrawn=frozenset({"echo"}))
+
+    assert isinstance(admitted, RunAdmitted)
+    assert (admitted.planner, admitted.plan) == ("outputs", None)
+
+
+def test_a_resource_key_only_an_unlisted_tool_binds_is_not_a_mismatch() -> None:
+    admitted = admit(
+        resource={"case_id": CASE_ID, "root": "/srv"},
+        unlisted={"read_file": frozenset({"root"})},
+        withdrawn=frozenset({"read_file"}),
+    )
+
+    assert isinstance(admitted, RunAdmitted)
+    assert admitted.checked_by == (*CASEOPS_TOOLS, "read_file")
+
+
+# ---------------------------------------------------------------- a plan for a round
+
+
+def first_round(max_nodes: int = 64) -> RunState:
+    """A run planning its first round."""
+    return fold([run_created(budgets=Budgets(max_nodes=max_nodes)), PlanningStarted(at=AT, round=1)])
+
+
+def second_round(max_nodes: int = 64) -> RunState:
+    """A run planning its second round, after a first that ran one snapshot node."""
+    return fold(
+        [
+            run_created(budgets=Budgets(max_nodes=max_nodes)),
+            PlanningStarted(at=AT, round=1),
+            PlanAccepted(at=AT, round=1, plan=CASE_PLAN),
+            *ran("case", CASE_TOOL, CASE_ARGS, CASE_OUTPUT),
+            JoinStarted(at=AT, round=1),
+            PlanningStarted(at=AT, round=2),
+        ]
+    )
+
+
+def nodes(count: int, prefix: str = "n") -> dict[str, Any]:
+    return {"nodes": [{"id": f"{prefix}{i}", "tool": CASE_TOOL, "args": CASE_ARGS} for i in range(count)]}
+
+
+def test_a_first_round_plan_is_admitted_as_validated() -> None:
+    admitted = admit_round(nodes(2), first_round(64), CASEOPS_TOOLS, frozenset())
+
+    assert isinstance(admitted, RoundAdmitted)
+    assert [node.id for node in admitted.plan.nodes] == ["n0", "n1"]
+
+
+def test_a_first_round_plan_over_max_nodes_is_refused_as_too_many_nodes() -> None:
+    refused = admit_round(nodes(3), first_round(2), CASEOPS_TOOLS, frozenset())
+
+    assert isinstance(refused, PlanRefused)
+    assert refused.error.code is PlanErrorCode.TOO_MANY_NODES
+
+
+def test_a_replan_over_max_nodes_stops_the_run_on_the_node_budget_not_as_an_invalid_plan() -> None:
+    state = second_round(max_nodes=3)  # one node so far: room for two more
+
+    over = admit_round(nodes(3, "r"), state, CASEOPS_TOOLS, frozenset())
+
+    assert isinstance(over, OverBudget)
+    assert over.stop_reason is StopReason.NODE_BUDGET_EXHAUSTED
+    assert over.detail == "replan 2: budget max_nodes exhausted: 4 > 3"
+    assert isinstance(admit_round(nodes(2, "r"), state, CASEOPS_TOOLS, frozenset()), RoundAdmitted)
+
+
+def test_a_replan_is_bounded_by_the_nodes_cap_before_the_budget_weighs_it() -> None:
+    refused = admit_round(nodes(NODES_CAP + 1, "r"), second_round(), CASEOPS_TOOLS, frozenset())
+
+    assert isinstance(refused, PlanRefused)
+    assert refused.error.code is PlanErrorCode.TOO_MANY_NODES
+    assert str(NODES_CAP) in refused.error.message
+
+
+def test_the_nodes_cap_is_the_ceiling_of_max_nodes() -> None:
+    assert Budgets.model_fields["max_nodes"].metadata[-1].le == NODES_CAP
+    Budgets(max_nodes=NODES_CAP)
+    with pytest.raises(ValueError, match="less than or equal"):
+        Budgets(max_nodes=NODES_CAP + 1)
+
+
+def test_a_plan_naming_an_unlisted_tool_stops_the_run_with_its_withdrawal() -> None:
+    plan = {"nodes": [*nodes(1)["nodes"], {"id": "echo", "tool": "echo", "args": {"text": "hi"}}]}
+
+    assert admit_round(plan, first_round(64), CASEOPS_TOOLS, frozenset({"echo"})) == ToolUnlisted("echo")
+
+
+def test_a_malformed_plan_is_refused_before_its_tools_are_looked_at() -> None:
+    refused = admit_round({"nodes": "echo"}, first_round(64), CASEOPS_TOOLS, frozenset({"echo"}))
+
+    assert isinstance(refused, PlanRefused)
+    assert refused.error.code is PlanErrorCode.MALFORMED_PLAN
+
+
+def test_a_streamed_plan_is_validated_node_by_node_within_the_nodes_the_run_may_still_gain() -> None:
+    validator = round_validator(second_round(max_nodes=3), CASEOPS_TOOLS)  # one node so far
+    node = PlanNode.model_validate
+
+    validator.add(node({"id": "a", "tool": CASE_TOOL, "args": CASE_ARGS}))
+    validator.add(
+        node({"id": "b", "tool": CASE_TOOL, "args": {"case_id": {"$ref": "r1.case", "pointer": "/case_id"}}})
+    )
+    with pytest.raises(PlanInvalid) as third:
+        validator.add(node({"id": "c", "tool": CASE_TOOL, "args": CASE_ARGS}))
+
+    assert third.value.code is PlanErrorCode.TOO_MANY_NODES
+    assert third.value.location == "/nodes/2"
