@@ -233,6 +233,7 @@ class RoundExecution:
         for event in events:
             state = apply(state, event)
         context = self._context
+        at = now()  # the step's moment, stamped on what it decides (before deciding, as it always was)
         steps = dispatch(
             state,
             self._frontier.candidates(state),
@@ -244,7 +245,6 @@ class RoundExecution:
             now=time.monotonic(),
         )
         calls: list[tuple[ToolCall, ToolContract]] = []
-        at = now()
         for step in steps:
             match step:
                 case Skip():
