@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dag.budget import NODES_CAP, STOP_REASON_OF_BUDGET, BudgetAboveLimit, BudgetRequest, Budgets
-from dag.contracts import ToolCatalogue
+from dag.contracts import INVESTIGATE, ToolCatalogue
 from dag.errors import BudgetExceeded, PlanInvalid
 from dag.plan import Plan
 from dag.run_resource import Resource, ResourceMismatch, missing_resource_keys, resource_mismatch
@@ -129,8 +129,17 @@ class PlannerLacksTools:
     missing: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class UnknownStage:
+    """No tool the run could use is declared for ``stage``: the stages that are, in ``known``."""
+
+    stage: str
+    known: tuple[str, ...]
+
+
 RunRefusal = (
-    NoPlanner
+    UnknownStage
+    | NoPlanner
     | UnknownPlanner
     | PlannerUnavailable
     | OverLimits
@@ -147,11 +156,16 @@ def admit_run(
     resource: Resource,
     budgets: BudgetRequest | None,
     offer: Offer,
+    stage: str = INVESTIGATE,
 ) -> RunAdmitted | RunRefusal:
-    """Whether a request may become a run: its planner, budgets, plan and resource, in that order.
+    """Whether a request may become a run: its stage, planner, budgets, plan and resource, in that order.
+    A run's tools are those granted to its tenant and declared for its ``stage``.
 
     What is left for the caller is what needs I/O: the resource checks of ``RunAdmitted.checked_by``.
     """
+    stages = frozenset().union(*(contract.stages for contract in offer.catalogue.values()))
+    if stage != INVESTIGATE and stage not in stages:  # the default stays open to a run of unlisted tools
+        return UnknownStage(stage, tuple(sorted(stages)))
     chosen = choose_planner(planner, planned=plan is not None, toolset_planner=offer.toolset_planner)
     if chosen is None:
         return NoPlanner(tuple(sorted(offer.planners)))
@@ -165,7 +179,9 @@ def admit_run(
         return OverLimits(exc)
     granted = offer.granted
     usable = {
-        name: contract for name, contract in offer.catalogue.items() if granted is None or name in granted
+        name: contract
+        for name, contract in offer.catalogue.items()
+        if (granted is None or name in granted) and stage in contract.stages
     }
     checked = None
     planned = None

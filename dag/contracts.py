@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from dag.refs import format_path
 from dag.schemas import JsonSchema
+from dag.writes import OperationSpec
 
 
 class Risk(StrEnum):
@@ -228,6 +229,9 @@ class ToolContract:
     """The largest output recorded (its compact JSON, UTF-8); a larger answer fails (``OUTPUT_TOO_LARGE``)."""
     max_content_blocks: int = MAX_CONTENT_BLOCKS
     """The most content blocks one answer may hold; more fail the call (``OUTPUT_TOO_LARGE``)."""
+    operation: OperationSpec | None = None
+    """For a write tool, how it acts through the operation ledger (``dag.operations``); a write tool without
+    one is never offered."""
 
     def __post_init__(self) -> None:
         if (self.input_model is DeclaredBySchema) == (self.declared_input is None):

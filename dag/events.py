@@ -253,6 +253,21 @@ class RunRecovered(_Event):
     redispatched: tuple[str, ...] = ()
 
 
+class RunWaiting(_Event):
+    """The run waits for a person: ``operation_ids`` are writes awaiting an approval or a resolution. Other
+    branches of the DAG go on meanwhile; the run is not finished."""
+
+    kind: Literal["run_waiting"] = "run_waiting"
+    operation_ids: tuple[str, ...]
+    reason: str
+
+
+class RunResumed(_Event):
+    """Nothing the run waited on waits any more: every operation was decided or settled."""
+
+    kind: Literal["run_resumed"] = "run_resumed"
+
+
 class RunFinished(_Event):
     kind: Literal["run_finished"] = "run_finished"
     status: RunStatus
@@ -279,6 +294,8 @@ RunEvent = Annotated[
     | GroupSettled
     | JoinStarted
     | RunRecovered
+    | RunWaiting
+    | RunResumed
     | RunFinished,
     Field(discriminator="kind"),
 ]

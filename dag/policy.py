@@ -49,6 +49,11 @@ class Decision(BaseModel):
 
 
 ALLOWED = Decision(allowed=True, rule_id="allow.read_only_in_scope", reason="read-only tool, scope held")
+ALLOWED_WRITE = Decision(
+    allowed=True,
+    rule_id="allow.write_as_operation",
+    reason="write tool with an operation declared, scope held: it acts only once its operation is approved",
+)
 
 
 def _deny(rule_id: str, reason: str) -> Decision:
@@ -62,10 +67,11 @@ def tool_decision(authority: RunAuthority, catalogue: ToolCatalogue, tool: str) 
         return _deny("tool.not_in_catalogue", f"tool {tool[:80]!r} is not available")
     if authority.tenant_tools is not None and tool not in authority.tenant_tools:
         return _deny("tenant.tool_not_granted", f"tool {tool!r} is not in this tenant's catalogue")
-    if contract.risk is not Risk.READ_ONLY:
+    if contract.risk is not Risk.READ_ONLY and contract.operation is None:
         return _deny(
             "risk.read_only_only",
-            f"tool {tool!r} has risk {contract.risk.value}; runs may only call read-only tools",
+            f"tool {tool!r} has risk {contract.risk.value} and no operation declared; "
+            "a write runs only as an operation of the ledger",
         )
     if authority.stage not in contract.stages:
         return _deny("stage.not_allowed", f"tool {tool!r} is not used in stage {authority.stage!r}")
@@ -80,7 +86,7 @@ def tool_decision(authority: RunAuthority, catalogue: ToolCatalogue, tool: str) 
             f"tool {tool!r} binds its input to the run's {', '.join(map(repr, missing))}, "
             "which the run's resource does not name",
         )
-    return ALLOWED
+    return ALLOWED if contract.risk is Risk.READ_ONLY else ALLOWED_WRITE
 
 
 def effective_tools(authority: RunAuthority, catalogue: ToolCatalogue) -> dict[str, ToolContract]:
@@ -121,7 +127,7 @@ def authorize(
                 "resource.not_observed",
                 f"the node's {name} is not one this run has seen in a tool output",
             )
-    return ALLOWED
+    return ALLOWED if contract.risk is Risk.READ_ONLY else ALLOWED_WRITE
 
 
 def observed_values(outputs: Iterable[Any], names: Iterable[str]) -> dict[str, frozenset[str]]:

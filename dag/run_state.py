@@ -34,6 +34,8 @@ from dag.events import (
     RunEvent,
     RunFinished,
     RunRecovered,
+    RunResumed,
+    RunWaiting,
 )
 from dag.plan import Plan, PlanNode, qualified_id
 from dag.policy import Decision, Principal, RunAuthority
@@ -371,6 +373,14 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 interrupted_by=event.interrupted_by,
                 interruption_detail=event.reason,
             )
+        case RunWaiting():
+            if state.status is RunStatus.WAITING:
+                return state
+            check_run_transition(state.status, RunStatus.WAITING)
+            return _set_run_status(state, RunStatus.WAITING)
+        case RunResumed():
+            check_run_transition(state.status, RunStatus.RUNNING)
+            return _set_run_status(state, RunStatus.RUNNING)
         case RunRecovered():
             if state.status.terminal:
                 raise EventRefused(event.kind, "a finished run cannot be recovered")

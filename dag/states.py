@@ -12,6 +12,8 @@ class RunStatus(StrEnum):
     PENDING = "pending"
     PLANNING = "planning"
     RUNNING = "running"
+    WAITING = "waiting"
+    """Running, with a write waiting for a person (an approval, or the resolution of an unknown outcome)."""
     JOINING = "joining"
     COMPLETED = "completed"
     NEEDS_HUMAN = "needs_human"
@@ -33,7 +35,8 @@ _ENDINGS: Final = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.ST
 RUN_TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
     RunStatus.PENDING: frozenset({RunStatus.PLANNING}) | _ENDINGS,
     RunStatus.PLANNING: frozenset({RunStatus.RUNNING, RunStatus.NEEDS_HUMAN}) | _ENDINGS,
-    RunStatus.RUNNING: frozenset({RunStatus.JOINING}) | _ENDINGS,
+    RunStatus.RUNNING: frozenset({RunStatus.JOINING, RunStatus.WAITING}) | _ENDINGS,
+    RunStatus.WAITING: frozenset({RunStatus.RUNNING, RunStatus.JOINING}) | _ENDINGS,
     RunStatus.JOINING: frozenset({RunStatus.COMPLETED, RunStatus.NEEDS_HUMAN, RunStatus.PLANNING}) | _ENDINGS,
     RunStatus.COMPLETED: frozenset(),
     RunStatus.NEEDS_HUMAN: frozenset(),
@@ -135,3 +138,9 @@ class StopReason(StrEnum):
     """The plan needs a tool whose toolset server could not be listed: nothing of it was called."""
     TOOL_DEFINITION_CHANGED = "TOOL_DEFINITION_CHANGED"
     """A server now lists another definition of a tool than the one raydag pinned: its nodes are denied."""
+    OPERATION_REJECTED = "OPERATION_REJECTED"
+    """A person rejected a write the run needed: it never executed."""
+    OPERATION_FAILED = "OPERATION_FAILED"
+    """A write the run needed failed, or nobody could confirm it happened: see its operation."""
+    APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
+    """A write waited for a person's approval past its deadline: it expired, unexecuted, and the run stopped."""

@@ -10,13 +10,16 @@ from dag.errors import RaydagError
 from mcp_server.contracts import (
     AliasResolution,
     CaseSnapshot,
+    DocumentRequest,
+    DocumentRequestDraft,
+    DocumentRequestLookup,
     PolicyRequirements,
     RequiredDocument,
     UnclassifiedDocument,
     UnclassifiedDocuments,
 )
 from mcp_server.domain import newest_rule, normalize_label, with_offset
-from mcp_server.evidence import PolicyEvidence, SourceDocument, case_uri, policy_uri
+from mcp_server.evidence import PolicyEvidence, SourceDocument, case_uri, policy_uri, request_uri
 
 
 class CaseopsError(RaydagError):
@@ -198,6 +201,101 @@ class CaseopsRepository:
             case_id,
         )
         return [_source_document(row) for row in rows]
+
+    async def draft_document_request(
+        self, tenant_id: str, case_id: str, missing: list[str], idempotency_key: str
+    ) -> DocumentRequestDraft:
+        """Draft a request for ``missing`` documents; a repeated key answers the draft it made first."""
+        await self._require_case(tenant_id, case_id)
+        codes = sorted(set(missing))
+        message = f"To complete claim {case_id}, please send: {', '.join(codes)}."
+        row = await self._pool.fetchrow(
+            """WITH made AS (
+                   INSERT INTO document_request_drafts
+                       (tenant_id, draft_id, case_id, missing_document_codes, message, idempotency_key)
+                   VALUES ($1, 'DRAFT-' || substr(md5($1 || '/' || $4), 1, 12), $2, $3, $5, $4)
+                   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+                   RETURNING draft_id, case_id, missing_document_codes, message
+               )
+               SELECT * FROM made
+               UNION ALL
+               SELECT draft_id, case_id, missing_document_codes, message FROM document_request_drafts
+               WHERE tenant_id = $1 AND idempotency_key = $4 AND NOT EXISTS (SELECT 1 FROM made)""",
+            tenant_id,
+            case_id,
+            codes,
+            idempotency_key,
+            message,
+        )
+        assert row is not None
+        if row["case_id"] != case_id:
+            raise CaseopsError("IDEMPOTENCY_KEY_REUSED", "this idempotency key was used for another case")
+        return DocumentRequestDraft(
+            draft_id=row["draft_id"],
+            case_id=row["case_id"],
+            missing_document_codes=list(row["missing_document_codes"]),
+            message=row["message"],
+        )
+
+    async def send_document_request(
+        self, tenant_id: str, case_id: str, draft_id: str, idempotency_key: str
+    ) -> DocumentRequest:
+        """Put the drafted request in the outbox, once per key: a repeated key answers the first send."""
+        async with self._pool.acquire() as connection, connection.transaction():
+            draft = await connection.fetchrow(
+                """SELECT missing_document_codes FROM document_request_drafts
+                   WHERE tenant_id = $1 AND draft_id = $2 AND case_id = $3""",
+                tenant_id,
+                draft_id,
+                case_id,
+            )
+            if draft is None:
+                raise CaseopsError("DRAFT_NOT_FOUND", f"draft {draft_id!r} is not a draft of this case")
+            await connection.execute(
+                """INSERT INTO document_request_outbox
+                       (tenant_id, request_id, case_id, draft_id, missing_document_codes, idempotency_key)
+                   VALUES ($1, 'REQ-' || substr(md5($1 || '/' || $5), 1, 12), $2, $3, $4, $5)
+                   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING""",
+                tenant_id,
+                case_id,
+                draft_id,
+                draft["missing_document_codes"],
+                idempotency_key,
+            )
+            sent = await self._sent(connection, tenant_id, idempotency_key)
+        assert sent is not None
+        if sent.case_id != case_id or sent.draft_id != draft_id:
+            raise CaseopsError("IDEMPOTENCY_KEY_REUSED", "this idempotency key was used for another request")
+        return sent
+
+    async def find_document_request(
+        self, tenant_id: str, case_id: str, idempotency_key: str
+    ) -> DocumentRequestLookup:
+        """The request sent under ``idempotency_key`` for the case, if any."""
+        async with self._pool.acquire() as connection:
+            sent = await self._sent(connection, tenant_id, idempotency_key)
+        if sent is not None and sent.case_id != case_id:
+            sent = None  # another case's request does not exist for this one
+        return DocumentRequestLookup(case_id=case_id, found=sent is not None, request=sent)
+
+    @staticmethod
+    async def _sent(connection: asyncpg.Connection, tenant_id: str, key: str) -> DocumentRequest | None:
+        row = await connection.fetchrow(
+            """SELECT request_id, case_id, draft_id, missing_document_codes, sent_at
+               FROM document_request_outbox WHERE tenant_id = $1 AND idempotency_key = $2""",
+            tenant_id,
+            key,
+        )
+        if row is None:
+            return None
+        return DocumentRequest(
+            request_id=row["request_id"],
+            case_id=row["case_id"],
+            draft_id=row["draft_id"],
+            missing_document_codes=list(row["missing_document_codes"]),
+            sent_at=row["sent_at"],
+            evidence_ref=request_uri(row["case_id"], row["request_id"]),
+        )
 
     async def _require_case(self, tenant_id: str, case_id: str) -> None:
         exists = await self._pool.fetchval(

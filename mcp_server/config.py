@@ -24,6 +24,8 @@ class ToolServerConfig:
     pool_size: int = 4
     faults: dict[str, int] = field(default_factory=dict)
     """Fault injection for tests: the first N calls of each named tool answer UPSTREAM_UNAVAILABLE."""
+    stall_after_commit: dict[str, int] = field(default_factory=dict)
+    """Fault injection for tests: the first N calls of a named write commit their effect, then never answer."""
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     """``Host`` values accepted (``name:*`` for any port); anything else is 421 (DNS-rebinding protection)."""
     allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS

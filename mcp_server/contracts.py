@@ -25,7 +25,23 @@ DocumentId = Annotated[
 SCOPE_CASES = "cases:read"
 SCOPE_POLICIES = "policies:read"
 SCOPE_DOCUMENTS = "documents:read"
-ALL_SCOPES = (SCOPE_CASES, SCOPE_POLICIES, SCOPE_DOCUMENTS)
+SCOPE_REQUESTS = "documents:request"
+ALL_SCOPES = (SCOPE_CASES, SCOPE_POLICIES, SCOPE_DOCUMENTS, SCOPE_REQUESTS)
+
+INVESTIGATE_STAGE = "investigate"
+ACT_STAGE = "act"
+"""The stage of a run that may act on what it found: request missing documents from the claimant."""
+
+DocumentCode = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
+IdempotencyKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=IDENTIFIER_PATTERN,
+        description="The caller's key for this one business intent: a repeated call with it acts once.",
+    ),
+]
 
 
 class _Input(BaseModel):
@@ -39,6 +55,23 @@ class CaseInput(_Input):
 class DocumentInput(_Input):
     case_id: CaseId
     document_id: DocumentId
+
+
+class DraftRequestInput(_Input):
+    case_id: CaseId
+    missing_document_codes: Annotated[list[DocumentCode], Field(min_length=1, max_length=20)]
+    idempotency_key: IdempotencyKey
+
+
+class SendRequestInput(_Input):
+    case_id: CaseId
+    draft_id: Annotated[str, Field(min_length=1, max_length=64, pattern=IDENTIFIER_PATTERN)]
+    idempotency_key: IdempotencyKey
+
+
+class FindRequestInput(_Input):
+    case_id: CaseId
+    idempotency_key: IdempotencyKey
 
 
 class CaseSnapshot(BaseModel):
@@ -89,8 +122,32 @@ class AliasResolution(BaseModel):
     source_ref: str
 
 
+class DocumentRequestDraft(BaseModel):
+    draft_id: str
+    case_id: str
+    missing_document_codes: list[str]
+    message: str
+
+
+class DocumentRequest(BaseModel):
+    request_id: str
+    case_id: str
+    draft_id: str
+    missing_document_codes: list[str]
+    sent_at: datetime
+    evidence_ref: str = Field(description="request://{case_id}/{request_id}")
+
+
+class DocumentRequestLookup(BaseModel):
+    case_id: str
+    found: bool
+    request: DocumentRequest | None
+
+
 RUN_CASE = frozenset({"case_id"})
 """Every caseops tool is about the run's case: ``case_id`` is bound to the resource's ``case_id``."""
+CHECK_STAGES = frozenset({INVESTIGATE_STAGE, ACT_STAGE})
+"""The checks are made in either stage: a run that acts checks first."""
 
 GET_CASE_SNAPSHOT = ToolContract(
     name="caseops_get_case_snapshot",
@@ -101,6 +158,7 @@ GET_CASE_SNAPSHOT = ToolContract(
     input_model=CaseInput,
     run_bound=RUN_CASE,
     output_model=CaseSnapshot,
+    stages=CHECK_STAGES,
 )
 GET_POLICY_REQUIREMENTS = ToolContract(
     name="caseops_get_policy_requirements",
@@ -111,6 +169,7 @@ GET_POLICY_REQUIREMENTS = ToolContract(
     input_model=CaseInput,
     run_bound=RUN_CASE,
     output_model=PolicyRequirements,
+    stages=CHECK_STAGES,
 )
 LIST_UNCLASSIFIED_DOCUMENTS = ToolContract(
     name="caseops_list_unclassified_documents",
@@ -121,6 +180,7 @@ LIST_UNCLASSIFIED_DOCUMENTS = ToolContract(
     input_model=CaseInput,
     run_bound=RUN_CASE,
     output_model=UnclassifiedDocuments,
+    stages=CHECK_STAGES,
 )
 RESOLVE_DOCUMENT_ALIAS = ToolContract(
     name="caseops_resolve_document_alias",
@@ -132,8 +192,53 @@ RESOLVE_DOCUMENT_ALIAS = ToolContract(
     output_model=AliasResolution,
     run_bound=RUN_CASE,
     observed_bound=frozenset({"document_id"}),
+    stages=CHECK_STAGES,
 )
 
-CASEOPS_TOOLS = catalogue_of(
+DRAFT_DOCUMENT_REQUEST = ToolContract(
+    name="caseops_draft_document_request",
+    version="1.0.0",
+    description="Draft a request to the claimant for the documents the case is missing (not sent).",
+    scope=SCOPE_REQUESTS,
+    risk=Risk.REVERSIBLE_WRITE,
+    input_model=DraftRequestInput,
+    output_model=DocumentRequestDraft,
+    run_bound=RUN_CASE,
+    stages=frozenset({ACT_STAGE}),
+)
+SEND_DOCUMENT_REQUEST = ToolContract(
+    name="caseops_send_document_request",
+    version="1.0.0",
+    description="Send a drafted document request to the claimant. It cannot be unsent.",
+    scope=SCOPE_REQUESTS,
+    risk=Risk.IRREVERSIBLE_WRITE,
+    input_model=SendRequestInput,
+    output_model=DocumentRequest,
+    run_bound=RUN_CASE,
+    stages=frozenset({ACT_STAGE}),
+)
+FIND_DOCUMENT_REQUEST = ToolContract(
+    name="caseops_find_document_request",
+    version="1.0.0",
+    description="Whether a document request was sent under an idempotency key, and what was sent.",
+    scope=SCOPE_REQUESTS,
+    risk=Risk.READ_ONLY,
+    input_model=FindRequestInput,
+    output_model=DocumentRequestLookup,
+    run_bound=RUN_CASE,
+    stages=frozenset({ACT_STAGE}),
+)
+
+CASEOPS_CHECKS = catalogue_of(
     GET_CASE_SNAPSHOT, GET_POLICY_REQUIREMENTS, LIST_UNCLASSIFIED_DOCUMENTS, RESOLVE_DOCUMENT_ALIAS
+)
+"""The four checks: every tool a run of the default stage (``investigate``) is offered."""
+CASEOPS_TOOLS = catalogue_of(
+    GET_CASE_SNAPSHOT,
+    GET_POLICY_REQUIREMENTS,
+    LIST_UNCLASSIFIED_DOCUMENTS,
+    RESOLVE_DOCUMENT_ALIAS,
+    DRAFT_DOCUMENT_REQUEST,
+    SEND_DOCUMENT_REQUEST,
+    FIND_DOCUMENT_REQUEST,
 )

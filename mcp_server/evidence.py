@@ -35,6 +35,10 @@ def policy_uri(policy_id: str, version: str) -> str:
     return f"policy://{policy_id}@{version}"
 
 
+def request_uri(case_id: str, request_id: str) -> str:
+    return f"request://{case_id}/{request_id}"
+
+
 class PolicyEvidence(BaseModel):
     """A policy version as a resource: the documents it requires."""
 

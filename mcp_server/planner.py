@@ -14,13 +14,16 @@ from pydantic import BaseModel
 
 from dag.fingerprint import action_fingerprint
 from dag.states import NodeStatus, StopReason
-from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlannerRefused, PlanningContext
+from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlannerRefused, PlanningContext, Replan
 
 CASE_TOOL = "caseops_get_case_snapshot"
 POLICY_TOOL = "caseops_get_policy_requirements"
 DOCUMENTS_TOOL = "caseops_list_unclassified_documents"
 RESOLVE_TOOL = "caseops_resolve_document_alias"
 CHECK_TOOLS = frozenset({CASE_TOOL, POLICY_TOOL, DOCUMENTS_TOOL, RESOLVE_TOOL})
+DRAFT_TOOL = "caseops_draft_document_request"
+SEND_TOOL = "caseops_send_document_request"
+REQUEST_REASON = "request the missing documents from the claimant"
 
 
 class Outcome(StrEnum):
@@ -48,6 +51,24 @@ class DocumentCheckResult(BaseModel):
             *self.unresolved_document_ids,
             *self.evidence_refs,
         ]
+
+
+def document_request_plan(case_id: str, missing: Sequence[str]) -> dict[str, Any]:
+    """Draft a request for the ``missing`` documents, then send it (a person approves the send)."""
+    return {
+        "nodes": [
+            {
+                "id": "draft",
+                "tool": DRAFT_TOOL,
+                "args": {"case_id": case_id, "missing_document_codes": sorted(missing)},
+            },
+            {
+                "id": "send",
+                "tool": SEND_TOOL,
+                "args": {"case_id": case_id, "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
+            },
+        ]
+    }
 
 
 def document_check_plan(case_id: str) -> dict[str, Any]:
@@ -78,10 +99,47 @@ class ConformancePlanner:
             raise PlannerRefused(
                 "the conformance planner checks a case's documents: the run names no case_id"
             )
+        if context.replan_reason == REQUEST_REASON:
+            verdict = decide_document_check(context.observations)
+            if isinstance(verdict, Final):
+                return document_request_plan(case_id, verdict.result["missing_document_codes"])
         return document_check_plan(case_id)
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
-        return decide_document_check(observations)
+        verdict = decide_document_check(observations)
+        acts = any(tool.name == SEND_TOOL for tool in context.tools)
+        if not acts or not isinstance(verdict, Final):
+            return verdict
+        if verdict.result["outcome"] != Outcome.MISSING_REQUIRED_DOCUMENTS:
+            return verdict
+        return decide_document_request(verdict, observations)
+
+
+def decide_document_request(check: Final, observations: Sequence[Observation]) -> JoinDecision:
+    """A run that may act, on a case missing documents: ask for them once, and answer with what was sent.
+
+    Only a request that was sent (its operation succeeded) is an answer; one a person rejected, one that failed
+    and one nobody could confirm each end the run for a person, saying which.
+    """
+    attempts = [observation for observation in observations if observation.tool in (DRAFT_TOOL, SEND_TOOL)]
+    if not attempts:
+        return Replan(REQUEST_REASON)
+    sent = _single_output(observations, SEND_TOOL)
+    if sent is not None:
+        request = {"request_id": sent["request_id"], "evidence_ref": sent["evidence_ref"]}
+        result = {**check.result, "document_request": request}
+        return Final(result, citations=[*check.citations, sent["request_id"], sent["evidence_ref"]])
+    failed = next((observation for observation in attempts if observation.error is not None), None)
+    if failed is not None and failed.error is not None and failed.error.code == "OPERATION_REJECTED":
+        return NeedsHuman(
+            StopReason.OPERATION_REJECTED,
+            f"the document request was not sent: {failed.node_id} was rejected",
+            result=dict(check.result),
+        )
+    why = f"{failed.node_id} ({failed.error.code})" if failed is not None and failed.error else "no answer"
+    return NeedsHuman(
+        StopReason.OPERATION_FAILED, f"the document request was not sent: {why}", result=dict(check.result)
+    )
 
 
 def decide_document_check(observations: Sequence[Observation]) -> JoinDecision:

@@ -145,7 +145,13 @@ class ToolServer:
         """Tool calls this server has received, by tool, whether or not they were allowed to execute."""
         return dict(self._backend.calls)
 
-    def simulate(self, *, latency_ms: int = 0, faults: dict[str, int] | None = None) -> None:
+    def simulate(
+        self,
+        *,
+        latency_ms: int = 0,
+        faults: dict[str, int] | None = None,
+        stall_after_commit: dict[str, int] | None = None,
+    ) -> None:
         """Change the simulated upstream latency and injected faults (benchmarks and tests; off by default).
 
         Fault counts apply to the calls received from now on.
@@ -155,6 +161,9 @@ class ToolServer:
             backend.config,
             latency_ms=latency_ms,
             faults={tool: backend.calls[tool] + count for tool, count in (faults or {}).items()},
+            stall_after_commit={
+                tool: backend.calls[tool] + count for tool, count in (stall_after_commit or {}).items()
+            },
         )
 
     @property

@@ -27,10 +27,13 @@ from mcp_server.auth import case_of, current_claims
 from mcp_server.caseops import CaseopsError, CaseopsRepository, case_not_found
 from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import (
+    DRAFT_DOCUMENT_REQUEST,
+    FIND_DOCUMENT_REQUEST,
     GET_CASE_SNAPSHOT,
     GET_POLICY_REQUIREMENTS,
     LIST_UNCLASSIFIED_DOCUMENTS,
     RESOLVE_DOCUMENT_ALIAS,
+    SEND_DOCUMENT_REQUEST,
 )
 from mcp_server.upstream import DATABASE, UPSTREAM_ERRORS
 
@@ -96,7 +99,8 @@ ToolBinding = tuple[ToolContract, ToolHandler]
 
 
 def caseops_bindings(backend: Backend) -> list[ToolBinding]:
-    """The four caseops tools; every query is scoped to the token's tenant."""
+    """The caseops tools: four checks, and the writes of a document request; every query is scoped to the
+    token's tenant."""
     repository = backend.repository
     return [
         (GET_CASE_SNAPSHOT, lambda claims, args: repository().case_snapshot(claims.tenant_id, args.case_id)),
@@ -114,7 +118,32 @@ def caseops_bindings(backend: Backend) -> list[ToolBinding]:
                 claims.tenant_id, args.case_id, args.document_id
             ),
         ),
+        (
+            DRAFT_DOCUMENT_REQUEST,
+            lambda claims, args: repository().draft_document_request(
+                claims.tenant_id, args.case_id, list(args.missing_document_codes), args.idempotency_key
+            ),
+        ),
+        (SEND_DOCUMENT_REQUEST, lambda claims, args: _send(backend, claims, args)),
+        (
+            FIND_DOCUMENT_REQUEST,
+            lambda claims, args: repository().find_document_request(
+                claims.tenant_id, args.case_id, args.idempotency_key
+            ),
+        ),
     ]
+
+
+async def _send(backend: Backend, claims: TaskClaims, args: Any) -> BaseModel:
+    """Send, then — for the first calls a test names in ``stall_after_commit`` — hold the answer back past any
+    caller's patience: the request is sent, and the caller cannot know it (what a timeout looks like)."""
+    sent = await backend.repository().send_document_request(
+        claims.tenant_id, args.case_id, args.draft_id, args.idempotency_key
+    )
+    name = SEND_DOCUMENT_REQUEST.name
+    if backend.calls[name] <= backend.config.stall_after_commit.get(name, 0):
+        await asyncio.sleep(3600)
+    return sent
 
 
 class _RawArguments(ArgModelBase):

@@ -43,6 +43,7 @@ from actors.api import (
     raise_for_submission,
     submissions,
 )
+from actors.api.operations import operations_router
 from actors.api.viewer import viewer_router
 from actors.api.views import event_view, load_state, nodes_view, run_view
 from actors.launch.hosting import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, HostedServer, hosted
@@ -52,12 +53,14 @@ from actors.launch.settings import ApiKeyGrant, Settings, load_settings
 from actors.observe.tracing import carrier, configure_tracing
 from actors.run.submission import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
+from actors.store.operations import OperationStore
 from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, Line, deadline, within
 from actors.store.runs import MAX_SEQ, RunStore
 from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
+from dag.contracts import INVESTIGATE, ToolContract
 from dag.policy import Principal
 from dag.run_resource import (
     IDENTIFIER_PATTERN,
@@ -156,6 +159,12 @@ class RunCreate(BaseModel):
     )
     plan: dict[str, Any] | None = None
     budgets: BudgetRequest | None = None
+    stage: str = Field(
+        default=INVESTIGATE,
+        pattern=r"^[a-z][a-z0-9_]{0,39}$",
+        description="The run's stage: the tools declared for it are the run's (`investigate` reads; a stage "
+        "that acts, caseops' `act`, offers writes, each approved as an operation: docs/EFFECTS.md).",
+    )
 
     @model_validator(mode="after")
     def _one_resource(self) -> RunCreate:
@@ -195,6 +204,7 @@ class _AppState:
     """What the lifespan opens for the routes: set on startup, closed on shutdown."""
 
     store: RunStore = field(init=False)
+    operations: OperationStore = field(init=False)
     supervisor: Any = field(init=False)
     submissions: Line = field(default_factory=submissions)
 
@@ -230,6 +240,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
         await prepare_database(config.dsn, schemas=schemas)
         pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=APPLICATION_NAME)
         state.store = RunStore(pool)
+        state.operations = OperationStore(pool)
         state.supervisor = get_or_create_supervisor(
             config.supervisor, name=config.supervisor_name, detached=True
         )
@@ -352,6 +363,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             budgets=body.budgets,
             idempotency_key=idempotency_key,
             trace=carrier(),
+            stage=body.stage,
         )
         submitted: SubmitResult = await ask(
             lambda: state.supervisor.submit.remote(request), line=state.submissions
@@ -423,6 +435,19 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             )
         return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
 
+    async def contracts() -> dict[str, ToolContract]:
+        answer: dict[str, ToolContract] = await ask(lambda: state.supervisor.contracts.remote())
+        return answer
+
+    # The operation ledger (/runs/{id}/operations…): a run's writes, and a person's decisions on them.
+    app.include_router(
+        operations_router(
+            operations=lambda: state.operations,
+            authenticated=authenticated,
+            readable_run=run_or_404,
+            contracts=contracts,
+        )
+    )
     # The run viewer (/view, /edges, /stream): authenticated and tenant-checked like the routes above.
     app.include_router(
         viewer_router(store=lambda: state.store, authenticated=authenticated, readable_run=history_or_410)

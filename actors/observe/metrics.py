@@ -38,6 +38,8 @@ from dag.events import (
     RunEvent,
     RunFinished,
     RunRecovered,
+    RunResumed,
+    RunWaiting,
     event_node_id,
 )
 from dag.run_state import RunState
@@ -160,6 +162,8 @@ def count(metrics: RunMetrics, before: RunState | None, event: RunEvent, after: 
             | NodeReused()
             | NodeSkipped()
             | GroupSettled()
+            | RunWaiting()
+            | RunResumed()
         ):
             pass
         case _:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from actors.calls.call import ToolExecutor
+from actors.run.operate import Operate
 from actors.toolsets.config import HttpServer, RaydagTokenAuth, StdioServer
 from actors.toolsets.pinning import run_pin
 from actors.toolsets.withdrawal import Withdrawal
@@ -55,6 +56,8 @@ class ExecutionContext:
     """Declared tools that may not be called now (server unreachable, definition changed since pinned)."""
     pins: Mapping[str, str] = field(default_factory=dict)
     """Tool → the digest of the definition this supervisor pinned (compared with what a run recorded)."""
+    operate: Operate | None = None
+    """How a write node acts, through the operation ledger (``None``: no ledger, so no write is called)."""
 
     def withdrawal(self, tool: str, recorded: Mapping[str, str] | None) -> Withdrawal | None:
         """Why a node of ``tool`` may not be called now, or ``None``. ``recorded``: the run's own pins — a

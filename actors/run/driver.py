@@ -25,6 +25,7 @@ from actors.calls.call import MODERN_PROTOCOL, ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics
 from actors.observe.tracing import context_of, tracer
 from actors.run.context import ExecutionContext, HandedOver, Interruption
+from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
 from actors.run.round import RoundExecution
 from actors.store.ownership import LeaseLost
@@ -97,6 +98,7 @@ class RunDriver:
         servers: Mapping[str, HttpServer | StdioServer] | None = None,
         withdrawn: Mapping[str, Withdrawal] | None = None,
         pins: Mapping[str, str] | None = None,
+        operate: Operate | None = None,
     ) -> None:
         """``servers``, ``withdrawn`` and ``pins``: the toolset servers calls go to, the declared tools that
         may not be called now, and the definitions pinned (live views the supervisor keeps current, like
@@ -121,6 +123,7 @@ class RunDriver:
             servers=servers if servers is not None else {},
             withdrawn=withdrawn if withdrawn is not None else {},
             pins=pins if pins is not None else {},
+            operate=operate,
         )
 
     async def drive(
@@ -218,7 +221,7 @@ class RunDriver:
                             stream = await self._plan(run, planner, cancel, deadline, plan_changed)
                         except _Halt as halt:
                             await self._halt(run, halt.interruption)
-                    case RunStatus.RUNNING:
+                    case RunStatus.RUNNING | RunStatus.WAITING:
                         execution = RoundExecution(
                             run, self.context, cancel, deadline, plan_changed, self.handover
                         )

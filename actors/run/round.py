@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, assert_never, cast
 
@@ -19,6 +20,7 @@ from opentelemetry.trace import Status, StatusCode
 from actors.calls.call import ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.context import ExecutionContext, HandedOver, Interruption
+from actors.run.operate import AWAITING_APPROVAL, OPERATION_EXPIRED, Operate
 from actors.run.recorder import RunRecorder, now
 from dag.contracts import ToolContract
 from dag.dispatch import (
@@ -48,13 +50,15 @@ from dag.events import (
     NodeSkipped,
     NodeSucceeded,
     RunEvent,
+    RunResumed,
     RuntimeFailure,
+    RunWaiting,
 )
 from dag.health import HealthKey, counts_against_tool
 from dag.policy import observed_values
 from dag.run_state import RunState, apply
 from dag.scheduler import Expand, Frontier, Settle, Skip
-from dag.states import NodeStatus, StopReason
+from dag.states import NodeStatus, RunStatus, StopReason
 
 HELD_AT_MOST_S = 0.05
 """How long what a round decided and nothing acts on yet (outcomes that make no node ready while other calls
@@ -101,6 +105,12 @@ class RoundExecution:
         """Per node, the attempts its tool's own failures used up (not those of a tool in an outage)."""
         self._runtime_failures: Counter[str] = Counter()
         """Per node, the failures of raydag's machinery (dead workers) it has been through."""
+        self._waiting: dict[str, str] = {}
+        """Operations of this round waiting for a person, and why (``actors.run.operate``)."""
+        self._attention = asyncio.Event()
+        """Set when an operation starts or stops waiting: the run's status follows."""
+        self._expired: str | None = None
+        """Why the round stops: an operation expired before a person approved it."""
         fields = context.observed_fields()
         state = run.state
         self._observed_fields = fields
@@ -118,6 +128,7 @@ class RoundExecution:
             while True:
                 if self._cancel.is_set():
                     await self._record_landed()
+                    await self._expire_waiting(None)
                     return Interruption(StopReason.CANCELLED, "the run was cancelled")
                 if self._handover.is_set():
                     await self._record_landed()
@@ -129,7 +140,11 @@ class RoundExecution:
                 late = past_deadline(self._run.state, at)
                 if late is not None:
                     await self._record_landed()
-                    return Interruption(late.reason, late.detail)
+                    return await self._expire_waiting(Interruption(late.reason, late.detail))
+                if self._expired is not None:
+                    await self._record_landed()
+                    return Interruption(StopReason.APPROVAL_EXPIRED, self._expired)
+                await self._follow_waiting()
                 if self._plan_changed is not None:
                     self._plan_changed.clear()  # before the scheduler looks, so no arrival goes unseen
                 progress = await self._step()
@@ -140,7 +155,14 @@ class RoundExecution:
                 if self._idle():
                     return None
                 streaming = self._plan_changed is not None and self._run.state.plan_open
-                waiting: set[asyncio.Future[Any]] = {*self._calls, *self._timers, cancelled, handover}
+                attention = asyncio.ensure_future(self._attention.wait())
+                waiting: set[asyncio.Future[Any]] = {
+                    *self._calls,
+                    *self._timers,
+                    cancelled,
+                    handover,
+                    attention,
+                }
                 if self._alarm is not None:
                     waiting.add(self._alarm)
                 arrival = None
@@ -155,12 +177,16 @@ class RoundExecution:
                         waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                     )
                 finally:
+                    attention.cancel()
                     if arrival is not None:
                         arrival.cancel()
                 if self._alarm is not None and self._alarm.done():
                     self._alarm = None
                 await self._absorb(
-                    cast(set[asyncio.Task[Any]], {task for task in done if task is not arrival})
+                    cast(
+                        set[asyncio.Task[Any]],
+                        {task for task in done if task is not arrival and task is not attention},
+                    )
                 )
                 held = self._run.staged_for()
                 if held is not None and held >= HELD_AT_MOST_S:
@@ -189,6 +215,47 @@ class RoundExecution:
         while self._calls:
             done, _ = await asyncio.wait(set(self._calls), return_when=asyncio.FIRST_COMPLETED)
             await self._absorb(cast(set[asyncio.Task[Any]], done), retry=False)
+
+    def _operation_waits(self, operation_id: str, why: str | None) -> None:
+        """An operation of this round starts (``why``) or stops (``None``) waiting for a person."""
+        if why is None:
+            if self._waiting.pop(operation_id, None) is None:
+                return
+        elif self._waiting.get(operation_id) == why:
+            return
+        else:
+            self._waiting[operation_id] = why
+        self._attention.set()
+
+    async def _follow_waiting(self) -> None:
+        """The run's status follows its operations: ``waiting`` while one waits for a person."""
+        self._attention.clear()
+        status = self._run.state.status
+        if self._waiting and status is RunStatus.RUNNING:
+            reasons = sorted(set(self._waiting.values()))
+            await self._run.record(
+                RunWaiting(at=now(), operation_ids=tuple(sorted(self._waiting)), reason="; ".join(reasons))
+            )
+        elif not self._waiting and status is RunStatus.WAITING:
+            await self._run.record(RunResumed(at=now()))
+
+    async def _expire_waiting(self, interruption: Interruption | None) -> Interruption | None:
+        """The round stops (its deadline, a cancellation): operations still awaiting a person expire, so that no
+        approval given later executes a write of a run that is over. A deadline that caught one is reported
+        as the approval's."""
+        operate = self._context.operate
+        awaiting = [op for op, why in self._waiting.items() if why == AWAITING_APPROVAL]
+        if operate is None or not awaiting:
+            return interruption
+        note = "the run stopped before a person approved" if interruption is None else interruption.detail
+        for op in awaiting:
+            await operate.expire(op, note=note)
+        if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED:
+            return interruption
+        return Interruption(
+            StopReason.APPROVAL_EXPIRED,
+            f"{len(awaiting)} operation(s) waited for approval past the run's deadline: {', '.join(awaiting)}",
+        )
 
     def _wake_in(self, seconds: float) -> None:
         """Run the round's loop again after ``seconds`` (the earliest of several requests wins)."""
@@ -244,7 +311,7 @@ class RoundExecution:
             health=context.health,
             now=time.monotonic(),
         )
-        calls: list[tuple[ToolCall, ToolContract]] = []
+        calls: list[tuple[ToolCall, ToolContract, Call]] = []
         for step in steps:
             match step:
                 case Skip():
@@ -268,7 +335,7 @@ class RoundExecution:
                     )
                 case Call():
                     events.append(_dispatched(step, at))
-                    calls.append((self._call_for(state, step), context.catalogue[step.tool]))
+                    calls.append((self._call_for(state, step), context.catalogue[step.tool], step))
                 case Probe():
                     self._probes[step.node_id] = step.key
                 case HoldForCircuit():
@@ -287,8 +354,8 @@ class RoundExecution:
             await self._run.record(*events)
         else:  # nothing starts: stored with the next dispatch, the round's end, or after HELD_AT_MOST_S
             await self._run.stage(*events)
-        for call, contract in calls:
-            self._start(call, contract)
+        for call, contract, step in calls:
+            self._start(call, contract, step)
         return True
 
     async def _record_landed(self) -> None:
@@ -355,7 +422,7 @@ class RoundExecution:
                     self._wake_in(step.seconds)
                 case Call():
                     await self._run.record(_dispatched(step, now()))
-                    self._start(self._call_for(self._run.state, step), context.catalogue[step.tool])
+                    self._start(self._call_for(self._run.state, step), context.catalogue[step.tool], step)
                     moved = True
                 case Fail():
                     await self._run.record(_event_of(step, now()))
@@ -394,6 +461,10 @@ class RoundExecution:
                 name: self._observed.get(name, frozenset()) | values for name, values in found.items()
             }
             return NodeSucceeded(at=now(), node_id=node_id, output=outcome.output, **times)
+        if contract.operation is not None:  # a write is never tried again: its operation said how it ended
+            if error.code == OPERATION_EXPIRED:
+                self._expired = f"{node_id}: {error.message}"
+            return NodeFailed(at=now(), node_id=node_id, error=error, **times)
         if error.runtime_failure:
             self._runtime_failures[node_id] += 1
         elif not (counts_against_tool(error) and health.is_open(key)):
@@ -415,21 +486,24 @@ class RoundExecution:
             at=now(), node_id=node_id, attempt=node.attempts, error=error, delay_s=round(delay, 3), **times
         )
 
+    def _token(self, state: RunState, node_id: str, attempt: int, contract: ToolContract) -> str:
+        """The task token of one call of ``contract``'s tool for a node (empty: its server takes none)."""
+        _, tokens = self._context.destination(contract)
+        if tokens is None:
+            return ""
+        return tokens.mint(
+            subject=state.principal.subject,
+            tenant_id=state.principal.tenant_id,
+            task_id=f"{state.run_id}/{node_id}/{attempt}",
+            resource=state.resource,
+            scopes={contract.scope},
+            tool=contract.name,
+        )
+
     def _call_for(self, state: RunState, step: Call) -> ToolCall:
         contract = self._context.catalogue[step.tool]
-        url, tokens = self._context.destination(contract)
-        token = (
-            tokens.mint(
-                subject=state.principal.subject,
-                tenant_id=state.principal.tenant_id,
-                task_id=f"{state.run_id}/{step.node_id}/{step.attempt}",
-                resource=state.resource,
-                scopes={contract.scope},
-                tool=step.tool,
-            )
-            if tokens is not None
-            else ""
-        )
+        url, _ = self._context.destination(contract)
+        token = self._token(state, step.node_id, step.attempt, contract)
         span = tracer().start_span(
             f"node {step.node_id}",
             attributes={
@@ -455,8 +529,44 @@ class RoundExecution:
             server=contract.server,
         )
 
-    def _start(self, call: ToolCall, contract: ToolContract) -> None:
-        self._calls[asyncio.create_task(self._guarded(call, contract))] = call.node_id
+    def _start(self, call: ToolCall, contract: ToolContract, step: Call) -> None:
+        operate = self._context.operate
+        if contract.operation is not None and operate is not None:
+            work = self._operated(operate, call, contract, step)
+        else:
+            work = self._guarded(call, contract)
+        self._calls[asyncio.create_task(work)] = call.node_id
+
+    async def _operated(
+        self, operate: Operate, call: ToolCall, contract: ToolContract, step: Call
+    ) -> ToolOutcome:
+        """A write node: its operation, driven to an outcome (approval, one execution, reconciliation)."""
+        state = self._run.state
+
+        async def call_tool(tool: str, args: dict[str, Any]) -> ToolOutcome:
+            used = self._context.catalogue[tool]
+            return await self._guarded(
+                replace(
+                    call,
+                    tool=tool,
+                    args=args,
+                    token=self._token(state, call.node_id, call.attempt, used),
+                    timeout_s=used.timeout_s,
+                    server=used.server,
+                ),
+                used,
+            )
+
+        return await operate.drive(
+            state,
+            call.node_id,
+            contract,
+            step.args,
+            step.decision,
+            run_deadline=self._deadline,
+            call=call_tool,
+            waiting=self._operation_waits,
+        )
 
     async def _guarded(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""

@@ -16,9 +16,11 @@ from actors.calls.call import ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics, report
 from actors.run.context import HandedOver
 from actors.run.driver import RunDriver
+from actors.run.operate import Operate
 from actors.run.recorder import now
 from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
 from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunRequest, Submission, SubmitResult
+from actors.store.operations import OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import LeaseLost, Leases
 from actors.store.resilience import DatabaseUnavailable
@@ -37,6 +39,7 @@ from dag.admission import (
     RunAdmitted,
     RunRefusal,
     UnknownPlanner,
+    UnknownStage,
     admit_run,
 )
 from dag.budget import Budgets
@@ -120,6 +123,7 @@ class RunService:
             servers=servers,
             withdrawn=self._withdrawn,
             pins=self._pins,
+            operate=Operate(OperationStore(pool), actor=f"supervisor:{owner}"),
         )
         self._resource_checks = (
             resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
@@ -165,6 +169,7 @@ class RunService:
             resource=request.resource,
             budgets=request.budgets,
             offer=offer,
+            stage=request.stage,
         )
         if not isinstance(admission, RunAdmitted):
             return _refused(admission)
@@ -185,6 +190,7 @@ class RunService:
             scopes=tuple(sorted(request.principal.scopes)),
             resource=dict(request.resource),
             goal=request.goal,
+            stage=request.stage,
             planner=admission.planner,
             budgets=admission.budgets,
             proposal=dict(request.plan) if request.plan is not None else None,
@@ -499,6 +505,8 @@ def _refused(refusal: RunRefusal) -> SubmitResult:
             return SubmitResult(
                 Submission.RESOURCE_MISMATCH, error={"message": mismatch.message, **mismatch.as_dict()}
             )
+        case UnknownStage(stage=stage, known=known):
+            return SubmitResult(Submission.UNKNOWN_STAGE, error={"stage": stage, "known": list(known)})
         case PlannerLacksTools(planner=planner, missing=missing):
             return SubmitResult(
                 Submission.PLANNER_LACKS_TOOLS, error={"planner": planner, "missing": list(missing)}

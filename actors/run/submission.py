@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, assert_never
 
 from dag.budget import BudgetRequest
+from dag.contracts import INVESTIGATE
 from dag.fingerprint import sha256_hex
 from dag.policy import Principal
 
@@ -37,6 +38,8 @@ class RunRequest:
     idempotency_key: str | None = None
     trace: Mapping[str, str] | None = None
     """The caller's W3C trace context; not part of what makes two requests the same."""
+    stage: str = INVESTIGATE
+    """The run's stage: which of the toolsets' tools it may use (writes are declared for a stage that acts)."""
 
     def fingerprint(self) -> str:
         """What makes two requests "the same" for an idempotency key: the body and who sent it. The service
@@ -56,6 +59,8 @@ class RunRequest:
                 "planner": self.planner,
                 "plan": self.plan,
                 "budgets": self.budgets.model_dump(exclude_none=True) if self.budgets else None,
+                # A run of the default stage hashes as it did before runs had a stage.
+                **({"stage": self.stage} if self.stage != INVESTIGATE else {}),
             }
         )
 
@@ -72,6 +77,8 @@ class Submission(StrEnum):
     UNKNOWN_PLANNER = "unknown_planner"
     NO_PLANNER = "no_planner"
     """The request names no planner and gives no plan, and the toolsets declare no planner of their own."""
+    UNKNOWN_STAGE = "unknown_stage"
+    """No tool is declared for the stage the request names."""
     PLANNER_LACKS_TOOLS = "planner_lacks_tools"
     """The planner cannot plan or judge a run without tools this run cannot use (caseops' ``conformance``
     over another toolset)."""
@@ -149,6 +156,12 @@ class SubmitResult:
                 return Refusal(
                     422, "planner-unavailable", str(error.get("reason")), {"planner": error.get("planner")}
                 )
+            case Submission.UNKNOWN_STAGE:
+                known = ", ".join(error.get("known", ()))
+                detail = (
+                    f"no tool is declared for stage {error.get('stage')!r}; the toolsets declare: {known}"
+                )
+                return Refusal(422, "unknown-stage", detail, error)
             case Submission.PLANNER_LACKS_TOOLS:
                 missing = ", ".join(error.get("missing", ()))
                 detail = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from actors.toolsets.config import HttpServer, StdioServer, ToolOverlay, Toolsets
 from actors.toolsets.listing import ServerListing, ToolDefinition
@@ -51,11 +52,30 @@ def _text_fields(server: str, tool: ToolDefinition, names: frozenset[str]) -> fr
     return names
 
 
+def _without_argument(server: str, tool: ToolDefinition, schema: Any, name: str) -> Any:
+    """``schema`` without the argument raydag sets itself (the idempotency key): a planner never sees it, a
+    plan is checked without it, and the call adds it."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict) or name not in properties:
+        raise ToolsetMismatch(
+            server, tool.name, f"idempotency_key names {name!r}, which the tool does not take"
+        )
+    trimmed = dict(schema)
+    trimmed["properties"] = {key: value for key, value in properties.items() if key != name}
+    if isinstance(schema.get("required"), list):
+        trimmed["required"] = [key for key in schema["required"] if key != name]
+    return trimmed
+
+
 def contract_of(spec: HttpServer | StdioServer, tool: ToolDefinition, overlay: ToolOverlay) -> ToolContract:
     """One tool's contract: shapes from the server, everything else from the overlay."""
     _check_hints(spec.name, tool, overlay)
+    input_schema = tool.input_schema
+    operation = overlay.operation
+    if operation is not None and operation.idempotency_key is not None:
+        input_schema = _without_argument(spec.name, tool, input_schema, operation.idempotency_key)
     try:
-        declared_input = JsonSchema.of(tool.input_schema)
+        declared_input = JsonSchema.of(input_schema)
         declared_output = JsonSchema.of(tool.output_schema) if tool.output_schema is not None else None
     except SchemaInvalid as exc:
         raise ToolsetMismatch(spec.name, tool.name, str(exc)) from None
@@ -82,6 +102,7 @@ def contract_of(spec: HttpServer | StdioServer, tool: ToolDefinition, overlay: T
             split_lines=_text_fields(spec.name, tool, overlay.split_lines),
             max_output_bytes=overlay.max_output_bytes or spec.max_output_bytes,
             max_content_blocks=overlay.max_content_blocks or spec.max_content_blocks,
+            operation=operation.spec() if operation is not None else None,
         )
     except ValueError as exc:  # a bound field the tool's schema does not take
         raise ToolsetMismatch(spec.name, tool.name, str(exc).removeprefix(f"{tool.name}: ")) from None

@@ -30,6 +30,7 @@ from pydantic import (
 
 from actors.toolsets._yaml_lines import LocatedYaml, ToolsetsInvalid, located_error, parse_located
 from dag.contracts import INVESTIGATE, MAX_CONTENT_BLOCKS, MAX_OUTPUT_BYTES, BindingMatch, Recording, Risk
+from dag.writes import Approval, KeyCarrier, OperationSpec, Reconcile
 
 TOOLSETS_ENV = "RAYDAG_TOOLSETS"
 """The environment variable that names the toolsets file."""
@@ -126,6 +127,52 @@ class Binding(_Strict):
     match: BindingMatch = BindingMatch.EQUALS
 
 
+class ReconcileOverlay(_Strict):
+    """How to tell whether a write's effect exists: a read-only tool of the same server."""
+
+    tool: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, str] = Field(min_length=1)
+    """The read's argument → the write's argument it takes its value from, or ``$operation_id``."""
+    exists: str = Field(min_length=1, max_length=128)
+    """The read's output field that is ``true`` when the effect exists and ``false`` when it does not."""
+    output: str | None = Field(default=None, min_length=1, max_length=128)
+    """The read's output field that holds what the write answers, for a write confirmed by reconciling."""
+
+
+class OperationOverlay(_Strict):
+    """How a write tool acts: only as an operation of the ledger (docs/EFFECTS.md)."""
+
+    approval: Approval = Approval.PERSON
+    """Who approves each operation: ``policy`` (at once) or ``person``; an irreversible write always a person."""
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=128)
+    """The tool's argument that raydag sets to the operation id; ``None``: the tool is given no key."""
+    reconcile: ReconcileOverlay | None = None
+    approval_window_s: float = Field(default=3600.0, gt=0, le=30 * 86400)
+    self_approval: bool = False
+    """Whether the run's own principal may approve its operations (never an irreversible write's)."""
+    compensate: str | None = Field(default=None, min_length=1, max_length=128)
+    """A write tool of the same server that undoes this one's effect (an operation of its own)."""
+
+    def spec(self) -> OperationSpec:
+        reconcile = self.reconcile
+        return OperationSpec(
+            approval=self.approval,
+            key=KeyCarrier.ARGUMENT if self.idempotency_key is not None else KeyCarrier.NONE,
+            key_argument=self.idempotency_key,
+            reconcile=Reconcile(
+                tool=reconcile.tool,
+                arguments=tuple(sorted(reconcile.arguments.items())),
+                exists=reconcile.exists,
+                output=reconcile.output,
+            )
+            if reconcile is not None
+            else None,
+            approval_window_s=self.approval_window_s,
+            self_approval=self.self_approval,
+            compensate=self.compensate,
+        )
+
+
 class ToolOverlay(_Strict):
     """The operator's policy for one tool. A server's annotations never stand in for any of it."""
 
@@ -155,11 +202,30 @@ class ToolOverlay(_Strict):
             return {name: {"resource": key} if isinstance(key, str) else key for name, key in value.items()}
         return value
 
+    operation: OperationOverlay | None = None
+    """For a write tool: how it acts through the operation ledger. A write tool without one is never offered."""
+
     @model_validator(mode="after")
     def _bound_once(self) -> ToolOverlay:
         both = sorted(set(self.run_bound) & self.observed_bound)
         if both:
             raise ValueError(f"fields {both} are both run-bound and observed-bound")
+        return self
+
+    @model_validator(mode="after")
+    def _operation_for_writes(self) -> ToolOverlay:
+        operation = self.operation
+        if operation is None:
+            return self
+        if self.risk is Risk.READ_ONLY:
+            raise ValueError("operation is declared for a write tool only, not a read_only one")
+        if self.risk is Risk.IRREVERSIBLE_WRITE and operation.self_approval:
+            raise ValueError(
+                "an irreversible_write's operations are never approved by the run's own principal"
+            )
+        key = operation.idempotency_key
+        if key is not None and key in {*self.run_bound, *self.observed_bound}:
+            raise ValueError(f"idempotency_key {key!r} is set by raydag, so it cannot be bound as well")
         return self
 
 
@@ -235,6 +301,29 @@ class _Server(_Strict):
                 raise ValueError(f"tool {value.tool!r} is not one of this server's declared tools")
             if not overlay.run_bound:
                 raise ValueError(f"tool {value.tool!r} has no run_bound field to give the resource to")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _operations_name_their_tools(cls, value: dict[str, ToolOverlay]) -> dict[str, ToolOverlay]:
+        """A write's reconciling read and compensating write are tools of the same server, of the right risk."""
+        for key, overlay in value.items():
+            operation = overlay.operation
+            if operation is None:
+                continue
+            if operation.reconcile is not None:
+                read = value.get(operation.reconcile.tool)
+                if read is None or read.risk is not Risk.READ_ONLY:
+                    raise ValueError(
+                        f"{key}: reconcile tool {operation.reconcile.tool!r} is not a read_only tool of this server"
+                    )
+            if operation.compensate is not None:
+                undo = value.get(operation.compensate)
+                if undo is None or undo.operation is None:
+                    raise ValueError(
+                        f"{key}: compensate tool {operation.compensate!r} is not a write tool of this server "
+                        "with an operation declared"
+                    )
         return value
 
     @field_validator("tools")

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from actors.api.operations import APPROVE_SCOPE
 from actors.launch.background_server import BackgroundServer
 from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
 from actors.store.database import (
@@ -35,7 +36,7 @@ from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from dag.budget import Budgets
 from dag.tokens import TaskTokens
 from mcp_server.config import ToolServerConfig
-from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.server import MCP_PATH, ToolServer
 from tests.caseops import prepare_caseops_database
 from tests.conftest import TEST_HOME
@@ -44,10 +45,25 @@ from tests.loopback import free_port, wait_until_ok
 DEMO_KEY = "dev-key-tenant-demo"
 OTHER_KEY = "dev-key-tenant-other"
 NO_DOCUMENTS_KEY = "test-key-no-documents"
+APPROVER_KEY = "test-key-approver"
+"""A person of tenant-demo who may decide operations (``runs:approve``), and is nobody's run's principal."""
+OTHER_APPROVER_KEY = "test-key-other-approver"
+SELF_APPROVER_KEY = "test-key-self-approver"
+"""The dev key's own subject, with ``runs:approve``: the principal of the runs ``DEMO_KEY`` creates."""
 TEST_API_KEYS: dict[str, ApiKeyGrant] = {
     **DEV_API_KEYS,
     NO_DOCUMENTS_KEY: ApiKeyGrant(
         tenant_id="tenant-demo", subject="limited", scopes=(SCOPE_CASES, SCOPE_POLICIES)
+    ),
+    # A person who decides must be able to read the run: its tools' scopes, and runs:approve.
+    APPROVER_KEY: ApiKeyGrant(
+        tenant_id="tenant-demo", subject="approver", scopes=(*ALL_SCOPES, APPROVE_SCOPE)
+    ),
+    OTHER_APPROVER_KEY: ApiKeyGrant(
+        tenant_id="tenant-other", subject="approver", scopes=(*ALL_SCOPES, APPROVE_SCOPE)
+    ),
+    SELF_APPROVER_KEY: ApiKeyGrant(
+        tenant_id="tenant-demo", subject=DEV_API_KEYS[DEMO_KEY].subject, scopes=(*ALL_SCOPES, APPROVE_SCOPE)
     ),
 }
 

@@ -41,7 +41,7 @@ from runner_fakes import (
 )
 
 from dag.budget import Budgets
-from dag.contracts import BindingMatch, Risk, RunBinding, ToolContract, catalogue_of
+from dag.contracts import INVESTIGATE, BindingMatch, Risk, RunBinding, ToolContract, catalogue_of
 from dag.events import (
     ErrorKind,
     JoinStarted,
@@ -59,9 +59,10 @@ from dag.run_state import RunState, fold
 from dag.schemas import JsonSchema
 from dag.states import NodeStatus, RunStatus, StopReason
 from dag.storable import MAX_DEPTH
-from mcp_server.contracts import CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.contracts import CASEOPS_CHECKS, SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.planner import (
     CASE_TOOL,
+    CHECK_TOOLS,
     DOCUMENTS_TOOL,
     POLICY_TOOL,
     RESOLVE_TOOL,
@@ -129,7 +130,9 @@ async def test_the_planner_sees_the_case_goal_and_catalogue_but_nothing_of_the_p
     context = planner.contexts[0]
     assert context.resource == {"case_id": CASE_ID}
     assert context.goal == created.goal
-    assert sorted(tool.name for tool in context.tools) == sorted(CASEOPS_TOOLS)
+    # A run of the default stage is shown the checks, never the writes of the stage that acts.
+    investigated = sorted(name for name, contract in CASEOPS_CHECKS.items() if INVESTIGATE in contract.stages)
+    assert sorted(tool.name for tool in context.tools) == investigated == sorted(CHECK_TOOLS)
     assert not any(hasattr(context, name) for name in ("tenant_id", "subject", "scopes", "principal"))
 
 
@@ -191,12 +194,12 @@ async def test_each_call_carries_a_task_token_for_this_run_node_and_principal() 
         assert claims.sub == SUBJECT
         assert claims.resource == {"case_id": CASE_ID}
         assert claims.tool == call.tool
-        assert claims.scopes == frozenset({CASEOPS_TOOLS[call.tool].scope})  # only what this call needs
+        assert claims.scopes == frozenset({CASEOPS_CHECKS[call.tool].scope})  # only what this call needs
         assert claims.task_id == f"{RUN_ID}/{call.node_id}/1"
         assert claims.aud == MCP_URL
         jtis.add(claims.jti)
         assert (call.run_id, call.attempt, call.mcp_url) == (RUN_ID, 1, MCP_URL)
-        assert call.timeout_s == CASEOPS_TOOLS[call.tool].timeout_s
+        assert call.timeout_s == CASEOPS_CHECKS[call.tool].timeout_s
     assert len(jtis) == 4
 
 
@@ -829,7 +832,7 @@ async def test_a_planner_is_not_shown_a_tool_whose_resource_key_the_run_lacks() 
         path: str
 
     read_file = dataclasses.replace(
-        CASEOPS_TOOLS["caseops_get_case_snapshot"],
+        CASEOPS_CHECKS["caseops_get_case_snapshot"],
         name="read_file",
         input_model=PathInput,
         run_bound=frozenset({"path"}),
@@ -839,12 +842,12 @@ async def test_a_planner_is_not_shown_a_tool_whose_resource_key_the_run_lacks() 
         Propose({"nodes": [snapshot_node("case")]}), Decide(Final({"ok": True}, citations=[]))
     )
     sink, executor = RecordingSink(), ScriptedExecutor(only("case"))
-    catalogue = catalogue_of(*CASEOPS_TOOLS.values(), read_file)
+    catalogue = catalogue_of(*CASEOPS_CHECKS.values(), read_file)
 
     await drive(driver(sink, executor, planner, catalogue=catalogue), run_created(planner="scripted"))
 
     planner.assert_done()
-    assert sorted(tool.name for tool in planner.contexts[0].tools) == sorted(CASEOPS_TOOLS)
+    assert sorted(tool.name for tool in planner.contexts[0].tools) == sorted(CASEOPS_CHECKS)
 
 
 READ_REPORT = ToolContract(

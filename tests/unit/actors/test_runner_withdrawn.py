@@ -32,7 +32,7 @@ from dag.events import ErrorKind, NodeDenied, NodeDispatched, NodeFailed
 from dag.evidence import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE
 from dag.run_state import apply
 from dag.states import NodeStatus, RunStatus, StopReason
-from mcp_server.contracts import CASEOPS_TOOLS
+from mcp_server.contracts import CASEOPS_CHECKS
 from mcp_server.planner import CASE_TOOL, ConformancePlanner
 from planner import Final
 
@@ -48,7 +48,7 @@ def withdrawing_driver(
     return RunDriver(
         sink=sink,
         executor=executor,
-        catalogue=CASEOPS_TOOLS,
+        catalogue=CASEOPS_CHECKS,
         planners={"conformance": ConformancePlanner(), "scripted": planner},
         tokens=TOKENS,
         mcp_url=MCP_URL,
@@ -140,4 +140,4 @@ def test_a_model_planner_is_not_shown_a_tool_withdrawn_for_a_changed_definition(
     offered = {tool.name for tool in run._context(state).tools}
 
     assert CASE_TOOL not in offered
-    assert offered == set(CASEOPS_TOOLS) - {CASE_TOOL}
+    assert offered == set(CASEOPS_CHECKS) - {CASE_TOOL}

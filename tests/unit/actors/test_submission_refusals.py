@@ -30,6 +30,7 @@ ERRORS = {
     Submission.NO_PLANNER: {"known": ["outputs"]},
     Submission.PLANNER_UNAVAILABLE: {"planner": "openai", "reason": "needs OPENAI_API_KEY"},
     Submission.PLANNER_LACKS_TOOLS: {"planner": "conformance", "missing": ["caseops_get_case_snapshot", "x"]},
+    Submission.UNKNOWN_STAGE: {"stage": "deploy", "known": ["act", "investigate"]},
     Submission.BUDGET_ABOVE_LIMIT: {
         "message": "too much",
         "above": {"max_nodes": {"requested": 9, "limit": 8}},
@@ -47,6 +48,7 @@ ANSWERED = {
     Submission.NO_PLANNER: (422, "unknown-planner", None),
     Submission.PLANNER_UNAVAILABLE: (422, "planner-unavailable", None),
     Submission.PLANNER_LACKS_TOOLS: (422, "planner-lacks-tools", None),
+    Submission.UNKNOWN_STAGE: (422, "unknown-stage", None),
     Submission.BUDGET_ABOVE_LIMIT: (422, "budget-above-limit", None),
     Submission.UNAVAILABLE: (503, "database-unavailable", "5"),
     Submission.SHUTTING_DOWN: (503, "shutting-down", "1"),

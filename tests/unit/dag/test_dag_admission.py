@@ -33,20 +33,20 @@ from dag.events import JoinStarted, PlanAccepted, PlanningStarted
 from dag.plan import PlanNode
 from dag.run_state import RunState, fold
 from dag.states import StopReason
-from mcp_server.contracts import CASEOPS_TOOLS
+from mcp_server.contracts import CASEOPS_CHECKS
 
 CASE_ARGS = {"case_id": CASE_ID}
-CASEOPS_PLANNER_TOOLS = frozenset(CASEOPS_TOOLS)
+CASEOPS_PLANNER_TOOLS = frozenset(CASEOPS_CHECKS)
 """What caseops' ``conformance`` planner needs: the four caseops tools."""
 PLANNERS = {"outputs": frozenset(), "conformance": CASEOPS_PLANNER_TOOLS}
-BOTH = {**CASEOPS_TOOLS, **catalogue_of(READ_FILE)}
+BOTH = {**CASEOPS_CHECKS, **catalogue_of(READ_FILE)}
 ECHO_PLAN = {"nodes": [{"id": "read", "tool": "read_file", "args": {"path": "/srv/a.txt"}}]}
 CASE_PLAN = {"nodes": [{"id": "case", "tool": CASE_TOOL, "args": CASE_ARGS}]}
 
 
 def offer(**changes: Any) -> Offer:
     fields: dict[str, Any] = {
-        "catalogue": CASEOPS_TOOLS,
+        "catalogue": CASEOPS_CHECKS,
         "limits": Budgets(),
         "planners": PLANNERS,
         "toolset_planner": "conformance",
@@ -108,8 +108,8 @@ def test_a_caseops_request_naming_nothing_gets_the_toolsets_planner_and_its_budg
     assert admitted.planner == "conformance"
     assert admitted.budgets == Budgets(max_nodes=10)
     assert admitted.plan is None
-    assert admitted.tools == frozenset(CASEOPS_TOOLS)
-    assert admitted.checked_by == tuple(CASEOPS_TOOLS)  # the tools a planner would be shown
+    assert admitted.tools == frozenset(CASEOPS_CHECKS)
+    assert admitted.checked_by == tuple(CASEOPS_CHECKS)  # the tools a planner would be shown
 
 
 def test_a_plan_over_a_third_party_tool_naming_no_planner_is_judged_by_outputs() -> None:
@@ -182,20 +182,20 @@ def test_a_planner_that_needs_tools_the_run_cannot_use_is_refused_naming_them() 
 
 
 def test_a_tenant_without_a_tool_the_planner_needs_is_refused_naming_only_that_tool() -> None:
-    granted = frozenset(CASEOPS_TOOLS) - {DOCUMENTS_TOOL}
+    granted = frozenset(CASEOPS_CHECKS) - {DOCUMENTS_TOOL}
 
     assert admit(granted=granted) == PlannerLacksTools("conformance", (DOCUMENTS_TOOL,))
 
 
 def test_a_planner_needing_tools_of_an_unlisted_server_is_admitted_to_stop_with_the_withdrawal() -> None:
     """The caseops server is down: the run is created (and stops TOOL_SERVER_UNREACHABLE), not refused."""
-    unlisted = {name: frozenset({"case_id"}) for name in CASEOPS_TOOLS}
+    unlisted = {name: frozenset({"case_id"}) for name in CASEOPS_CHECKS}
 
-    admitted = admit(catalogue={}, unlisted=unlisted, withdrawn=frozenset(CASEOPS_TOOLS))
+    admitted = admit(catalogue={}, unlisted=unlisted, withdrawn=frozenset(CASEOPS_CHECKS))
 
     assert isinstance(admitted, RunAdmitted)
     assert admitted.tools == frozenset()
-    assert admitted.checked_by == tuple(CASEOPS_TOOLS)  # its resource check still decides
+    assert admitted.checked_by == tuple(CASEOPS_CHECKS)  # its resource check still decides
 
 
 def test_a_plan_naming_a_tool_of_an_unlisted_server_is_created_without_validation() -> None:
@@ -215,7 +215,7 @@ def test_a_resource_key_only_an_unlisted_tool_binds_is_not_a_mismatch() -> None:
     )
 
     assert isinstance(admitted, RunAdmitted)
-    assert admitted.checked_by == (*CASEOPS_TOOLS, "read_file")
+    assert admitted.checked_by == (*CASEOPS_CHECKS, "read_file")
 
 
 # ---------------------------------------------------------------- a plan for a round
@@ -245,14 +245,14 @@ def nodes(count: int, prefix: str = "n") -> dict[str, Any]:
 
 
 def test_a_first_round_plan_is_admitted_as_validated() -> None:
-    admitted = admit_round(nodes(2), first_round(64), CASEOPS_TOOLS, frozenset())
+    admitted = admit_round(nodes(2), first_round(64), CASEOPS_CHECKS, frozenset())
 
     assert isinstance(admitted, RoundAdmitted)
     assert [node.id for node in admitted.plan.nodes] == ["n0", "n1"]
 
 
 def test_a_first_round_plan_over_max_nodes_is_refused_as_too_many_nodes() -> None:
-    refused = admit_round(nodes(3), first_round(2), CASEOPS_TOOLS, frozenset())
+    refused = admit_round(nodes(3), first_round(2), CASEOPS_CHECKS, frozenset())
 
     assert isinstance(refused, PlanRefused)
     assert refused.error.code is PlanErrorCode.TOO_MANY_NODES
@@ -261,16 +261,16 @@ def test_a_first_round_plan_over_max_nodes_is_refused_as_too_many_nodes() -> Non
 def test_a_replan_over_max_nodes_stops_the_run_on_the_node_budget_not_as_an_invalid_plan() -> None:
     state = second_round(max_nodes=3)  # one node so far: room for two more
 
-    over = admit_round(nodes(3, "r"), state, CASEOPS_TOOLS, frozenset())
+    over = admit_round(nodes(3, "r"), state, CASEOPS_CHECKS, frozenset())
 
     assert isinstance(over, OverBudget)
     assert over.stop_reason is StopReason.NODE_BUDGET_EXHAUSTED
     assert over.detail == "replan 2: budget max_nodes exhausted: 4 > 3"
-    assert isinstance(admit_round(nodes(2, "r"), state, CASEOPS_TOOLS, frozenset()), RoundAdmitted)
+    assert isinstance(admit_round(nodes(2, "r"), state, CASEOPS_CHECKS, frozenset()), RoundAdmitted)
 
 
 def test_a_replan_is_bounded_by_the_nodes_cap_before_the_budget_weighs_it() -> None:
-    refused = admit_round(nodes(NODES_CAP + 1, "r"), second_round(), CASEOPS_TOOLS, frozenset())
+    refused = admit_round(nodes(NODES_CAP + 1, "r"), second_round(), CASEOPS_CHECKS, frozenset())
 
     assert isinstance(refused, PlanRefused)
     assert refused.error.code is PlanErrorCode.TOO_MANY_NODES
@@ -287,18 +287,18 @@ def test_the_nodes_cap_is_the_ceiling_of_max_nodes() -> None:
 def test_a_plan_naming_an_unlisted_tool_stops_the_run_with_its_withdrawal() -> None:
     plan = {"nodes": [*nodes(1)["nodes"], {"id": "echo", "tool": "echo", "args": {"text": "hi"}}]}
 
-    assert admit_round(plan, first_round(64), CASEOPS_TOOLS, frozenset({"echo"})) == ToolUnlisted("echo")
+    assert admit_round(plan, first_round(64), CASEOPS_CHECKS, frozenset({"echo"})) == ToolUnlisted("echo")
 
 
 def test_a_malformed_plan_is_refused_before_its_tools_are_looked_at() -> None:
-    refused = admit_round({"nodes": "echo"}, first_round(64), CASEOPS_TOOLS, frozenset({"echo"}))
+    refused = admit_round({"nodes": "echo"}, first_round(64), CASEOPS_CHECKS, frozenset({"echo"}))
 
     assert isinstance(refused, PlanRefused)
     assert refused.error.code is PlanErrorCode.MALFORMED_PLAN
 
 
 def test_a_streamed_plan_is_validated_node_by_node_within_the_nodes_the_run_may_still_gain() -> None:
-    validator = round_validator(second_round(max_nodes=3), CASEOPS_TOOLS)  # one node so far
+    validator = round_validator(second_round(max_nodes=3), CASEOPS_CHECKS)  # one node so far
     node = PlanNode.model_validate
 
     validator.add(node({"id": "a", "tool": CASE_TOOL, "args": CASE_ARGS}))

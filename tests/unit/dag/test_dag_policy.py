@@ -24,7 +24,7 @@ from dag.contracts import Risk, RunBinding, ToolCatalogue, catalogue_of
 from dag.policy import Decision, Principal, RunAuthority, authorize, effective_tools, observed_values
 from mcp_server.contracts import (
     ALL_SCOPES,
-    CASEOPS_TOOLS,
+    CASEOPS_CHECKS,
     GET_CASE_SNAPSHOT,
     RESOLVE_DOCUMENT_ALIAS,
     SCOPE_DOCUMENTS,
@@ -32,7 +32,7 @@ from mcp_server.contracts import (
 )
 
 RESOLVE = dataclasses.replace(RESOLVE_DOCUMENT_ALIAS, observed_bound=frozenset({"document_id"}))
-CATALOGUE = {**CASEOPS_TOOLS, RESOLVE_TOOL: RESOLVE}
+CATALOGUE = {**CASEOPS_CHECKS, RESOLVE_TOOL: RESOLVE}
 """The caseops tools, the alias resolution bound to observed document ids as the caseops contract declares."""
 ADJUSTER = Principal(tenant_id="tenant-a", subject="adjuster-7", scopes=frozenset(ALL_SCOPES))
 RUN = RunAuthority(ADJUSTER, {"case_id": CASE_ID})
@@ -62,7 +62,7 @@ def test_a_read_only_tool_in_scope_on_the_runs_case_is_allowed() -> None:
     assert rule(decide()) == (True, "allow.read_only_in_scope")
 
 
-@pytest.mark.parametrize("tool", sorted(CASEOPS_TOOLS))
+@pytest.mark.parametrize("tool", sorted(CASEOPS_CHECKS))
 def test_every_caseops_tool_is_allowed_for_a_principal_with_all_scopes(tool: str) -> None:
     args = {"case_id": CASE_ID, "document_id": "D-1"} if tool == RESOLVE_TOOL else {"case_id": CASE_ID}
 
@@ -291,7 +291,7 @@ WIDE_CATALOGUE = {**CATALOGUE, CLOSE_CASE.name: CLOSE_CASE, SETTLE_ONLY.name: SE
 
 
 def test_a_principal_with_every_scope_sees_the_read_only_tools_of_its_stage() -> None:
-    assert sorted(effective_tools(RUN, WIDE_CATALOGUE)) == sorted(CASEOPS_TOOLS)
+    assert sorted(effective_tools(RUN, WIDE_CATALOGUE)) == sorted(CASEOPS_CHECKS)
 
 
 @pytest.mark.parametrize(
@@ -314,7 +314,7 @@ def test_a_principal_with_every_scope_sees_the_read_only_tools_of_its_stage() ->
 def test_effective_tools_hides_what_the_tenant_or_scopes_rule_out(
     authority: RunAuthority, hidden: set[str]
 ) -> None:
-    assert sorted(effective_tools(authority, WIDE_CATALOGUE)) == sorted(set(CASEOPS_TOOLS) - hidden)
+    assert sorted(effective_tools(authority, WIDE_CATALOGUE)) == sorted(set(CASEOPS_CHECKS) - hidden)
 
 
 def test_effective_tools_never_offers_a_write_even_when_the_tenant_grants_it() -> None:
@@ -330,9 +330,9 @@ def test_effective_tools_offers_only_the_tools_of_the_runs_stage() -> None:
 
 
 def test_effective_tools_keeps_the_contracts_themselves() -> None:
-    tools = effective_tools(RUN, CASEOPS_TOOLS)
+    tools = effective_tools(RUN, CASEOPS_CHECKS)
 
-    assert all(tools[name] is CASEOPS_TOOLS[name] for name in tools)
+    assert all(tools[name] is CASEOPS_CHECKS[name] for name in tools)
 
 
 # ---------------------------------------------------------------- the policy property

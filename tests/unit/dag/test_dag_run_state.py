@@ -78,7 +78,9 @@ def test_a_run_starts_pending_with_the_principal_of_its_creation() -> None:
 
     assert state.status is RunStatus.PENDING
     assert (state.principal.tenant_id, state.principal.subject) == ("tenant-a", "adjuster-7")
-    assert state.principal.scopes == frozenset({"cases:read", "policies:read", "documents:read"})
+    assert state.principal.scopes == frozenset(
+        {"cases:read", "policies:read", "documents:read", "documents:request"}
+    )
     assert (state.resource, state.plan, state.nodes) == ({"case_id": CASE_ID}, None, {})
 
 

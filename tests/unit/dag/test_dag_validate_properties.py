@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from dag.errors import PlanErrorCode, PlanInvalid
 from dag.plan import NODE_ID_PATTERN, Plan
 from dag.validate import validate_plan
-from mcp_server.contracts import CASEOPS_TOOLS
+from mcp_server.contracts import CASEOPS_CHECKS
 
-TOOLS = sorted(CASEOPS_TOOLS)
+TOOLS = sorted(CASEOPS_CHECKS)
 REFERENCE_CODES = {
     PlanErrorCode.SELF_REFERENCE,
     PlanErrorCode.FORWARD_REFERENCE,
@@ -66,7 +66,7 @@ def assert_only_earlier_references(plan: Plan) -> None:
     for node in plan.nodes:
         assert NODE_ID_PATTERN.fullmatch(node.id)
         assert node.id not in earlier
-        assert node.tool in CASEOPS_TOOLS
+        assert node.tool in CASEOPS_CHECKS
         assert set(node.dependencies) <= earlier, f"{node.id} depends on a node not listed before it"
         earlier.add(node.id)
 
@@ -74,7 +74,7 @@ def assert_only_earlier_references(plan: Plan) -> None:
 def outcome(data: dict[str, Any], *, max_nodes: int) -> Plan | PlanInvalid:
     """The validated plan, or the rejection; any other exception escapes and fails the test."""
     try:
-        return validate_plan(Plan.parse(data), CASEOPS_TOOLS, max_nodes=max_nodes)
+        return validate_plan(Plan.parse(data), CASEOPS_CHECKS, max_nodes=max_nodes)
     except PlanInvalid as rejection:
         return rejection
 

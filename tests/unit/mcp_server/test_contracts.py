@@ -9,12 +9,16 @@ from dag.contracts import Risk, ToolContract
 from dag.validate import check_arguments
 from mcp_server.contracts import (
     ALL_SCOPES,
+    CASEOPS_CHECKS,
     CASEOPS_TOOLS,
+    DRAFT_DOCUMENT_REQUEST,
+    FIND_DOCUMENT_REQUEST,
     GET_CASE_SNAPSHOT,
     GET_POLICY_REQUIREMENTS,
     IDENTIFIER_PATTERN,
     LIST_UNCLASSIFIED_DOCUMENTS,
     RESOLVE_DOCUMENT_ALIAS,
+    SEND_DOCUMENT_REQUEST,
 )
 
 CONTRACTS = [GET_CASE_SNAPSHOT, GET_POLICY_REQUIREMENTS, LIST_UNCLASSIFIED_DOCUMENTS, RESOLVE_DOCUMENT_ALIAS]
@@ -26,9 +30,24 @@ def valid_args(contract: ToolContract) -> dict[str, str]:
     return {field: {"case_id": "C-102", "document_id": "DOC-C102-003"}[field] for field in fields}
 
 
-def test_the_catalogue_holds_exactly_the_four_caseops_tools() -> None:
-    assert sorted(CASEOPS_TOOLS) == sorted(contract.name for contract in CONTRACTS)
+WRITES = [DRAFT_DOCUMENT_REQUEST, SEND_DOCUMENT_REQUEST]
+
+
+def test_the_catalogue_holds_the_four_checks_the_two_writes_and_the_read_that_reconciles_a_send() -> None:
+    assert sorted(CASEOPS_CHECKS) == sorted(contract.name for contract in CONTRACTS)
     assert all(CASEOPS_TOOLS[contract.name] is contract for contract in CONTRACTS)
+    assert sorted(CASEOPS_TOOLS) == sorted(
+        [*CASEOPS_CHECKS, *(c.name for c in WRITES), FIND_DOCUMENT_REQUEST.name]
+    )
+
+
+def test_the_writes_are_a_reversible_draft_and_an_irreversible_send_of_the_stage_that_acts() -> None:
+    assert [contract.risk for contract in WRITES] == [Risk.REVERSIBLE_WRITE, Risk.IRREVERSIBLE_WRITE]
+    for contract in [*WRITES, FIND_DOCUMENT_REQUEST]:
+        assert contract.stages == frozenset({"act"})
+        assert contract.scope in ALL_SCOPES
+        assert "idempotency_key" in contract.input_schema["required"]
+        assert contract.input_schema["additionalProperties"] is False
 
 
 @by_name
@@ -117,9 +136,9 @@ def test_the_alias_resolution_may_only_name_a_document_id_the_run_has_observed()
 
 
 @by_name
-def test_every_caseops_tool_is_idempotent_retried_at_most_three_times_and_used_to_investigate(
+def test_every_caseops_check_is_idempotent_retried_at_most_three_times_and_used_in_both_stages(
     contract: ToolContract,
 ) -> None:
     assert contract.idempotent is True
     assert contract.max_attempts == 3
-    assert contract.stages == frozenset({"investigate"})
+    assert contract.stages == frozenset({"investigate", "act"})  # a run that acts checks first

@@ -1,0 +1,212 @@
+"""The operation ledger over HTTP: a run's writes listed, and a person's approval, rejection or resolution.
+
+A decision quotes the SHA-256 of the operation's exact arguments (``args_hash``): a yes to other arguments than
+the operation's is refused, never applied. Deciding needs the scope ``runs:approve``; the run's own principal
+may approve only where the tool's overlay allows it, and never an irreversible write. Each decision is one
+conditional update of the operation's row (``actors.store.operations``): two people deciding at once, one wins,
+the other is told it was already decided. The supervisor that drives the run reads the decision from the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, NoReturn
+
+from fastapi import APIRouter, Depends, Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from actors.api._problem import Problem, problem_responses
+from actors.store.operations import Operation, OperationStore, Transition
+from dag.contracts import Recording, ToolContract
+from dag.fingerprint import sha256_hex
+from dag.operations import DecisionRefusal, OperationState, approval_refusal, resolution_refusal
+from dag.policy import Principal
+
+APPROVE_SCOPE = "runs:approve"
+"""The scope a person needs to approve, reject or resolve an operation."""
+
+_HASH = r"^[0-9a-f]{64}$"
+_OPERATION_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+OperationId = Annotated[str, Path(pattern=_OPERATION_ID, description="An operation of the run")]
+
+_REFUSALS: Mapping[DecisionRefusal, tuple[int, str]] = {
+    DecisionRefusal.NOT_FOUND: (404, "no operation with this id belongs to this run"),
+    DecisionRefusal.HASH_MISMATCH: (
+        409,
+        "args_hash is not the hash of this operation's arguments: a decision applies to exact arguments only",
+    ),
+    DecisionRefusal.ALREADY_DECIDED: (409, "the operation was already decided"),
+    DecisionRefusal.EXPIRED: (409, "the operation expired before it was decided"),
+    DecisionRefusal.SELF_APPROVAL: (
+        403,
+        "the run's own principal may not decide its operations (never an irreversible write's)",
+    ),
+    DecisionRefusal.NOT_UNKNOWN: (409, "only an operation whose outcome is unknown can be resolved"),
+}
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    args_hash: str = Field(pattern=_HASH, description="The SHA-256 of the operation's arguments, as listed")
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class Resolution(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    args_hash: str = Field(pattern=_HASH)
+    outcome: Literal["succeeded", "failed"] = Field(description="What a person found the write did")
+    note: str = Field(min_length=1, max_length=2000, description="What was checked, and how")
+
+
+def operation_view(operation: Operation, history: list[Transition]) -> dict[str, Any]:
+    digest = operation.recording is Recording.DIGEST
+    return {
+        "operation_id": operation.operation_id,
+        "node_id": operation.node_id,
+        "tool": operation.tool,
+        "description": operation.description,
+        "risk": operation.risk.value,
+        "approval": operation.approval.value,
+        "state": operation.state.value,
+        "args_hash": operation.args_hash,
+        "args": None if digest else operation.args,
+        "attempts": operation.attempts,
+        "expires_at": _iso(operation.expires_at),
+        "created_at": _iso(operation.created_at),
+        "updated_at": _iso(operation.updated_at),
+        "output": (sha256_hex(operation.output) if digest else operation.output)
+        if operation.output is not None
+        else None,
+        "error": operation.error.model_dump(mode="json") if operation.error is not None else None,
+        "history": [
+            {
+                "from": step.from_state.value if step.from_state else None,
+                "to": step.to_state.value,
+                "actor": step.actor,
+                "note": step.note,
+                "at": _iso(step.at),
+            }
+            for step in history
+        ],
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def operations_router(
+    *,
+    operations: Callable[[], OperationStore],
+    authenticated: Callable[..., Awaitable[Principal]],
+    readable_run: Callable[[Principal, str], Awaitable[dict[str, Any]]],
+    contracts: Callable[[], Awaitable[Mapping[str, ToolContract]]],
+) -> APIRouter:
+    """The routes. ``readable_run`` is the API's tenant check (404 identical to an unknown run); ``contracts``
+    the supervisor's catalogue (whether a tool's overlay lets the run's own principal approve)."""
+    router = APIRouter()
+    caller = Depends(authenticated)
+
+    async def operation_of(principal: Principal, run_id: str, op_id: str) -> Operation:
+        row = await readable_run(principal, run_id)
+        operation = await operations().get(op_id)
+        if operation is None or operation.run_id != str(row["run_id"]):
+            _refuse(DecisionRefusal.NOT_FOUND)
+        return operation
+
+    async def shown(moved: Operation | None, otherwise: DecisionRefusal) -> dict[str, Any]:
+        """The operation a decision moved, with its history; ``otherwise`` if another caller moved it first."""
+        if moved is None:
+            _refuse(otherwise)
+        history = await operations().history([moved.operation_id])
+        return operation_view(moved, history[moved.operation_id])
+
+    def decider(principal: Principal) -> str:
+        if APPROVE_SCOPE not in principal.scopes:
+            raise Problem(403, "scope-missing", f"deciding an operation needs the scope {APPROVE_SCOPE!r}")
+        return principal.subject
+
+    @router.get("/runs/{run_id}/operations", responses=problem_responses(401, 404, 503))
+    async def list_operations(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
+        """The run's writes: each with its arguments (a digest where the tool records digests), their hash, the
+        tool's description, its state, and who moved it when."""
+        row = await readable_run(principal, run_id)
+        found = await operations().of_run(str(row["run_id"]))
+        history = await operations().history([op.operation_id for op in found])
+        return [operation_view(op, history[op.operation_id]) for op in found]
+
+    async def decide(
+        principal: Principal, run_id: str, op_id: str, body: Decision, target: OperationState
+    ) -> dict[str, Any]:
+        who = decider(principal)
+        operation = await operation_of(principal, run_id, op_id)
+        contract = (await contracts()).get(operation.tool)
+        spec = contract.operation if contract is not None else None
+        self_approval = spec.self_approval if spec is not None else False
+        refusal = approval_refusal(
+            operation.view, quoted_hash=body.args_hash, decider=who, self_approval=self_approval, now=_now()
+        )
+        if refusal is not None:
+            _refuse(refusal)
+        moved = await operations().move(
+            op_id,
+            target,
+            actor=f"person:{principal.tenant_id}/{who}",
+            note=body.note,
+            sources={OperationState.AWAITING_APPROVAL},
+            quoted_hash=body.args_hash,
+        )
+        return await shown(moved, DecisionRefusal.ALREADY_DECIDED)  # None: decided between read and update
+
+    decisions = problem_responses(401, 403, 404, 409, 422, 503)
+
+    @router.post("/runs/{run_id}/operations/{operation_id}/approve", responses=decisions)
+    async def approve(
+        run_id: str, operation_id: OperationId, body: Decision, principal: Principal = caller
+    ) -> dict[str, Any]:
+        """Approve the operation's exact arguments: its supervisor executes it once."""
+        return await decide(principal, run_id, operation_id, body, OperationState.APPROVED)
+
+    @router.post("/runs/{run_id}/operations/{operation_id}/reject", responses=decisions)
+    async def reject(
+        run_id: str, operation_id: OperationId, body: Decision, principal: Principal = caller
+    ) -> dict[str, Any]:
+        """Reject the operation: it never executes, and its node fails ``OPERATION_REJECTED``."""
+        return await decide(principal, run_id, operation_id, body, OperationState.REJECTED)
+
+    @router.post("/runs/{run_id}/operations/{operation_id}/resolve", responses=decisions)
+    async def resolve(
+        run_id: str, operation_id: OperationId, body: Resolution, principal: Principal = caller
+    ) -> dict[str, Any]:
+        """Settle an unknown outcome with what a person found (and a note saying how)."""
+        who = decider(principal)
+        operation = await operation_of(principal, run_id, operation_id)
+        refusal = resolution_refusal(operation.view, quoted_hash=body.args_hash)
+        if refusal is not None:
+            _refuse(refusal)
+        target = OperationState(body.outcome)
+        moved = await operations().move(
+            operation_id,
+            target,
+            actor=f"person:{principal.tenant_id}/{who}",
+            note=body.note,
+            sources={OperationState.UNKNOWN},
+            quoted_hash=body.args_hash,
+            output={"resolved_by": who, "note": body.note} if target is OperationState.SUCCEEDED else None,
+            has_output=target is OperationState.SUCCEEDED,
+        )
+        return await shown(moved, DecisionRefusal.NOT_UNKNOWN)
+
+    return router
+
+
+def _refuse(refusal: DecisionRefusal) -> NoReturn:
+    status, detail = _REFUSALS[refusal]
+    raise Problem(status, refusal.value, detail)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,289 @@
+"""A write node, driven as an operation: proposed, approved, executed once, its outcome recorded or reconciled.
+
+``Operate.drive`` is what a round runs for a node whose tool writes, in place of a plain call. It takes the
+operation's row from whatever state it is in — a first proposal, an approval that arrived, a recovery after
+its supervisor died mid-call — and moves it, one conditional update at a time, each recorded before it is
+acted on, to an outcome the node can end with. The decisions (which state an outcome means, who may approve,
+what a reconciling read says) are ``dag.operations``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from actors.calls.call import ToolOutcome
+from actors.run.recorder import now
+from actors.store.operations import Operation, OperationStore
+from dag.contracts import ToolContract
+from dag.events import ErrorKind, NodeError
+from dag.operations import (
+    Existence,
+    OperationState,
+    approval_deadline,
+    approval_for,
+    arguments_hash,
+    call_arguments,
+    existence,
+    operation_id,
+    outcome_state,
+    reconcile_arguments,
+    reconciled_output,
+    reconciled_state,
+    unknown_error,
+)
+from dag.policy import Decision
+from dag.run_state import RunState
+from dag.writes import Approval, OperationSpec
+
+log = logging.getLogger(__name__)
+
+CallTool = Callable[[str, dict[str, Any]], Awaitable[ToolOutcome]]
+"""Call ``tool`` with ``args`` under the run's credentials and the tool's time limit."""
+Waiting = Callable[[str, str | None], None]
+"""``(operation_id, why)``: the operation now waits for a person (``why``), or no longer does (``None``)."""
+
+AWAITING_APPROVAL = "awaiting approval"
+"""Why an operation waits for a person, as its round is told: an approval."""
+OPERATION_EXPIRED = "OPERATION_EXPIRED"
+OPERATION_REJECTED = "OPERATION_REJECTED"
+OPERATION_FAILED = "OPERATION_FAILED"
+
+
+@dataclass(frozen=True)
+class Operate:
+    """What every write of a round shares: the ledger, who records, and how often it looks again."""
+
+    store: OperationStore
+    actor: str
+    """Who the round's transitions are recorded as (``supervisor:<name>``)."""
+    poll_s: float = 0.25
+    """How often a waiting operation reads its row again (a person's decision lands there)."""
+    reconcile_every_s: float = 5.0
+    """How often an unknown operation's reconciling read is tried again while it cannot tell."""
+    call_slack_s: float = 5.0
+
+    async def drive(
+        self,
+        state: RunState,
+        node_id: str,
+        contract: ToolContract,
+        args: Mapping[str, Any],
+        decision: Decision,
+        *,
+        run_deadline: datetime,
+        call: CallTool,
+        waiting: Waiting,
+    ) -> ToolOutcome:
+        spec = contract.operation
+        assert spec is not None, "only a write tool with an operation declared is driven here"
+        started = now()
+        digest = arguments_hash(args)
+        op_id = operation_id(state.run_id, contract.name, digest)
+        row = await self.store.propose(
+            operation_id=op_id,
+            run_id=state.run_id,
+            node_id=node_id,
+            tenant_id=state.principal.tenant_id,
+            subject=state.principal.subject,
+            resource=state.resource,
+            tool=contract.name,
+            description=contract.description,
+            risk=contract.risk,
+            approval=approval_for(spec, contract.risk),
+            recording=contract.recording,
+            args=args,
+            args_hash=digest,
+            actor=self.actor,
+        )
+        call_limit_s = contract.timeout_s + self.call_slack_s
+        try:
+            while True:
+                match row.state:
+                    case OperationState.PROPOSED:
+                        note = f"arguments fit the contract; {decision.rule_id}"
+                        moved = await self.store.move(
+                            op_id, OperationState.VALIDATED, actor=self.actor, note=note
+                        )
+                    case OperationState.VALIDATED:
+                        moved = await self._ask(row, spec, decision, run_deadline)
+                    case OperationState.AWAITING_APPROVAL:
+                        waiting(op_id, AWAITING_APPROVAL)
+                        moved = await self._await_decision(row)
+                    case OperationState.APPROVED:
+                        waiting(op_id, None)
+                        moved = await self._execute(row, spec, call)
+                    case OperationState.EXECUTING:  # found executing, by a caller that is not this one
+                        moved = await self.store.move(
+                            op_id,
+                            OperationState.UNKNOWN,
+                            actor=self.actor,
+                            note="found executing by a caller that did not record its outcome",
+                            sources={OperationState.EXECUTING},
+                        )
+                    case OperationState.UNKNOWN:
+                        moved = await self._reconcile(row, spec, call, call_limit_s, waiting)
+                    case _:
+                        waiting(op_id, None)
+                        return _outcome_of(row, started)
+                row = moved if moved is not None else await self._reread(op_id)
+        except asyncio.CancelledError:
+            waiting(op_id, None)
+            raise
+
+    async def expire(self, op_id: str, *, note: str) -> None:
+        """Expire an operation still awaiting approval (its run stopped): a later yes executes nothing."""
+        await self.store.move(
+            op_id,
+            OperationState.EXPIRED,
+            actor=self.actor,
+            note=note,
+            sources={OperationState.AWAITING_APPROVAL},
+        )
+
+    async def _reread(self, op_id: str) -> Operation:
+        row = await self.store.get(op_id)
+        assert row is not None, "an operation's row is never deleted"
+        return row
+
+    async def _ask(
+        self, row: Operation, spec: OperationSpec, decision: Decision, run_deadline: datetime
+    ) -> Operation | None:
+        if row.approval is Approval.POLICY:
+            return await self.store.move(
+                row.operation_id,
+                OperationState.APPROVED,
+                actor=f"policy:{decision.rule_id}",
+                note=decision.reason,
+            )
+        return await self.store.move(
+            row.operation_id,
+            OperationState.AWAITING_APPROVAL,
+            actor=self.actor,
+            expires_at=approval_deadline(now(), spec, run_deadline),
+            note="a person must approve these exact arguments",
+        )
+
+    async def _await_decision(self, row: Operation) -> Operation | None:
+        """Wait for a person's decision, which lands in the row; expire the operation at its deadline."""
+        while True:
+            if row.expires_at is not None and now() >= row.expires_at:
+                return await self.store.move(
+                    row.operation_id,
+                    OperationState.EXPIRED,
+                    actor="deadline",
+                    note="no decision before the operation's deadline",
+                    sources={OperationState.AWAITING_APPROVAL},
+                )
+            await asyncio.sleep(self.poll_s)
+            current = await self._reread(row.operation_id)
+            if current.state is not OperationState.AWAITING_APPROVAL:
+                return current
+
+    async def _execute(self, row: Operation, spec: OperationSpec, call: CallTool) -> Operation | None:
+        """Claim the one execution right, call the tool once, and record what its outcome means."""
+        claimed = await self.store.move(
+            row.operation_id,
+            OperationState.EXECUTING,
+            actor=self.actor,
+            sources={OperationState.APPROVED},
+        )
+        if claimed is None:
+            return None  # another caller took it: read what it did
+        try:
+            outcome = await call(row.tool, call_arguments(spec, row.args, row.operation_id))
+        except asyncio.CancelledError:  # the run stopped with the write out: nobody can say what it did
+            await asyncio.shield(
+                self.store.move(
+                    row.operation_id,
+                    OperationState.UNKNOWN,
+                    actor=self.actor,
+                    note="the run stopped while the write was out",
+                    sources={OperationState.EXECUTING},
+                )
+            )
+            raise
+        target = outcome_state(outcome.error)
+        note = None if outcome.error is None else f"{outcome.error.code}: {outcome.error.message}"[:500]
+        return await self.store.move(
+            row.operation_id,
+            target,
+            actor=self.actor,
+            note=note,
+            sources={OperationState.EXECUTING, OperationState.UNKNOWN},
+            output=outcome.output,
+            has_output=target is OperationState.SUCCEEDED,
+            error=outcome.error,
+        )
+
+    async def _reconcile(
+        self, row: Operation, spec: OperationSpec, call: CallTool, call_limit_s: float, waiting: Waiting
+    ) -> Operation | None:
+        """Find out whether an unknown operation's effect exists; until something can tell, a person may."""
+        reconcile = spec.reconcile
+        if reconcile is not None:
+            arguments = reconcile_arguments(reconcile, row.args, row.operation_id)
+            if arguments is not None:
+                outcome = await call(reconcile.tool, arguments)
+                seen = existence(reconcile, outcome.output) if outcome.error is None else Existence.UNCLEAR
+                settled = reconciled_state(
+                    seen, executing_since=row.executing_since, call_limit_s=call_limit_s, now=now()
+                )
+                if settled is not None:
+                    return await self.store.move(
+                        row.operation_id,
+                        settled,
+                        actor=f"reconcile:{reconcile.tool}",
+                        note=f"the reconciling read found the effect {seen.value}",
+                        sources={OperationState.UNKNOWN},
+                        output=reconciled_output(reconcile, outcome.output),
+                        has_output=settled is OperationState.SUCCEEDED,
+                        error=unknown_error("the reconciling read found no effect; the write did not happen")
+                        if settled is OperationState.FAILED
+                        else None,
+                    )
+                if (
+                    seen is Existence.ABSENT
+                ):  # the call that was out may still land: look again once it cannot
+                    waiting(row.operation_id, None)
+                    await asyncio.sleep(self.poll_s)
+                    return None
+        waiting(row.operation_id, "outcome unknown: a person may resolve it")
+        deadline = asyncio.get_running_loop().time() + (self.reconcile_every_s if reconcile else float("inf"))
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(self.poll_s)
+            current = await self._reread(row.operation_id)
+            if current.state is not OperationState.UNKNOWN:
+                return current
+        return None
+
+
+def _outcome_of(row: Operation, started: datetime) -> ToolOutcome:
+    """What the node ends with, once its operation has."""
+    finished = now()
+    match row.state:
+        case OperationState.SUCCEEDED:
+            return ToolOutcome(output=row.output, error=None, started_at=started, finished_at=finished)
+        case OperationState.FAILED:
+            error = row.error or NodeError(
+                kind=ErrorKind.BUSINESS, code=OPERATION_FAILED, message="the operation failed"
+            )
+        case OperationState.REJECTED:
+            error = NodeError(
+                kind=ErrorKind.AUTHORIZATION,
+                code=OPERATION_REJECTED,
+                message=f"operation {row.operation_id} was rejected",
+            )
+        case OperationState.EXPIRED:
+            error = NodeError(
+                kind=ErrorKind.AUTHORIZATION,
+                code=OPERATION_EXPIRED,
+                message=f"operation {row.operation_id} was not approved before its deadline",
+            )
+        case _:
+            raise AssertionError(f"no outcome for an operation in state {row.state}")
+    return ToolOutcome(output=None, error=error, started_at=started, finished_at=finished)

@@ -1,0 +1,286 @@
+"""Operations: a write a run wants to make, as one business intent with a ledger row of its own.
+
+A node whose tool writes (``Risk.REVERSIBLE_WRITE`` or ``IRREVERSIBLE_WRITE``) is not called like a read. It
+becomes an **operation**: an id that stays the same across attempts, retries, replans and recovery (it is
+derived from the run, the tool and the SHA-256 of the canonical resolved arguments), approved by a policy or a
+person against that hash, executed by one caller at most (the one that moves it ``approved → executing``), and
+— when the call's outcome is unknown (a timeout, a dropped connection, a dead caller) — reconciled with a read,
+never blindly retried.
+
+This module holds the values and the decisions: the states and their legal transitions, the operator's
+declaration (``OperationSpec``), how an outcome maps to a state, who may decide, and what a reconciling read
+says. The store keeps the rows (``actors.store.operations``); the round drives them (``actors.run.operate``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Final
+
+from dag.contracts import Risk
+from dag.errors import IllegalTransition
+from dag.events import ErrorKind, NodeError, RuntimeFailure
+from dag.fingerprint import sha256_hex
+from dag.writes import OPERATION_ID_SOURCE, Approval, KeyCarrier, OperationSpec, Reconcile
+
+
+class OperationState(StrEnum):
+    PROPOSED = "proposed"
+    VALIDATED = "validated"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_OPERATION_STATES
+
+    @property
+    def decided(self) -> bool:
+        """Whether a person or the policy has already said yes or no (an approval arrives too late)."""
+        return self not in (
+            OperationState.PROPOSED,
+            OperationState.VALIDATED,
+            OperationState.AWAITING_APPROVAL,
+        )
+
+
+TERMINAL_OPERATION_STATES: Final = frozenset(
+    {OperationState.SUCCEEDED, OperationState.FAILED, OperationState.REJECTED, OperationState.EXPIRED}
+)
+
+OPERATION_TRANSITIONS: Final[dict[OperationState, frozenset[OperationState]]] = {
+    OperationState.PROPOSED: frozenset({OperationState.VALIDATED}),
+    OperationState.VALIDATED: frozenset({OperationState.AWAITING_APPROVAL, OperationState.APPROVED}),
+    OperationState.AWAITING_APPROVAL: frozenset(
+        {OperationState.APPROVED, OperationState.REJECTED, OperationState.EXPIRED}
+    ),
+    OperationState.APPROVED: frozenset({OperationState.EXECUTING, OperationState.EXPIRED}),
+    OperationState.EXECUTING: frozenset(
+        {
+            OperationState.SUCCEEDED,
+            OperationState.FAILED,
+            OperationState.UNKNOWN,
+        }
+    ),
+    # An unknown outcome is settled by a reconciling read, a person's resolution, or the late answer of the
+    # one call that was out (its caller outlived the supervisor that marked it unknown).
+    OperationState.UNKNOWN: frozenset({OperationState.SUCCEEDED, OperationState.FAILED}),
+    OperationState.SUCCEEDED: frozenset(),
+    OperationState.FAILED: frozenset(),
+    OperationState.REJECTED: frozenset(),
+    OperationState.EXPIRED: frozenset(),
+}
+
+
+def check_operation_transition(source: OperationState, target: OperationState) -> None:
+    if target not in OPERATION_TRANSITIONS[source]:
+        raise IllegalTransition("operation", source.value, target.value)
+
+
+def sources_of(target: OperationState) -> frozenset[OperationState]:
+    """Every state from which ``target`` may be reached: the guard of a conditional update."""
+    return frozenset(source for source, targets in OPERATION_TRANSITIONS.items() if target in targets)
+
+
+def is_write(risk: Risk) -> bool:
+    return risk is not Risk.READ_ONLY
+
+
+def approval_for(spec: OperationSpec, risk: Risk) -> Approval:
+    """Who approves an operation of a tool of ``risk``: ``irreversible_write`` always needs a person, whatever
+    the overlay says."""
+    return Approval.PERSON if risk is Risk.IRREVERSIBLE_WRITE else spec.approval
+
+
+# ---------------------------------------------------------------- identity
+
+
+def arguments_hash(args: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the resolved arguments: what an approval quotes."""
+    return sha256_hex(dict(args))
+
+
+_OPERATIONS = uuid.UUID("6f3b1c2e-8a4d-5e7f-9b0a-1c2d3e4f5a6b")
+
+
+def operation_id(run_id: str, tool: str, args_hash: str) -> str:
+    """The operation of writing ``args_hash`` with ``tool`` in run ``run_id``: the same whenever the same write
+    is proposed in the run (a second node, a replan, a recovery), so PostgreSQL keeps one row for it."""
+    return str(uuid.uuid5(_OPERATIONS, f"{run_id}\x00{tool}\x00{args_hash}"))
+
+
+def call_arguments(spec: OperationSpec, args: Mapping[str, Any], op_id: str) -> dict[str, Any]:
+    """The arguments the tool is sent: the node's, with the idempotency key where the overlay puts it."""
+    sent = dict(args)
+    if spec.key is KeyCarrier.ARGUMENT and spec.key_argument is not None:
+        sent[spec.key_argument] = op_id
+    return sent
+
+
+# ---------------------------------------------------------------- decisions
+
+
+class DecisionRefusal(StrEnum):
+    """Why a person's approval, rejection or resolution of an operation is refused (a problem type each)."""
+
+    NOT_FOUND = "operation-not-found"
+    HASH_MISMATCH = "operation-hash-mismatch"
+    ALREADY_DECIDED = "operation-already-decided"
+    EXPIRED = "operation-expired"
+    SELF_APPROVAL = "operation-self-approval"
+    NOT_UNKNOWN = "operation-not-unknown"
+
+
+@dataclass(frozen=True)
+class OperationView:
+    """What a decision is weighed on: one operation as the ledger holds it."""
+
+    operation_id: str
+    state: OperationState
+    args_hash: str
+    risk: Risk
+    subject: str
+    expires_at: datetime | None
+
+
+def approval_refusal(
+    operation: OperationView,
+    *,
+    quoted_hash: str,
+    decider: str,
+    self_approval: bool,
+    now: datetime,
+) -> DecisionRefusal | None:
+    """Why ``decider`` may not approve or reject ``operation`` quoting ``quoted_hash`` at ``now``, or ``None``.
+
+    The hash is checked first: a decision about other arguments than the operation's is no decision about it.
+    """
+    if quoted_hash != operation.args_hash:
+        return DecisionRefusal.HASH_MISMATCH
+    if operation.state is OperationState.EXPIRED or (
+        operation.state is OperationState.AWAITING_APPROVAL
+        and operation.expires_at is not None
+        and now >= operation.expires_at
+    ):
+        return DecisionRefusal.EXPIRED
+    if operation.state is not OperationState.AWAITING_APPROVAL:
+        return DecisionRefusal.ALREADY_DECIDED
+    if decider == operation.subject and (not self_approval or operation.risk is Risk.IRREVERSIBLE_WRITE):
+        return DecisionRefusal.SELF_APPROVAL
+    return None
+
+
+def resolution_refusal(operation: OperationView, *, quoted_hash: str) -> DecisionRefusal | None:
+    """Why a person may not settle ``operation``'s unknown outcome, or ``None``."""
+    if quoted_hash != operation.args_hash:
+        return DecisionRefusal.HASH_MISMATCH
+    if operation.state is not OperationState.UNKNOWN:
+        return DecisionRefusal.NOT_UNKNOWN
+    return None
+
+
+def approval_deadline(now: datetime, spec: OperationSpec, run_deadline: datetime) -> datetime:
+    """When an operation waiting for a person expires: its window, never past the run's deadline."""
+    return min(now + timedelta(seconds=spec.approval_window_s), run_deadline)
+
+
+_DEFINITE_KINDS: Final = frozenset({ErrorKind.CONTRACT, ErrorKind.AUTHORIZATION, ErrorKind.BUSINESS})
+"""The tool answered, and its answer says it did not act: a definite failure."""
+
+
+def outcome_state(error: NodeError | None) -> OperationState:
+    """The state a call's outcome puts its operation in.
+
+    An answer is ``succeeded``; a tool's own refusal (business, contract, authorization) is ``failed``; a
+    timeout, a dropped connection, an answer that could not be read or a dead caller is ``unknown``: the tool
+    may have acted, and only a reconciling read or a person can tell.
+    """
+    if error is None:
+        return OperationState.SUCCEEDED
+    if error.kind in _DEFINITE_KINDS:
+        return OperationState.FAILED
+    return OperationState.UNKNOWN
+
+
+class Existence(StrEnum):
+    EXISTS = "exists"
+    ABSENT = "absent"
+    UNCLEAR = "unclear"
+
+
+def reconcile_arguments(reconcile: Reconcile, args: Mapping[str, Any], op_id: str) -> dict[str, Any] | None:
+    """The reconciling read's arguments, from the operation's; ``None`` if one it needs is missing."""
+    out: dict[str, Any] = {}
+    for name, source in reconcile.arguments:
+        if source == OPERATION_ID_SOURCE:
+            out[name] = op_id
+        elif source in args:
+            out[name] = args[source]
+        else:
+            return None
+    return out
+
+
+def existence(reconcile: Reconcile, output: Any) -> Existence:
+    """What a reconciling read's ``output`` says of the effect."""
+    value = output.get(reconcile.exists) if isinstance(output, Mapping) else None
+    if value is True:
+        return Existence.EXISTS
+    if value is False:
+        return Existence.ABSENT
+    return Existence.UNCLEAR
+
+
+def reconciled_output(reconcile: Reconcile, output: Any) -> Any:
+    """What a write confirmed by the reconciling read's ``output`` ends with: the write's own answer where the
+    read holds it (``Reconcile.output``), else the read's evidence, named as such."""
+    if (
+        reconcile.output is not None
+        and isinstance(output, Mapping)
+        and output.get(reconcile.output) is not None
+    ):
+        return output[reconcile.output]
+    return {"reconciled_by": reconcile.tool, "evidence": output}
+
+
+def reconciled_state(
+    seen: Existence, *, executing_since: datetime | None, call_limit_s: float, now: datetime
+) -> OperationState | None:
+    """The state a reconciling read settles an unknown operation in, or ``None`` (still unknown).
+
+    An effect that exists is ``succeeded``. An absent one is ``failed`` only once the call that was out can no
+    longer land (its caller gives up after ``call_limit_s``): before then, a slow call may still commit.
+    """
+    if seen is Existence.EXISTS:
+        return OperationState.SUCCEEDED
+    if seen is Existence.ABSENT:
+        if executing_since is None or now >= executing_since + timedelta(seconds=call_limit_s):
+            return OperationState.FAILED
+        return None
+    return None
+
+
+UNKNOWN_OUTCOME: Final = "OPERATION_OUTCOME_UNKNOWN"
+"""The code of a write node whose effect nobody could confirm: the run needs a person to resolve it."""
+
+
+def unknown_error(detail: str) -> NodeError:
+    return NodeError(kind=ErrorKind.UNKNOWN_EFFECT, code=UNKNOWN_OUTCOME, message=detail)
+
+
+def caller_lost() -> NodeError:
+    return NodeError(
+        kind=ErrorKind.TRANSIENT,
+        code=RuntimeFailure.SUPERVISOR_RECOVERED,
+        message="the supervisor that executed this write stopped before recording its outcome",
+    )

@@ -1,0 +1,66 @@
+"""What the operator declares for a write tool (its overlay's ``operation``): who approves, how the operation id
+reaches the tool, and how to find out whether an effect exists. Read by ``dag.contracts`` (a contract carries
+its tool's declaration) and ``dag.operations`` (which decides with it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+
+class Approval(StrEnum):
+    """Who says yes to an operation before it executes."""
+
+    POLICY = "policy"
+    """The policy that authorized the node approves it: it executes at once."""
+    PERSON = "person"
+    """A person with ``runs:approve`` must approve its exact arguments; the run waits meanwhile."""
+
+
+class KeyCarrier(StrEnum):
+    """How the operation id reaches the tool as its idempotency key."""
+
+    ARGUMENT = "argument"
+    """As an argument the overlay names; raydag sets it (a planner never sees or writes it)."""
+    NONE = "none"
+    """Not at all: the tool cannot tell a repeat. (raydag never tries a write twice either way.)"""
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """How to find out whether an operation's effect exists: a read tool of the same toolset.
+
+    ``arguments`` pairs each of the read's arguments to where its value comes from: the name of one of the
+    operation's arguments, or ``$operation_id``. ``exists`` names the field of the read's output that is
+    ``true`` when the effect exists and ``false`` when it does not (anything else: the read could not tell).
+    """
+
+    tool: str
+    arguments: tuple[tuple[str, str], ...]
+    """(read's argument, source) pairs: hashable, as a contract must be."""
+    exists: str
+    output: str | None = None
+    """The field of the read's output that holds what the write answers (caseops' lookup holds the request it
+    finds): the node of a write confirmed by reconciling ends with it, as if the write had answered."""
+
+
+OPERATION_ID_SOURCE: Final = "$operation_id"
+"""The ``Reconcile.arguments`` source that stands for the operation id (the tool's idempotency key)."""
+
+
+@dataclass(frozen=True)
+class OperationSpec:
+    """What the operator declared for one write tool (its overlay's ``operation``)."""
+
+    approval: Approval = Approval.PERSON
+    key: KeyCarrier = KeyCarrier.NONE
+    key_argument: str | None = None
+    """The argument that carries the key, with ``KeyCarrier.ARGUMENT``."""
+    reconcile: Reconcile | None = None
+    approval_window_s: float = 3600.0
+    """How long an operation waits for a person before it expires (never past the run's own deadline)."""
+    self_approval: bool = False
+    """Whether the run's own principal may approve (never for an irreversible write)."""
+    compensate: str | None = None
+    """The write tool that undoes this one's effect, if any: compensating is an operation of its own."""

@@ -1,0 +1,297 @@
+"""Writes through the operation ledger, over the real API, supervisor, PostgreSQL and caseops' MCP server.
+
+Case C-103 misses its accident certificate. A run of stage ``act`` checks it, then drafts a request to the
+claimant (approved by the policy) and waits for a person to approve sending it (an irreversible write). Every
+effect is counted where it happens: rows of caseops' ``document_request_outbox`` and the tool server's own
+count of calls that reached the send handler, never raydag's ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from actors.supervisor import NAMESPACE
+from tests.integration.conftest import (
+    APPROVER_KEY,
+    DEMO_KEY,
+    OTHER_APPROVER_KEY,
+    SELF_APPROVER_KEY,
+    RunningToolServer,
+    auth,
+)
+from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
+
+SEND = "caseops_send_document_request"
+DRAFT = "caseops_draft_document_request"
+ACT = {"case_id": "C-103", "stage": "act"}
+
+
+def wait_for(client: httpx.Client, run_id: str, done: Any, within_s: float = 60.0) -> dict[str, Any]:
+    """The run once ``done(run)`` holds (polled), or the test fails naming what it was."""
+    run: dict[str, Any] = {}
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        run = client.get(f"/runs/{run_id}", headers=auth(DEMO_KEY)).json()
+        if done(run):
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} did not get there: {run}")
+
+
+def waiting(run: dict[str, Any]) -> bool:
+    return bool(run["status"] == "waiting")
+
+
+def finished(run: dict[str, Any]) -> bool:
+    return run["finished_at"] is not None
+
+
+def operations(client: httpx.Client, run_id: str, key: str = DEMO_KEY) -> dict[str, dict[str, Any]]:
+    answer = client.get(f"/runs/{run_id}/operations", headers=auth(key))
+    assert answer.status_code == 200, answer.text
+    return {operation["tool"]: operation for operation in answer.json()}
+
+
+def decide(
+    client: httpx.Client, run_id: str, operation: dict[str, Any], verb: str, key: str, **body: Any
+) -> Any:
+    payload = {"args_hash": operation["args_hash"], **body}
+    return client.post(
+        f"/runs/{run_id}/operations/{operation['operation_id']}/{verb}", json=payload, headers=auth(key)
+    )
+
+
+def problem(answer: httpx.Response) -> tuple[int, str]:
+    assert answer.headers["content-type"] == "application/problem+json", answer.text
+    return answer.status_code, answer.json()["type"].rsplit("/", 1)[-1]
+
+
+async def _sent(dsn: str, key: str) -> int:
+    connection = await asyncpg.connect(dsn)
+    try:
+        count: int = await connection.fetchval(
+            "SELECT count(*) FROM document_request_outbox WHERE idempotency_key = $1", key
+        )
+        return count
+    finally:
+        await connection.close()
+
+
+def sent(dsn: str, operation: dict[str, Any]) -> int:
+    """Requests in caseops' outbox under this operation's id (its idempotency key): the effect, counted at
+    the tool's side."""
+    return asyncio.run(_sent(dsn, operation["operation_id"]))
+
+
+@pytest.fixture
+def acting_run(client: httpx.Client) -> Iterator[str]:
+    """A C-103 run of stage ``act``, waiting for a person to approve its send."""
+    created = client.post("/runs", json=ACT, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    run_id: str = created.json()["run_id"]
+    wait_for(client, run_id, waiting)
+    yield run_id
+    client.post(f"/runs/{run_id}/cancel", headers=auth(DEMO_KEY))
+
+
+def test_a_run_that_may_act_waits_for_a_person_then_sends_exactly_one_request(
+    client: httpx.Client, dsn: str, acting_run: str, tool_server: RunningToolServer
+) -> None:
+    listed = operations(client, acting_run)
+    draft, send = listed[DRAFT], listed[SEND]
+    assert (draft["approval"], draft["state"]) == ("policy", "succeeded")
+    assert (send["approval"], send["state"], send["risk"]) == (
+        "person",
+        "awaiting_approval",
+        "irreversible_write",
+    )
+    assert send["args"] == {"case_id": "C-103", "draft_id": draft["output"]["draft_id"]}  # no key: raydag's
+    assert [step["to"] for step in send["history"]] == ["proposed", "validated", "awaiting_approval"]
+    assert sent(dsn, send) == 0  # nothing is sent while it waits
+    calls_before = tool_server.server.calls.get(SEND, 0)
+
+    def approve() -> httpx.Response:
+        with httpx.Client(base_url=str(client.base_url), timeout=30) as other:
+            return decide(other, acting_run, send, "approve", APPROVER_KEY, note="the certificate is due")
+
+    with ThreadPoolExecutor(2) as pool:  # two people approve at once: one decision, one refusal
+        answers = sorted(pool.map(lambda _: approve(), range(2)), key=lambda answer: answer.status_code)
+    assert answers[0].status_code == 200, answers[0].text
+    assert problem(answers[1]) == (409, "operation-already-decided")
+
+    run = wait_for(client, acting_run, finished)
+    assert (run["status"], run["stop_reason"]) == ("completed", None), run
+    request = run["result"]["document_request"]
+    assert run["result"]["missing_document_codes"] == ["ACCIDENT_CERTIFICATE"]
+    assert sent(dsn, send) == 1
+    assert tool_server.server.calls.get(SEND, 0) - calls_before == 1  # one call reached the handler
+    done = operations(client, acting_run)[SEND]
+    assert (done["state"], done["attempts"], done["output"]["request_id"]) == (
+        "succeeded",
+        1,
+        request["request_id"],
+    )
+    approved = next(step for step in done["history"] if step["to"] == "approved")
+    assert (approved["actor"], approved["note"]) == ("person:tenant-demo/approver", "the certificate is due")
+
+
+def test_a_decision_quoting_another_hash_or_from_the_wrong_person_is_refused_and_changes_nothing(
+    client: httpx.Client, dsn: str, acting_run: str
+) -> None:
+    send = operations(client, acting_run)[SEND]
+    url = f"/runs/{acting_run}/operations/{send['operation_id']}/approve"
+
+    stale = client.post(url, json={"args_hash": "0" * 64}, headers=auth(APPROVER_KEY))
+    assert problem(stale) == (409, "operation-hash-mismatch")
+    assert problem(decide(client, acting_run, send, "approve", DEMO_KEY)) == (403, "scope-missing")
+    assert problem(decide(client, acting_run, send, "approve", SELF_APPROVER_KEY)) == (
+        403,
+        "operation-self-approval",
+    )
+    assert problem(decide(client, acting_run, send, "approve", OTHER_APPROVER_KEY)) == (404, "run-not-found")
+    unknown = f"/runs/{acting_run}/operations/{uuid.uuid4()}/approve"
+    assert problem(
+        client.post(unknown, json={"args_hash": send["args_hash"]}, headers=auth(APPROVER_KEY))
+    ) == (
+        404,
+        "operation-not-found",
+    )
+    malformed = client.post(url, json={"args_hash": "x"}, headers=auth(APPROVER_KEY))
+    assert problem(malformed) == (422, "invalid-request")
+    resolved = decide(client, acting_run, send, "resolve", APPROVER_KEY, outcome="succeeded", note="n")
+    assert problem(resolved) == (409, "operation-not-unknown")
+
+    assert operations(client, acting_run)[SEND]["state"] == "awaiting_approval"
+    assert client.get(f"/runs/{acting_run}", headers=auth(DEMO_KEY)).json()["status"] == "waiting"
+    assert sent(dsn, send) == 0
+
+
+def test_a_rejected_send_is_never_executed_and_the_run_says_so(
+    client: httpx.Client, dsn: str, acting_run: str
+) -> None:
+    send = operations(client, acting_run)[SEND]
+
+    assert decide(client, acting_run, send, "reject", APPROVER_KEY, note="wrong claimant").status_code == 200
+
+    run = wait_for(client, acting_run, finished)
+    assert (run["status"], run["stop_reason"]) == ("needs_human", "OPERATION_REJECTED"), run
+    assert run["result"]["outcome"] == "MISSING_REQUIRED_DOCUMENTS"
+    assert operations(client, acting_run)[SEND]["state"] == "rejected"
+    assert problem(decide(client, acting_run, send, "approve", APPROVER_KEY)) == (
+        409,
+        "operation-already-decided",
+    )
+    assert sent(dsn, send) == 0
+
+
+def test_a_send_nobody_approves_before_the_run_deadline_expires_and_stops_the_run(
+    client: httpx.Client, dsn: str
+) -> None:
+    created = client.post("/runs", json={**ACT, "budgets": {"deadline_s": 6}}, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    run_id = created.json()["run_id"]
+
+    run = wait_for(client, run_id, finished, within_s=30)
+
+    assert (run["status"], run["stop_reason"]) == ("stopped", "APPROVAL_EXPIRED"), run
+    send = operations(client, run_id)[SEND]
+    assert send["state"] == "expired"
+    assert problem(decide(client, run_id, send, "approve", APPROVER_KEY)) == (409, "operation-expired")
+    assert sent(dsn, send) == 0
+
+
+def test_a_send_that_commits_and_then_times_out_is_reconciled_not_retried(
+    client: httpx.Client, dsn: str, acting_run: str, simulated: RunningToolServer
+) -> None:
+    send = operations(client, acting_run)[SEND]
+    simulated.server.simulate(stall_after_commit={SEND: 1})
+    calls_before = simulated.server.calls.get(SEND, 0)
+
+    assert decide(client, acting_run, send, "approve", APPROVER_KEY).status_code == 200
+
+    run = wait_for(client, acting_run, finished, within_s=90)
+    assert (run["status"], run["stop_reason"]) == ("completed", None), (run, operations(client, acting_run))
+    assert sent(dsn, send) == 1
+    assert (
+        simulated.server.calls.get(SEND, 0) - calls_before == 1
+    )  # the timeout was not answered with a second send
+    done = operations(client, acting_run)[SEND]
+    assert [step["to"] for step in done["history"]][-3:] == ["executing", "unknown", "succeeded"]
+    assert done["history"][-1]["actor"] == "reconcile:caseops_find_document_request"
+    assert run["result"]["document_request"]["request_id"] == done["output"]["request_id"]
+    assert done["error"] is None  # the timeout was no failure
+
+
+def test_a_run_of_the_default_stage_is_never_offered_a_write(client: httpx.Client) -> None:
+    draft = {"id": "d", "tool": DRAFT, "args": {"case_id": "C-103", "missing_document_codes": ["X"]}}
+    plan = {"nodes": [{"id": "c", "tool": "caseops_get_case_snapshot", "args": {"case_id": "C-103"}}, draft]}
+    created = client.post("/runs?wait=30", json={"case_id": "C-103", "plan": plan}, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    nodes = client.get(f"/runs/{created.json()['run_id']}/nodes", headers=auth(DEMO_KEY)).json()
+
+    assert [(node["status"], node["decision"]["rule_id"]) for node in nodes] == [
+        ("succeeded", "allow.read_only_in_scope"),
+        ("denied", "stage.not_allowed"),
+    ]
+    assert operations(client, created.json()["run_id"]) == {}
+    unknown = client.post("/runs", json={"case_id": "C-103", "stage": "deploy"}, headers=auth(DEMO_KEY))
+    assert problem(unknown) == (422, "unknown-stage")
+
+
+# ------------------------------------------------------------------ recovery
+
+
+def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_request_exists_once(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    import ray
+
+    tools: RunningToolServer = start_tool_server()
+    config = api_config(scratch_dsn, tools.url, token_key)
+    base = serve_api(config)
+    supervisor = ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
+        wait_for(client, run_id, waiting)
+        send = operations(client, run_id)[SEND]
+        tools.server.simulate(stall_after_commit={SEND: 1})  # the send commits, and its answer never comes
+
+        assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+        deadline = time.monotonic() + 30
+        while (
+            sent(dsn, send) == 0
+        ):  # the tool server's database is the session's  # committed on the tool's side, not answered
+            assert time.monotonic() < deadline, "the send never reached the outbox"
+            time.sleep(0.05)
+        assert operations(client, run_id)[SEND]["state"] == "executing"
+        ray.kill(supervisor, no_restart=False)  # with the call out and its outcome unrecorded
+
+        run = wait_for(client, run_id, finished, within_s=120)
+
+    assert (run["status"], run["stop_reason"]) == ("completed", None), run
+    assert sent(dsn, send) == 1
+    assert tools.server.calls.get(SEND, 0) == 1  # recovery reconciled; it did not send again
+    history = [(step["from"], step["to"]) for step in operations_after(base, run_id)[SEND]["history"]]
+    assert ("executing", "unknown") in history
+    assert history[-1] == ("unknown", "succeeded")
+
+
+def operations_after(base: str, run_id: str) -> dict[str, dict[str, Any]]:
+    with httpx.Client(base_url=base, timeout=30) as client:
+        return operations(client, run_id)

@@ -1,0 +1,242 @@
+"""The operation ledger's decisions: identity, legal moves, who may decide, what an outcome and a read mean."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from dag.contracts import Risk
+from dag.errors import IllegalTransition
+from dag.events import ErrorKind, NodeError
+from dag.operations import (
+    OPERATION_TRANSITIONS,
+    TERMINAL_OPERATION_STATES,
+    DecisionRefusal,
+    Existence,
+    OperationState,
+    OperationView,
+    approval_deadline,
+    approval_for,
+    approval_refusal,
+    arguments_hash,
+    call_arguments,
+    check_operation_transition,
+    existence,
+    operation_id,
+    outcome_state,
+    reconcile_arguments,
+    reconciled_output,
+    reconciled_state,
+    resolution_refusal,
+    sources_of,
+)
+from dag.writes import Approval, KeyCarrier, OperationSpec, Reconcile
+
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+ARGS = {"case_id": "C-103", "draft_id": "DRAFT-1"}
+FIND = Reconcile(
+    tool="find",
+    arguments=(("case_id", "case_id"), ("key", "$operation_id")),
+    exists="found",
+    output="request",
+)
+
+
+def view(state: OperationState = OperationState.AWAITING_APPROVAL, **changes: object) -> OperationView:
+    values: dict[str, object] = {
+        "operation_id": "op-1",
+        "state": state,
+        "args_hash": arguments_hash(ARGS),
+        "risk": Risk.REVERSIBLE_WRITE,
+        "subject": "requester",
+        "expires_at": NOW + timedelta(minutes=5),
+    }
+    values.update(changes)
+    return OperationView(**values)  # type: ignore[arg-type]
+
+
+def test_the_same_write_in_the_same_run_is_one_operation_whatever_the_key_order() -> None:
+    one = operation_id("run-1", "send", arguments_hash({"a": 1, "b": [1, 2]}))
+    again = operation_id("run-1", "send", arguments_hash({"b": [1, 2], "a": 1}))
+
+    assert one == again
+    assert one != operation_id("run-2", "send", arguments_hash({"a": 1, "b": [1, 2]}))
+    assert one != operation_id("run-1", "draft", arguments_hash({"a": 1, "b": [1, 2]}))
+    assert one != operation_id("run-1", "send", arguments_hash({"a": 2, "b": [1, 2]}))
+
+
+def test_every_state_is_in_the_table_and_the_terminal_ones_lead_nowhere() -> None:
+    assert set(OPERATION_TRANSITIONS) == set(OperationState)
+    for state in TERMINAL_OPERATION_STATES:
+        assert OPERATION_TRANSITIONS[state] == frozenset()
+    assert OperationState.UNKNOWN not in TERMINAL_OPERATION_STATES  # it waits for a read or a person
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (OperationState.PROPOSED, OperationState.EXECUTING),  # never executed unvalidated, unapproved
+        (OperationState.AWAITING_APPROVAL, OperationState.EXECUTING),
+        (OperationState.EXECUTING, OperationState.APPROVED),  # never executed twice on one approval
+        (OperationState.UNKNOWN, OperationState.EXECUTING),  # an unknown outcome is never retried blindly
+        (OperationState.REJECTED, OperationState.APPROVED),
+        (OperationState.SUCCEEDED, OperationState.EXECUTING),
+    ],
+)
+def test_the_moves_that_would_execute_a_write_twice_or_unapproved_are_illegal(
+    source: OperationState, target: OperationState
+) -> None:
+    with pytest.raises(IllegalTransition):
+        check_operation_transition(source, target)
+
+
+def test_only_an_approved_operation_may_start_executing() -> None:
+    assert sources_of(OperationState.EXECUTING) == frozenset({OperationState.APPROVED})
+    assert sources_of(OperationState.APPROVED) == frozenset(
+        {OperationState.VALIDATED, OperationState.AWAITING_APPROVAL}
+    )
+
+
+def test_an_irreversible_write_always_needs_a_person() -> None:
+    policy = OperationSpec(approval=Approval.POLICY)
+
+    assert approval_for(policy, Risk.REVERSIBLE_WRITE) is Approval.POLICY
+    assert approval_for(policy, Risk.IRREVERSIBLE_WRITE) is Approval.PERSON
+
+
+def test_a_decision_must_quote_the_hash_of_the_exact_arguments() -> None:
+    refusal = approval_refusal(
+        view(),
+        quoted_hash=arguments_hash({**ARGS, "draft_id": "DRAFT-2"}),
+        decider="p",
+        self_approval=False,
+        now=NOW,
+    )
+
+    assert refusal is DecisionRefusal.HASH_MISMATCH
+    assert (
+        approval_refusal(view(), quoted_hash=arguments_hash(ARGS), decider="p", self_approval=False, now=NOW)
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("operation", "expected"),
+    [
+        (view(OperationState.APPROVED), DecisionRefusal.ALREADY_DECIDED),
+        (view(OperationState.SUCCEEDED), DecisionRefusal.ALREADY_DECIDED),
+        (view(OperationState.REJECTED), DecisionRefusal.ALREADY_DECIDED),
+        (view(OperationState.EXPIRED), DecisionRefusal.EXPIRED),
+        (view(expires_at=NOW), DecisionRefusal.EXPIRED),  # its deadline is now: too late
+    ],
+)
+def test_a_decided_or_expired_operation_takes_no_decision(
+    operation: OperationView, expected: DecisionRefusal
+) -> None:
+    quoted = arguments_hash(ARGS)
+
+    assert (
+        approval_refusal(operation, quoted_hash=quoted, decider="p", self_approval=False, now=NOW) is expected
+    )
+
+
+def test_the_runs_own_principal_decides_only_where_allowed_and_never_an_irreversible_write() -> None:
+    quoted = arguments_hash(ARGS)
+    mine = view(subject="me")
+
+    assert approval_refusal(mine, quoted_hash=quoted, decider="me", self_approval=False, now=NOW) is (
+        DecisionRefusal.SELF_APPROVAL
+    )
+    assert approval_refusal(mine, quoted_hash=quoted, decider="me", self_approval=True, now=NOW) is None
+    irreversible = view(subject="me", risk=Risk.IRREVERSIBLE_WRITE)
+    assert approval_refusal(irreversible, quoted_hash=quoted, decider="me", self_approval=True, now=NOW) is (
+        DecisionRefusal.SELF_APPROVAL
+    )
+
+
+def test_only_an_unknown_outcome_can_be_resolved_and_only_quoting_its_hash() -> None:
+    quoted = arguments_hash(ARGS)
+
+    assert resolution_refusal(view(OperationState.UNKNOWN), quoted_hash=quoted) is None
+    assert (
+        resolution_refusal(view(OperationState.UNKNOWN), quoted_hash="0" * 64)
+        is DecisionRefusal.HASH_MISMATCH
+    )
+    assert (
+        resolution_refusal(view(OperationState.EXECUTING), quoted_hash=quoted) is DecisionRefusal.NOT_UNKNOWN
+    )
+
+
+def test_an_approval_waits_its_window_but_never_past_the_runs_deadline() -> None:
+    spec = OperationSpec(approval_window_s=600)
+
+    assert approval_deadline(NOW, spec, NOW + timedelta(hours=1)) == NOW + timedelta(seconds=600)
+    assert approval_deadline(NOW, spec, NOW + timedelta(seconds=30)) == NOW + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(
+    ("error", "state"),
+    [
+        (None, OperationState.SUCCEEDED),
+        (NodeError(kind=ErrorKind.BUSINESS, code="DRAFT_NOT_FOUND", message="m"), OperationState.FAILED),
+        (NodeError(kind=ErrorKind.CONTRACT, code="INVALID_OUTPUT", message="m"), OperationState.FAILED),
+        (NodeError(kind=ErrorKind.AUTHORIZATION, code="FORBIDDEN", message="m"), OperationState.FAILED),
+        (NodeError(kind=ErrorKind.TRANSIENT, code="TIMEOUT", message="m"), OperationState.UNKNOWN),
+        (NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message="m"), OperationState.UNKNOWN),
+        (NodeError(kind=ErrorKind.PROTOCOL, code="MALFORMED_ANSWER", message="m"), OperationState.UNKNOWN),
+        (NodeError(kind=ErrorKind.UNKNOWN_EFFECT, code="WORKER_FAILED", message="m"), OperationState.UNKNOWN),
+    ],
+)
+def test_a_timeout_or_an_unreadable_answer_is_unknown_never_failed(
+    error: NodeError | None, state: OperationState
+) -> None:
+    assert outcome_state(error) is state
+
+
+def test_the_operation_id_reaches_the_tool_only_where_the_overlay_puts_it() -> None:
+    keyed = OperationSpec(key=KeyCarrier.ARGUMENT, key_argument="idempotency_key")
+
+    assert call_arguments(keyed, ARGS, "op-1") == {**ARGS, "idempotency_key": "op-1"}
+    assert call_arguments(keyed, {**ARGS, "idempotency_key": "forged"}, "op-1")["idempotency_key"] == "op-1"
+    assert call_arguments(OperationSpec(), ARGS, "op-1") == ARGS
+
+
+def test_a_reconciling_read_takes_its_arguments_from_the_write_and_the_operation_id() -> None:
+    assert reconcile_arguments(FIND, ARGS, "op-1") == {"case_id": "C-103", "key": "op-1"}
+    assert reconcile_arguments(FIND, {"draft_id": "D"}, "op-1") is None  # a source the write does not have
+
+
+@pytest.mark.parametrize(
+    ("output", "seen"),
+    [
+        ({"found": True}, Existence.EXISTS),
+        ({"found": False}, Existence.ABSENT),
+        ({"found": "yes"}, Existence.UNCLEAR),
+        ({}, Existence.UNCLEAR),
+        (["found"], Existence.UNCLEAR),
+        (None, Existence.UNCLEAR),
+    ],
+)
+def test_only_a_boolean_says_whether_the_effect_exists(output: object, seen: Existence) -> None:
+    assert existence(FIND, output) is seen
+
+
+def test_an_absent_effect_is_a_failure_only_once_the_call_that_was_out_can_no_longer_land() -> None:
+    started = NOW - timedelta(seconds=10)
+
+    assert reconciled_state(Existence.EXISTS, executing_since=started, call_limit_s=60, now=NOW) is (
+        OperationState.SUCCEEDED
+    )
+    assert reconciled_state(Existence.ABSENT, executing_since=started, call_limit_s=60, now=NOW) is None
+    assert reconciled_state(Existence.ABSENT, executing_since=started, call_limit_s=5, now=NOW) is (
+        OperationState.FAILED
+    )
+    assert reconciled_state(Existence.UNCLEAR, executing_since=started, call_limit_s=5, now=NOW) is None
+
+
+def test_a_write_confirmed_by_a_read_ends_with_the_answer_the_read_holds() -> None:
+    request = {"request_id": "REQ-1"}
+
+    assert reconciled_output(FIND, {"found": True, "request": request}) == request
+    assert reconciled_output(FIND, {"found": True}) == {"reconciled_by": "find", "evidence": {"found": True}}
