@@ -23,6 +23,7 @@ BENCHMARKS = {
     "batch": "bench.batch",
     "shipped-cpu": "bench.shipped_cpu",
     "layer": "bench.layer_timeline",
+    "effects": "bench.effects",
 }
 """Each benchmark's module; imported only when it runs, after ``--smoke`` has chosen its sizes."""
 

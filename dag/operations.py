@@ -231,9 +231,16 @@ def reconcile_arguments(reconcile: Reconcile, args: Mapping[str, Any], op_id: st
     return out
 
 
-def existence(reconcile: Reconcile, output: Any) -> Existence:
-    """What a reconciling read's ``output`` says of the effect."""
-    value = output.get(reconcile.exists) if isinstance(output, Mapping) else None
+def existence(reconcile: Reconcile, output: Any, args: Mapping[str, Any] | None = None) -> Existence:
+    """What a reconciling read's ``output`` says of the effect of a write sent ``args``."""
+    if not isinstance(output, Mapping):
+        return Existence.UNCLEAR
+    if reconcile.matches is not None:
+        field, argument = reconcile.matches
+        if args is None or argument not in args or field not in output:
+            return Existence.UNCLEAR
+        return Existence.EXISTS if output[field] == args[argument] else Existence.ABSENT
+    value = output.get(reconcile.exists) if reconcile.exists is not None else None
     if value is True:
         return Existence.EXISTS
     if value is False:

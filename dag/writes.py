@@ -32,14 +32,18 @@ class Reconcile:
     """How to find out whether an operation's effect exists: a read tool of the same toolset.
 
     ``arguments`` pairs each of the read's arguments to where its value comes from: the name of one of the
-    operation's arguments, or ``$operation_id``. ``exists`` names the field of the read's output that is
-    ``true`` when the effect exists and ``false`` when it does not (anything else: the read could not tell).
+    operation's arguments, or ``$operation_id``. How the read's output says the effect exists is one of:
+    ``exists``, a field that is ``true`` when it does and ``false`` when it does not; or ``matches``, a
+    (read's output field, write's argument) pair: the effect exists when the field holds what the write was
+    sent (a file's content), and does not when the read answers something else. Anything else, and a read
+    that fails, cannot tell.
     """
 
     tool: str
     arguments: tuple[tuple[str, str], ...]
     """(read's argument, source) pairs: hashable, as a contract must be."""
-    exists: str
+    exists: str | None = None
+    matches: tuple[str, str] | None = None
     output: str | None = None
     """The field of the read's output that holds what the write answers (caseops' lookup holds the request it
     finds): the node of a write confirmed by reconciling ends with it, as if the write had answered."""

@@ -81,13 +81,13 @@ def error_result(code: str, message: str, **detail: str) -> CallToolResult:
 
 
 def _annotations(contract: ToolContract) -> ToolAnnotations:
-    """Hints for clients, derived from the contract; raydag never trusts annotations for authorization."""
-    read_only = contract.risk is Risk.READ_ONLY
+    """Hints for clients, derived from the contract; raydag never trusts annotations for authorization. Every
+    caseops tool is idempotent: a read, or a write that acts once per idempotency key it is given."""
     return ToolAnnotations(
         title=contract.description,
-        read_only_hint=read_only,
+        read_only_hint=contract.risk is Risk.READ_ONLY,
         destructive_hint=contract.risk is Risk.IRREVERSIBLE_WRITE,
-        idempotent_hint=read_only,
+        idempotent_hint=True,
         open_world_hint=False,
     )
 

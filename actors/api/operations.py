@@ -10,17 +10,18 @@ the other is told it was already decided. The supervisor that drives the run rea
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal, NoReturn
 
 from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.api._problem import Problem, problem_responses
+from actors.run.approvals import DecisionRefused, Person, Verdict, decide, operation_of_run, resolve
 from actors.store.operations import Operation, OperationStore, Transition
 from dag.contracts import Recording, ToolContract
 from dag.fingerprint import sha256_hex
-from dag.operations import DecisionRefusal, OperationState, approval_refusal, resolution_refusal
+from dag.operations import DecisionRefusal
 from dag.policy import Principal
 
 APPROVE_SCOPE = "runs:approve"
@@ -110,24 +111,19 @@ def operations_router(
     router = APIRouter()
     caller = Depends(authenticated)
 
-    async def operation_of(principal: Principal, run_id: str, op_id: str) -> Operation:
-        row = await readable_run(principal, run_id)
-        operation = await operations().get(op_id)
-        if operation is None or operation.run_id != str(row["run_id"]):
-            _refuse(DecisionRefusal.NOT_FOUND)
-        return operation
-
-    async def shown(moved: Operation | None, otherwise: DecisionRefusal) -> dict[str, Any]:
-        """The operation a decision moved, with its history; ``otherwise`` if another caller moved it first."""
-        if moved is None:
-            _refuse(otherwise)
-        history = await operations().history([moved.operation_id])
-        return operation_view(moved, history[moved.operation_id])
-
-    def decider(principal: Principal) -> str:
+    def decider(principal: Principal) -> Person:
         if APPROVE_SCOPE not in principal.scopes:
             raise Problem(403, "scope-missing", f"deciding an operation needs the scope {APPROVE_SCOPE!r}")
-        return principal.subject
+        return Person(principal.tenant_id, principal.subject)
+
+    async def shown(decision: Awaitable[Operation]) -> dict[str, Any]:
+        """The operation a decision moved, with its history; the refusal's problem if it was refused."""
+        try:
+            moved = await decision
+        except DecisionRefused as refused:
+            _refuse(refused.refusal)
+        history = await operations().history([moved.operation_id])
+        return operation_view(moved, history[moved.operation_id])
 
     @router.get("/runs/{run_id}/operations", responses=problem_responses(401, 404, 503))
     async def list_operations(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
@@ -138,67 +134,64 @@ def operations_router(
         history = await operations().history([op.operation_id for op in found])
         return [operation_view(op, history[op.operation_id]) for op in found]
 
-    async def decide(
-        principal: Principal, run_id: str, op_id: str, body: Decision, target: OperationState
+    async def verdict(
+        principal: Principal, run_id: str, op_id: str, body: Decision, verdict: Verdict
     ) -> dict[str, Any]:
-        who = decider(principal)
-        operation = await operation_of(principal, run_id, op_id)
+        person = decider(principal)
+        run = str((await readable_run(principal, run_id))["run_id"])
+        try:
+            operation = await operation_of_run(operations(), run, op_id)
+        except DecisionRefused as refused:
+            _refuse(refused.refusal)
         contract = (await contracts()).get(operation.tool)
         spec = contract.operation if contract is not None else None
-        self_approval = spec.self_approval if spec is not None else False
-        refusal = approval_refusal(
-            operation.view, quoted_hash=body.args_hash, decider=who, self_approval=self_approval, now=_now()
+        return await shown(
+            decide(
+                operations(),
+                run,
+                op_id,
+                verdict,
+                quoted_hash=body.args_hash,
+                person=person,
+                self_approval=spec.self_approval if spec is not None else False,
+                note=body.note,
+            )
         )
-        if refusal is not None:
-            _refuse(refusal)
-        moved = await operations().move(
-            op_id,
-            target,
-            actor=f"person:{principal.tenant_id}/{who}",
-            note=body.note,
-            sources={OperationState.AWAITING_APPROVAL},
-            quoted_hash=body.args_hash,
-        )
-        return await shown(moved, DecisionRefusal.ALREADY_DECIDED)  # None: decided between read and update
 
-    decisions = problem_responses(401, 403, 404, 409, 422, 503)
+    decisions = problem_responses(400, 401, 403, 404, 409, 422, 503)
 
     @router.post("/runs/{run_id}/operations/{operation_id}/approve", responses=decisions)
     async def approve(
         run_id: str, operation_id: OperationId, body: Decision, principal: Principal = caller
     ) -> dict[str, Any]:
         """Approve the operation's exact arguments: its supervisor executes it once."""
-        return await decide(principal, run_id, operation_id, body, OperationState.APPROVED)
+        return await verdict(principal, run_id, operation_id, body, "approve")
 
     @router.post("/runs/{run_id}/operations/{operation_id}/reject", responses=decisions)
     async def reject(
         run_id: str, operation_id: OperationId, body: Decision, principal: Principal = caller
     ) -> dict[str, Any]:
         """Reject the operation: it never executes, and its node fails ``OPERATION_REJECTED``."""
-        return await decide(principal, run_id, operation_id, body, OperationState.REJECTED)
+        return await verdict(principal, run_id, operation_id, body, "reject")
 
     @router.post("/runs/{run_id}/operations/{operation_id}/resolve", responses=decisions)
-    async def resolve(
+    async def resolve_unknown(
         run_id: str, operation_id: OperationId, body: Resolution, principal: Principal = caller
     ) -> dict[str, Any]:
         """Settle an unknown outcome with what a person found (and a note saying how)."""
-        who = decider(principal)
-        operation = await operation_of(principal, run_id, operation_id)
-        refusal = resolution_refusal(operation.view, quoted_hash=body.args_hash)
-        if refusal is not None:
-            _refuse(refusal)
-        target = OperationState(body.outcome)
-        moved = await operations().move(
-            operation_id,
-            target,
-            actor=f"person:{principal.tenant_id}/{who}",
-            note=body.note,
-            sources={OperationState.UNKNOWN},
-            quoted_hash=body.args_hash,
-            output={"resolved_by": who, "note": body.note} if target is OperationState.SUCCEEDED else None,
-            has_output=target is OperationState.SUCCEEDED,
+        person = decider(principal)
+        run = str((await readable_run(principal, run_id))["run_id"])
+        return await shown(
+            resolve(
+                operations(),
+                run,
+                operation_id,
+                body.outcome,
+                quoted_hash=body.args_hash,
+                person=person,
+                note=body.note,
+            )
         )
-        return await shown(moved, DecisionRefusal.NOT_UNKNOWN)
 
     return router
 
@@ -206,7 +199,3 @@ def operations_router(
 def _refuse(refusal: DecisionRefusal) -> NoReturn:
     status, detail = _REFUSALS[refusal]
     raise Problem(status, refusal.value, detail)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

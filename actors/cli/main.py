@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from actors.api.views import read_report
+from actors.cli.approvals import api_request, approvals
 from actors.cli.report import (
+    EXIT_BAD_INPUT,
     EXIT_NEEDS_HUMAN,
     EXIT_RUN_FAILED,
+    console_for,
     exit_code,
     print_report,
     status_exit_code,
@@ -34,24 +36,17 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="raydag",
-    help="Execute agent plans as parallel DAGs of read-only tool calls on Ray, under a control plane.",
+    help="Execute agent plans as parallel DAGs of tool calls on Ray, under a control plane.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # Typer's error panels wrap at 80 columns wherever they go; plain errors for a program reading stderr.
     rich_markup_mode="rich" if sys.stderr.isatty() else None,
 )
+app.add_typer(approvals, name="approvals")
 
 
-def _console(*, stderr: bool = False) -> Console:
-    """Rich output that wraps lines for a person at a terminal, and never wraps or cuts them for a program
-    reading a pipe or a file (tables still fit ``COLUMNS``, 80 unless set)."""
-    return Console(stderr=stderr, soft_wrap=not (sys.stderr if stderr else sys.stdout).isatty())
-
-
-console = _console()
-errors = _console(stderr=True)
-
-EXIT_BAD_INPUT = 2
+console = console_for()
+errors = console_for(stderr=True)
 
 
 ToolsetsOption = Annotated[
@@ -356,24 +351,9 @@ def cancel(
     ] = None,
 ) -> None:
     """Cancel a live run through the HTTP API; cancelling a finished run changes nothing and says so."""
-    import httpx
-
-    if not api_key:
-        errors.print("an API key is needed: --api-key or RAYDAG_API_KEY")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    try:
-        response = httpx.post(
-            f"{url.rstrip('/')}/runs/{run_id}/cancel",
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=60,
-        )
-    except httpx.HTTPError as exc:
-        errors.print(f"[red]cannot reach {url}:[/red] {exc}")
-        raise typer.Exit(EXIT_RUN_FAILED) from None
-    body = response.json()
-    if response.status_code != 200:
-        errors.print(f"[red]{body.get('title', response.status_code)}:[/red] {body.get('detail', '')}")
-        raise typer.Exit(EXIT_BAD_INPUT if response.status_code in (401, 404) else EXIT_RUN_FAILED)
+    body = api_request(
+        "POST", url, f"/runs/{run_id}/cancel", api_key, retryable={409}
+    )  # run-not-owned: later
     if body["cancel"] == "cancelled":
         console.print(f"run {run_id} cancelled")
     else:

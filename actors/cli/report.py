@@ -4,6 +4,7 @@ calls and its result, and the exit code its status stands for."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
 
 EXIT_NEEDS_HUMAN = 3
 EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def console_for(*, stderr: bool = False) -> Console:
+    """Rich output that wraps lines for a person at a terminal, and never wraps or cuts them for a program
+    reading a pipe or a file (tables still fit ``COLUMNS``, 80 unless set)."""
+    return Console(stderr=stderr, soft_wrap=not (sys.stderr if stderr else sys.stdout).isatty())
 
 
 def print_report(console: Console, report: dict[str, Any]) -> None:

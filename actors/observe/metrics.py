@@ -79,6 +79,8 @@ class RunMetrics(Protocol):
 
     def budget_stop(self, budget: str) -> None: ...
 
+    def unknown_operations(self, count: int, oldest_age_s: float) -> None: ...
+
 
 class NoMetrics:
     """Counts nothing: the default where nobody reads metrics (the CLI's local runs, tests)."""
@@ -105,6 +107,9 @@ class NoMetrics:
         pass
 
     def budget_stop(self, budget: str) -> None:
+        pass
+
+    def unknown_operations(self, count: int, oldest_age_s: float) -> None:
         pass
 
 

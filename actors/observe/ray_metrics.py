@@ -17,7 +17,7 @@ class RayRunMetrics:
     """
 
     def __init__(self) -> None:
-        from ray.util.metrics import Counter, Histogram
+        from ray.util.metrics import Counter, Gauge, Histogram
 
         self._runs_started = Counter(
             "raydag_runs_started",
@@ -59,6 +59,15 @@ class RayRunMetrics:
             tag_keys=("budget",),
         )
 
+        self._unknown = Gauge(
+            "raydag_operations_unknown",
+            description="Writes whose outcome nobody could confirm yet (a person may resolve them).",
+        )
+        self._unknown_age = Gauge(
+            "raydag_operation_unknown_oldest_seconds",
+            description="How long the oldest write whose outcome is unknown has been so (0: none is).",
+        )
+
     def run_started(self, planner: str) -> None:
         self._runs_started.inc(tags={"planner": planner})
 
@@ -83,3 +92,7 @@ class RayRunMetrics:
 
     def budget_stop(self, budget: str) -> None:
         self._budget_stops.inc(tags={"budget": budget})
+
+    def unknown_operations(self, count: int, oldest_age_s: float) -> None:
+        self._unknown.set(count)
+        self._unknown_age.set(oldest_age_s)

@@ -12,12 +12,14 @@ Everything public is re-exported here; the modules behind it may move.
 """
 
 from actors.python_api.session import Raydag, Run, RunRefused, start
+from actors.run.approvals import DecisionRefused
 from actors.toolsets import Toolsets, ToolsetsInvalid, load_toolsets
 from dag.budget import BudgetRequest
 from dag.errors import RaydagError
 
 __all__ = [
     "BudgetRequest",
+    "DecisionRefused",
     "Raydag",
     "RaydagError",
     "Run",

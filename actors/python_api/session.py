@@ -12,20 +12,36 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from actors.api.operations import operation_view
 from actors.api.views import read_report
 from actors.launch.settings import Settings, load_settings
+from actors.run.approvals import (
+    DecisionRefused,
+    Found,
+    Person,
+    Verdict,
+    decide,
+    operation_of_run,
+    resolve,
+)
 from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
+from actors.store.database import create_pool
+from actors.store.operations import Operation, OperationStore
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
-from dag.contracts import ToolContract
+from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
+from dag.operations import DecisionRefusal
 from dag.policy import Principal
+
+_T = TypeVar("_T")
 
 
 class RunRefused(RaydagError):
@@ -80,6 +96,12 @@ class Raydag:
         self._tenant = tenant
         self._subject = subject
 
+    @property
+    def subject(self) -> str:
+        """Who the session's runs are for (``script:$USER``): the run's own principal, who may not approve
+        its irreversible writes."""
+        return self._subject
+
     def tools(self) -> dict[str, ToolContract]:
         """The tools offered now, by name (those of servers listed so far)."""
         import ray
@@ -107,11 +129,13 @@ class Raydag:
         planner: str | None = None,
         budgets: BudgetRequest | None = None,
         idempotency_key: str | None = None,
+        stage: str = INVESTIGATE,
     ) -> str:
         """Start a run over ``resource`` (``{"root": "/srv/reports"}``, ``{"case_id": "C-102"}``; what the
         tools' run-bound inputs are checked against) and return its id. With ``plan``, the run executes it
         (planner ``outputs`` unless another is named); without, ``planner`` (default: the toolsets' own,
-        caseops' ``conformance``) proposes one for ``goal``."""
+        caseops' ``conformance``) proposes one for ``goal``. ``stage`` picks the tools the run is offered: a
+        stage that acts (caseops' ``act``) offers writes, each waiting for its approval (``approve``)."""
         import ray
 
         request = RunRequest(
@@ -122,6 +146,7 @@ class Raydag:
             plan=plan,
             budgets=budgets,
             idempotency_key=idempotency_key,
+            stage=stage,
         )
         submitted = ray.get(self._runtime.supervisor.submit.remote(request))
         if submitted.outcome not in (Submission.CREATED, Submission.REPLAYED):
@@ -154,6 +179,7 @@ class Raydag:
         budgets: BudgetRequest | None = None,
         idempotency_key: str | None = None,
         timeout_s: float = 300.0,
+        stage: str = INVESTIGATE,
     ) -> Run:
         """``submit``, then ``wait``: the run, ended, with its nodes and result."""
         run_id = self.submit(
@@ -163,8 +189,100 @@ class Raydag:
             planner=planner,
             budgets=budgets,
             idempotency_key=idempotency_key,
+            stage=stage,
         )
         return self.wait(run_id, timeout_s)
+
+    def operations(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's writes, as ``GET /runs/{id}/operations`` lists them (docs/EFFECTS.md)."""
+        return asyncio.run(self._ledger(lambda store: _listed(store, run_id)))
+
+    def approve(
+        self, run_id: str, operation_id: str, args_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Approve the operation's exact arguments (``args_hash``, as listed) for the person ``by`` of the
+        session's tenant; ``DecisionRefused`` says why not (another hash, already decided, expired, or ``by``
+        is the run's own principal where the tool's overlay does not allow it)."""
+        return self._decide(run_id, operation_id, args_hash, "approve", by=by, note=note)
+
+    def reject(
+        self, run_id: str, operation_id: str, args_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Reject the operation: it never executes."""
+        return self._decide(run_id, operation_id, args_hash, "reject", by=by, note=note)
+
+    def resolve(
+        self, run_id: str, operation_id: str, args_hash: str, found: Found, *, by: str, note: str
+    ) -> dict[str, Any]:
+        """Settle an operation whose outcome is unknown with what ``by`` found (``succeeded`` or ``failed``)."""
+        person = Person(self._tenant, by)
+
+        async def settle(store: OperationStore) -> dict[str, Any]:
+            run = await self._own_run(store, run_id)
+            moved = await resolve(
+                store, run, operation_id, found, quoted_hash=args_hash, person=person, note=note
+            )
+            return await _shown(store, moved)
+
+        return asyncio.run(self._ledger(settle))
+
+    def _decide(
+        self, run_id: str, operation_id: str, args_hash: str, verdict: Verdict, *, by: str, note: str | None
+    ) -> dict[str, Any]:
+        person = Person(self._tenant, by)
+        tools = self.tools()
+
+        async def made(store: OperationStore) -> dict[str, Any]:
+            run = await self._own_run(store, run_id)
+            operation = await operation_of_run(store, run, operation_id)
+            contract = tools.get(operation.tool)
+            spec = contract.operation if contract is not None else None
+            moved = await decide(
+                store,
+                run,
+                operation_id,
+                verdict,
+                quoted_hash=args_hash,
+                person=person,
+                self_approval=spec.self_approval if spec is not None else False,
+                note=note,
+            )
+            return await _shown(store, moved)
+
+        return asyncio.run(self._ledger(made))
+
+    async def _own_run(self, store: OperationStore, run_id: str) -> str:
+        """``run_id`` if it is a run of the session's tenant, else ``DecisionRefused(NOT_FOUND)``."""
+        rows = await store.of_run(run_id) if _is_uuid(run_id) else []
+        if rows and rows[0].tenant_id != self._tenant:
+            raise DecisionRefused(DecisionRefusal.NOT_FOUND)
+        return run_id
+
+    async def _ledger(self, work: Callable[[OperationStore], Awaitable[_T]]) -> _T:
+        pool = await create_pool(self._runtime.dsn, max_size=1)
+        try:
+            return await work(OperationStore(pool))
+        finally:
+            await pool.close()
+
+
+async def _listed(store: OperationStore, run_id: str) -> list[dict[str, Any]]:
+    found = await store.of_run(run_id) if _is_uuid(run_id) else []
+    history = await store.history([operation.operation_id for operation in found])
+    return [operation_view(operation, history[operation.operation_id]) for operation in found]
+
+
+async def _shown(store: OperationStore, moved: Operation) -> dict[str, Any]:
+    history = await store.history([moved.operation_id])
+    return operation_view(moved, history[moved.operation_id])
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 @contextmanager

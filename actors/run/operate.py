@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from actors.calls.call import ToolOutcome
@@ -38,7 +38,7 @@ from dag.operations import (
 )
 from dag.policy import Decision
 from dag.run_state import RunState
-from dag.writes import Approval, OperationSpec
+from dag.writes import Approval, OperationSpec, Reconcile
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +135,20 @@ class Operate:
             waiting(op_id, None)
             raise
 
-    async def expire(self, op_id: str, *, note: str) -> None:
-        """Expire an operation still awaiting approval (its run stopped): a later yes executes nothing."""
-        await self.store.move(
-            op_id,
-            OperationState.EXPIRED,
-            actor=self.actor,
-            note=note,
-            sources={OperationState.AWAITING_APPROVAL},
-        )
+    async def expire_unexecuted(self, run_id: str, *, note: str) -> list[str]:
+        """Expire the run's operations that have not begun executing (its run stopped): awaiting a person, or
+        approved and not yet claimed. A later yes executes nothing; a claim that won first executes, and its
+        outcome is recorded as always. The ids of those expired."""
+        unexecuted = {OperationState.AWAITING_APPROVAL, OperationState.APPROVED}
+        expired = []
+        for row in await self.store.of_run(run_id):
+            if row.state in unexecuted:
+                moved = await self.store.move(
+                    row.operation_id, OperationState.EXPIRED, actor=self.actor, note=note, sources=unexecuted
+                )
+                if moved is not None:
+                    expired.append(row.operation_id)
+        return expired
 
     async def _reread(self, op_id: str) -> Operation:
         row = await self.store.get(op_id)
@@ -229,23 +234,9 @@ class Operate:
             arguments = reconcile_arguments(reconcile, row.args, row.operation_id)
             if arguments is not None:
                 outcome = await call(reconcile.tool, arguments)
-                seen = existence(reconcile, outcome.output) if outcome.error is None else Existence.UNCLEAR
-                settled = reconciled_state(
-                    seen, executing_since=row.executing_since, call_limit_s=call_limit_s, now=now()
-                )
+                seen, settled = await settle(self.store, row, reconcile, outcome, call_limit_s=call_limit_s)
                 if settled is not None:
-                    return await self.store.move(
-                        row.operation_id,
-                        settled,
-                        actor=f"reconcile:{reconcile.tool}",
-                        note=f"the reconciling read found the effect {seen.value}",
-                        sources={OperationState.UNKNOWN},
-                        output=reconciled_output(reconcile, outcome.output),
-                        has_output=settled is OperationState.SUCCEEDED,
-                        error=unknown_error("the reconciling read found no effect; the write did not happen")
-                        if settled is OperationState.FAILED
-                        else None,
-                    )
+                    return settled
                 if (
                     seen is Existence.ABSENT
                 ):  # the call that was out may still land: look again once it cannot
@@ -260,6 +251,79 @@ class Operate:
             if current.state is not OperationState.UNKNOWN:
                 return current
         return None
+
+
+async def settle(
+    store: OperationStore, row: Operation, reconcile: Reconcile, outcome: ToolOutcome, *, call_limit_s: float
+) -> tuple[Existence, Operation | None]:
+    """What a reconciling read's ``outcome`` says of ``row``'s effect, and the row it settled (``None``: the
+    read could not tell yet, and the operation stays ``unknown``)."""
+    seen = existence(reconcile, outcome.output, row.args) if outcome.error is None else Existence.UNCLEAR
+    settled = reconciled_state(
+        seen, executing_since=row.executing_since, call_limit_s=call_limit_s, now=now()
+    )
+    if settled is None:
+        return seen, None
+    moved = await store.move(
+        row.operation_id,
+        settled,
+        actor=f"reconcile:{reconcile.tool}",
+        note=f"the reconciling read found the effect {seen.value}",
+        sources={OperationState.UNKNOWN},
+        output=reconciled_output(reconcile, outcome.output),
+        has_output=settled is OperationState.SUCCEEDED,
+        error=unknown_error("the reconciling read found no effect; the write did not happen")
+        if settled is OperationState.FAILED
+        else None,
+    )
+    return seen, moved
+
+
+ReadFor = Callable[[Operation, ToolContract, dict[str, Any]], Awaitable[ToolOutcome]]
+"""Call a reconciling read for an operation (as its run's principal, over its run's resource)."""
+
+
+async def sweep(
+    store: OperationStore,
+    catalogue: Mapping[str, ToolContract],
+    read: ReadFor,
+    *,
+    actor: str,
+    call_slack_s: float,
+) -> None:
+    """Settle what no round drives any more: the writes of runs that ended with them out or unknown.
+
+    A write still marked ``executing`` whose call can no longer land becomes ``unknown``; an unknown one whose
+    tool declares a reconciling read is settled by it when the read can tell. What cannot be settled stays
+    ``unknown``, for a person (``resolve``) and the metric of the oldest unknown operation.
+    """
+    for row in await store.unattended():
+        contract = catalogue.get(row.tool)
+        if contract is None or contract.operation is None:
+            continue  # a tool this supervisor does not serve: another one's sweep settles it
+        limit_s = contract.timeout_s + call_slack_s
+        if row.state is OperationState.EXECUTING:
+            if row.executing_since is None or now() < row.executing_since + timedelta(seconds=limit_s):
+                continue  # its call may still land
+            moved = await store.move(
+                row.operation_id,
+                OperationState.UNKNOWN,
+                actor=actor,
+                note="its run ended with the write out",
+                sources={OperationState.EXECUTING},
+            )
+            if moved is None:
+                continue
+            row = moved
+        reconcile = contract.operation.reconcile
+        read_contract = catalogue.get(reconcile.tool) if reconcile is not None else None
+        if reconcile is None or read_contract is None:
+            continue
+        arguments = reconcile_arguments(reconcile, row.args, row.operation_id)
+        if arguments is None:
+            continue
+        outcome = await read(row, read_contract, arguments)
+        await settle(store, row, reconcile, outcome, call_limit_s=limit_s)
 
 
 def _outcome_of(row: Operation, started: datetime) -> ToolOutcome:

@@ -107,6 +107,8 @@ class RoundExecution:
         """Per node, the failures of raydag's machinery (dead workers) it has been through."""
         self._waiting: dict[str, str] = {}
         """Operations of this round waiting for a person, and why (``actors.run.operate``)."""
+        self._waiting_nodes: dict[str, str] = {}
+        """The node of each operation waiting for a person."""
         self._attention = asyncio.Event()
         """Set when an operation starts or stops waiting: the run's status follows."""
         self._expired: str | None = None
@@ -211,20 +213,30 @@ class RoundExecution:
         return not (self._calls or self._timers or self._due or self._alarm is not None or streaming)
 
     async def _land_in_flight(self) -> None:
-        """Wait for the calls in flight and record their outcomes; dispatch nothing new (a handover)."""
+        """Wait for the calls in flight and record their outcomes; dispatch nothing new (a handover).
+
+        A write waiting for a person is not a call in flight: its wait is abandoned here, its operation's row
+        stays as it is, and the supervisor that resumes the run waits on."""
+        waiting = set(self._waiting_nodes.values())
+        for task, node_id in list(self._calls.items()):
+            if node_id in waiting:
+                task.cancel()
+                del self._calls[task]
         while self._calls:
             done, _ = await asyncio.wait(set(self._calls), return_when=asyncio.FIRST_COMPLETED)
             await self._absorb(cast(set[asyncio.Task[Any]], done), retry=False)
 
-    def _operation_waits(self, operation_id: str, why: str | None) -> None:
-        """An operation of this round starts (``why``) or stops (``None``) waiting for a person."""
+    def _operation_waits(self, node_id: str, operation_id: str, why: str | None) -> None:
+        """``node_id``'s operation starts (``why``) or stops (``None``) waiting for a person."""
         if why is None:
+            self._waiting_nodes.pop(operation_id, None)
             if self._waiting.pop(operation_id, None) is None:
                 return
         elif self._waiting.get(operation_id) == why:
             return
         else:
             self._waiting[operation_id] = why
+            self._waiting_nodes[operation_id] = node_id
         self._attention.set()
 
     async def _follow_waiting(self) -> None:
@@ -240,17 +252,16 @@ class RoundExecution:
             await self._run.record(RunResumed(at=now()))
 
     async def _expire_waiting(self, interruption: Interruption | None) -> Interruption | None:
-        """The round stops (its deadline, a cancellation): operations still awaiting a person expire, so that no
-        approval given later executes a write of a run that is over. A deadline that caught one is reported
-        as the approval's."""
+        """The round stops (its deadline, a cancellation): its operations not yet executing — awaiting a person,
+        or approved and not yet claimed — expire, so that nothing executes a write of a run that is over. A
+        deadline that caught one awaiting approval is reported as the approval's."""
         operate = self._context.operate
-        awaiting = [op for op, why in self._waiting.items() if why == AWAITING_APPROVAL]
-        if operate is None or not awaiting:
+        if operate is None:
             return interruption
-        note = "the run stopped before a person approved" if interruption is None else interruption.detail
-        for op in awaiting:
-            await operate.expire(op, note=note)
-        if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED:
+        note = "the run stopped before the write executed" if interruption is None else interruption.detail
+        expired = await operate.expire_unexecuted(self._run.state.run_id, note=note)
+        awaiting = [op for op in expired if self._waiting.get(op) == AWAITING_APPROVAL]
+        if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED or not awaiting:
             return interruption
         return Interruption(
             StopReason.APPROVAL_EXPIRED,
@@ -565,7 +576,7 @@ class RoundExecution:
             step.decision,
             run_deadline=self._deadline,
             call=call_tool,
-            waiting=self._operation_waits,
+            waiting=lambda operation_id, why: self._operation_waits(call.node_id, operation_id, why),
         )
 
     async def _guarded(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:

@@ -16,11 +16,11 @@ from actors.calls.call import ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics, report
 from actors.run.context import HandedOver
 from actors.run.driver import RunDriver
-from actors.run.operate import Operate
+from actors.run.operate import Operate, sweep
 from actors.run.recorder import now
 from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
 from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunRequest, Submission, SubmitResult
-from actors.store.operations import OperationStore
+from actors.store.operations import Operation, OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import LeaseLost, Leases
 from actors.store.resilience import DatabaseUnavailable
@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+SWEEP_S = 10.0
+"""How often a supervisor settles the writes of ended runs and reports the unknown ones."""
 
 
 class RunService:
@@ -100,6 +102,7 @@ class RunService:
         self._metrics = metrics
         self.owner = owner
         self.store = RunStore(pool, owner=owner, lease_s=lease_s)
+        self._operations = OperationStore(pool)
         self._leases = Leases(pool, owner, lease_s)
         self._relay = OutboxRelay(pool, outbox_sink if outbox_sink is not None else LogSink())
         self._lease_s = lease_s
@@ -123,7 +126,7 @@ class RunService:
             servers=servers,
             withdrawn=self._withdrawn,
             pins=self._pins,
-            operate=Operate(OperationStore(pool), actor=f"supervisor:{owner}"),
+            operate=Operate(self._operations, actor=f"supervisor:{owner}"),
         )
         self._resource_checks = (
             resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
@@ -334,7 +337,26 @@ class RunService:
             asyncio.create_task(self._every(period, self.adopt_orphans), name="adopt-orphans"),
             asyncio.create_task(self._every(period, self._renew_leases), name="renew-leases"),
             asyncio.create_task(self._every(1.0, self._relay.relay_once), name="relay-outbox"),
+            asyncio.create_task(self._every(SWEEP_S, self.sweep_operations), name="sweep-operations"),
         ]
+
+    async def sweep_operations(self) -> None:
+        """Settle the writes of runs that ended with them out or unknown (``operate.sweep``), and report how
+        many are unknown and since when."""
+
+        async def read(row: Operation, contract: ToolContract, args: dict[str, Any]) -> ToolOutcome:
+            principal = Principal(row.tenant_id, row.subject, frozenset({contract.scope}))
+            return await self._call_for_check(principal, row.resource, contract, args)
+
+        context = self._driver.context
+        await sweep(
+            self._operations,
+            self._catalogue,
+            read,
+            actor=f"supervisor:{self.owner}",
+            call_slack_s=context.call_slack_s,
+        )
+        self._metrics.unknown_operations(*await self._operations.unknown())
 
     async def _every(self, period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
         while True:

@@ -256,12 +256,26 @@ class OperationStore:
             )
         return found
 
-    async def oldest_unknown(self) -> datetime | None:
-        """When the longest-unknown operation became unknown (for the metric), or ``None``."""
-        at: datetime | None = await self._pool.fetchval(
-            "SELECT min(updated_at) FROM operations WHERE state = 'unknown'"
+    async def unattended(self, limit: int = 100) -> list[Operation]:
+        """Operations out or unknown whose run has ended: no round drives them any more (a run cancelled, or
+        stopped, with a write out), so the supervisors' sweep reconciles them."""
+        rows = await self._pool.fetch(
+            """SELECT o.* FROM operations o JOIN runs r USING (run_id)
+               WHERE o.state IN ('executing', 'unknown') AND r.finished_at IS NOT NULL
+               ORDER BY o.updated_at LIMIT $1""",
+            limit,
         )
-        return at
+        return [_operation(row) for row in rows]
+
+    async def unknown(self) -> tuple[int, float]:
+        """How many operations are unknown, and for how long the oldest has been (seconds; 0 if none is)."""
+        row = await self._pool.fetchrow(
+            """SELECT count(*) AS count,
+                      COALESCE(EXTRACT(EPOCH FROM now() - min(updated_at)), 0)::float8 AS oldest
+               FROM operations WHERE state = 'unknown'"""
+        )
+        assert row is not None
+        return int(row["count"]), float(row["oldest"])
 
 
 def _uuid(text: str) -> uuid.UUID | None:

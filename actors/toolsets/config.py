@@ -133,10 +133,19 @@ class ReconcileOverlay(_Strict):
     tool: str = Field(min_length=1, max_length=128)
     arguments: dict[str, str] = Field(min_length=1)
     """The read's argument → the write's argument it takes its value from, or ``$operation_id``."""
-    exists: str = Field(min_length=1, max_length=128)
+    exists: str | None = Field(default=None, min_length=1, max_length=128)
     """The read's output field that is ``true`` when the effect exists and ``false`` when it does not."""
+    matches: dict[str, str] | None = Field(default=None, min_length=1, max_length=1)
+    """``{output_field: write_argument}``: the effect exists when the read's field holds what the write was sent
+    (a file's ``content``), and does not when it holds something else. Exactly one of this and ``exists``."""
     output: str | None = Field(default=None, min_length=1, max_length=128)
     """The read's output field that holds what the write answers, for a write confirmed by reconciling."""
+
+    @model_validator(mode="after")
+    def _one_test(self) -> ReconcileOverlay:
+        if (self.exists is None) == (self.matches is None):
+            raise ValueError("give exactly one of exists and matches")
+        return self
 
 
 class OperationOverlay(_Strict):
@@ -163,6 +172,7 @@ class OperationOverlay(_Strict):
                 tool=reconcile.tool,
                 arguments=tuple(sorted(reconcile.arguments.items())),
                 exists=reconcile.exists,
+                matches=next(iter(reconcile.matches.items())) if reconcile.matches else None,
                 output=reconcile.output,
             )
             if reconcile is not None

@@ -30,6 +30,7 @@ TABLES = {
     "batch": ["Batch of wide cases through one supervisor"],
     "shipped-cpu": ["Shipped runtime, CPU per node by process"],
     "layer": ["A layer's timeline"],
+    "effects": ["A write beside a read", "Appends per run, by arm"],
 }
 """The headings of the tables each benchmark prints (the start of each ``### `` line)."""
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import httpx
 
-from mcp_server.contracts import CASEOPS_TOOLS
+from mcp_server.contracts import CASEOPS_CHECKS
 from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth
 from tests.integration.seeding import (
     ACCIDENT_CERTIFICATE_LABEL,
@@ -53,4 +53,4 @@ async def test_concurrent_requests_with_one_key_execute_each_tool_call_once_on_t
     assert len(runs) == 1
     assert {response.json()["status"] for response in responses} == {"completed"}
     # case, policy, docs and the one document's resolution: one call each reached the tools and ran.
-    assert executions_for(tool_server, case_id) == Counter(dict.fromkeys(CASEOPS_TOOLS, 1))
+    assert executions_for(tool_server, case_id) == Counter(dict.fromkeys(CASEOPS_CHECKS, 1))

@@ -18,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from actors.launch.background_server import BackgroundServer
+from dag.contracts import Risk
 from dag.tokens import RESOURCE_READER, TaskTokens
 from mcp_server.auth import ASGIApp
 from mcp_server.config import ToolServerConfig
@@ -127,7 +128,7 @@ def error_of(result: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_tools_list_publishes_the_four_contracts_with_strict_schemas(
+async def test_tools_list_publishes_every_contract_with_strict_schemas_and_honest_hints(
     tool_server: RunningToolServer, mode: str
 ) -> None:
     async with connect(tool_server.url, tool_server.token("caseops_get_case_snapshot"), mode) as client:
@@ -143,8 +144,10 @@ async def test_tools_list_publishes_the_four_contracts_with_strict_schemas(
         assert tool.output_schema is not None
         assert tool.output_schema["type"] == "object"
         assert tool.annotations is not None
-        assert tool.annotations.read_only_hint is True
-        assert tool.annotations.idempotent_hint is True
+        risk = CASEOPS_TOOLS[name].risk
+        assert tool.annotations.read_only_hint is (risk is Risk.READ_ONLY)
+        assert tool.annotations.destructive_hint is (risk is Risk.IRREVERSIBLE_WRITE)
+        assert tool.annotations.idempotent_hint is True  # a write with the same idempotency key acts once
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -9,6 +9,9 @@ count of calls that reached the send handler, never raydag's ledger.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +24,7 @@ import httpx
 import pytest
 
 from actors.supervisor import NAMESPACE
+from tests.conftest import REPO
 from tests.integration.conftest import (
     APPROVER_KEY,
     DEMO_KEY,
@@ -29,7 +33,9 @@ from tests.integration.conftest import (
     RunningToolServer,
     auth,
 )
+from tests.integration.headless import Chromium
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
+from tests.integration.test_viewer import view_url
 
 SEND = "caseops_send_document_request"
 DRAFT = "caseops_draft_document_request"
@@ -251,6 +257,22 @@ def test_a_run_of_the_default_stage_is_never_offered_a_write(client: httpx.Clien
 # ------------------------------------------------------------------ recovery
 
 
+def own_api(
+    start_tool_server: Any,
+    scratch_dsn: str,
+    token_key: bytes,
+    start_api: Any,
+    **supervisor: Any,
+) -> tuple[str, RunningToolServer, Any]:
+    """An API of the test's own (its supervisor may be killed), over a tool server of its own: its URL, the
+    tool server, and the supervisor's actor. ``supervisor`` overrides ``SupervisorConfig`` fields."""
+    import ray
+
+    tools: RunningToolServer = start_tool_server()
+    config = api_config(scratch_dsn, tools.url, token_key, **supervisor)
+    return start_api(config), tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
+
+
 def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_request_exists_once(
     ray_cluster: None,
     dsn: str,
@@ -262,10 +284,7 @@ def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_r
 ) -> None:
     import ray
 
-    tools: RunningToolServer = start_tool_server()
-    config = api_config(scratch_dsn, tools.url, token_key)
-    base = serve_api(config)
-    supervisor = ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
+    base, tools, supervisor = own_api(start_tool_server, scratch_dsn, token_key, serve_api)
     with httpx.Client(base_url=base, timeout=30) as client:
         run_id = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
         wait_for(client, run_id, waiting)
@@ -295,3 +314,127 @@ def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_r
 def operations_after(base: str, run_id: str) -> dict[str, dict[str, Any]]:
     with httpx.Client(base_url=base, timeout=30) as client:
         return operations(client, run_id)
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_raydag_approvals_lists_refuses_a_stale_hash_and_approves_through_the_api(
+    api: str, client: httpx.Client, dsn: str, acting_run: str
+) -> None:
+    raydag = str(Path(sys.executable).parent / "raydag")
+
+    def approvals(*args: str, key: str = APPROVER_KEY) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [raydag, "approvals", *args, "--url", api, "--api-key", key],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    listed = approvals("list", acting_run, "--json")
+    assert listed.returncode == 0, listed.stderr
+    send = next(operation for operation in json.loads(listed.stdout) if operation["tool"] == SEND)
+    assert send["state"] == "awaiting_approval"
+
+    stale = approvals("approve", acting_run, send["operation_id"], "--hash", "0" * 64)
+    unauthorized = approvals(
+        "approve", acting_run, send["operation_id"], "--hash", send["args_hash"], key=DEMO_KEY
+    )
+    approved = approvals(
+        "approve", acting_run, send["operation_id"], "--hash", send["args_hash"], "--note", "ok"
+    )
+
+    assert (stale.returncode, "operation-hash-mismatch" in stale.stderr) == (2, True), stale.stderr
+    assert (unauthorized.returncode, "scope-missing" in unauthorized.stderr) == (2, True), unauthorized.stderr
+    assert approved.returncode == 0, approved.stderr
+    assert "approved, by person:tenant-demo/approver" in approved.stdout
+    run = wait_for(client, acting_run, finished)
+    assert run["status"] == "completed"
+    assert sent(dsn, send) == 1
+
+
+# ------------------------------------------------------------------ the run viewer
+
+
+def test_the_viewer_shows_what_waits_for_a_person_and_then_who_approved_it(
+    api: str, client: httpx.Client, acting_run: str, tmp_path: Path
+) -> None:
+    send = operations(client, acting_run)[SEND]
+    row = f"document.querySelector('[data-operation=\"{send['operation_id']}\"]')"
+
+    with Chromium(tmp_path / "chromium") as browser:
+        browser.open(view_url(api, acting_run))
+        browser.wait_for(f"{row} !== null && {row}.dataset.operationState === 'awaiting_approval'")
+        waiting_status = browser.evaluate("document.body.dataset.runStatus")
+        assert decide(client, acting_run, send, "approve", APPROVER_KEY, note="seen").status_code == 200
+        browser.wait_for("document.body.dataset.runStatus === 'completed'")
+        browser.wait_for(f"{row}.dataset.operationState === 'succeeded'")
+        decided_by = browser.evaluate(f"{row}.dataset.decidedBy")
+
+    assert waiting_status == "waiting"
+    assert decided_by == "person:tenant-demo/approver"
+
+
+def test_a_send_out_when_its_run_was_cancelled_is_settled_by_the_sweep_not_left_executing(
+    client: httpx.Client, dsn: str, acting_run: str, simulated: RunningToolServer
+) -> None:
+    send = operations(client, acting_run)[SEND]
+    simulated.server.simulate(stall_after_commit={SEND: 1})
+    assert decide(client, acting_run, send, "approve", APPROVER_KEY).status_code == 200
+    deadline = time.monotonic() + 30
+    while sent(dsn, send) == 0:  # the send committed; its answer never comes
+        assert time.monotonic() < deadline, "the send never reached the outbox"
+        time.sleep(0.05)
+
+    cancelled = client.post(f"/runs/{acting_run}/cancel", headers=auth(DEMO_KEY)).json()
+    assert cancelled["status"] == "cancelled"
+    assert operations(client, acting_run)[SEND]["state"] == "unknown"  # the run stopped with it out
+
+    deadline = time.monotonic() + 60  # the supervisors' sweep runs every SWEEP_S
+    while (settled := operations(client, acting_run)[SEND])["state"] == "unknown":
+        assert time.monotonic() < deadline, settled
+        time.sleep(0.5)
+    assert settled["state"] == "succeeded"
+    assert settled["history"][-1]["actor"] == "reconcile:caseops_find_document_request"
+    assert sent(dsn, send) == 1
+
+
+def test_a_run_waiting_for_a_person_is_handed_over_whole_and_waits_on_under_the_next_supervisor(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    import ray
+
+    base, _, supervisor = own_api(start_tool_server, scratch_dsn, token_key, serve_api)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
+        wait_for(client, run_id, waiting)
+        send = operations(client, run_id)[SEND]
+
+        started = time.monotonic()
+        drained = ray.get(supervisor.drain.remote(30.0))  # a SIGTERM's drain: the waiting write is no call
+        took = time.monotonic() - started
+        ray.kill(supervisor, no_restart=False)  # and the process goes; Ray starts another
+
+        assert run_id in drained.handed_over
+        assert drained.abandoned == ()
+        assert took < 30.0 / 2  # it did not wait out the grace period on a person
+        wait_for(client, run_id, waiting)  # recovered, and waiting on
+        assert operations(client, run_id)[SEND]["state"] == "awaiting_approval"
+        approved = decide(client, run_id, send, "approve", APPROVER_KEY)
+        while approved.status_code == 503:  # the supervisor is starting again: as documented, retry after
+            assert problem(approved) == (503, "supervisor-unavailable")
+            time.sleep(float(approved.headers["retry-after"]))
+            approved = decide(client, run_id, send, "approve", APPROVER_KEY)
+        assert approved.status_code == 200, approved.text
+        run = wait_for(client, run_id, finished)
+
+    assert run["status"] == "completed", run
+    assert sent(dsn, send) == 1

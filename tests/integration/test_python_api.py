@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import asyncpg
 
 from tests.conftest import REPO
 from tests.integration.test_cli import environment
@@ -22,6 +26,29 @@ def readme_example() -> str:
     found = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert found is not None
     return found.group(1)
+
+
+def run_script(text: str, dsn: str, folder: Path) -> tuple[int, str, str]:
+    """Run ``text`` as a user's script with its own Ray, in ``folder``: its exit code, stdout and stderr."""
+    script = folder / "script.py"
+    script.write_text(text)
+    env = environment(folder / "home", RAYDAG_DATABASE_URL=dsn, RAY_ADDRESS="local")
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        # The script's own Ray outlives it for a while: nothing it started may stay behind.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, stdout, stderr
 
 
 def test_the_readme_example_runs_a_plan_over_a_toolset_from_a_script_with_its_own_ray(
@@ -38,26 +65,9 @@ servers:
       echo: {{scope: toy:read, risk: read_only}}
 """
     )
-    script = tmp_path / "example.py"
-    script.write_text(readme_example())
-    env = environment(tmp_path / "home", RAYDAG_DATABASE_URL=dsn, RAY_ADDRESS="local")
-    process = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=240)
-    finally:
-        # The script's own Ray outlives it for a while: nothing it started may stay behind.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    returncode, stdout, stderr = run_script(readme_example(), dsn, tmp_path)
 
-    assert process.returncode == 0, stderr[-3000:]
+    assert returncode == 0, stderr[-3000:]
     lines = stdout.splitlines()
     assert re.fullmatch(r"completed {'outputs': {'hi': {'pid': \d+, 'text': 'hello'}}}", lines[0]), lines
     assert lines[1] == "[('hi', 'echo', 'succeeded')]"
@@ -70,3 +80,54 @@ def test_the_public_surface_is_reexported_from_one_place() -> None:
     assert raydag.__all__ == python_api.__all__
     assert raydag.start is python_api.start
     assert raydag.Run.__module__ == "actors.python_api.session"
+
+
+APPROVING_SCRIPT = """\
+import json, time
+import ray
+import raydag
+
+ray.init()
+with raydag.start() as rd:
+    run_id = rd.submit(resource={"case_id": "C-103"}, stage="act")
+    deadline = time.monotonic() + 120
+    while True:
+        sends = [op for op in rd.operations(run_id) if op["tool"] == "caseops_send_document_request"]
+        if sends and sends[0]["state"] == "awaiting_approval":
+            break
+        assert time.monotonic() < deadline, rd.operations(run_id)
+        time.sleep(0.2)
+    send = sends[0]
+    refusals = []
+    for by, quoted in (("approver", "0" * 64), (rd.subject, send["args_hash"])):
+        try:
+            rd.approve(run_id, send["operation_id"], quoted, by=by)
+        except raydag.DecisionRefused as refused:
+            refusals.append(refused.refusal.value)
+    approved = rd.approve(run_id, send["operation_id"], send["args_hash"], by="approver", note="scripted")
+    run = rd.wait(run_id, timeout_s=120)
+    print(json.dumps({"refusals": refusals, "approved": approved["state"], "status": run.status,
+                      "request": run.result["document_request"], "operation": send["operation_id"]}))
+"""
+
+
+def test_a_script_approves_a_runs_write_by_its_hash_and_the_run_sends_once(dsn: str, tmp_path: Path) -> None:
+    returncode, stdout, stderr = run_script(APPROVING_SCRIPT, dsn, tmp_path)
+
+    assert returncode == 0, stderr[-3000:]
+    answer = json.loads(stdout.strip().splitlines()[-1])
+    assert answer["refusals"] == ["operation-hash-mismatch", "operation-self-approval"]
+    assert (answer["approved"], answer["status"]) == ("approved", "completed")
+    assert asyncio.run(outbox_rows(dsn, answer["operation"])) == [answer["request"]["request_id"]]
+
+
+async def outbox_rows(dsn: str, key: str) -> list[str]:
+    """The requests caseops' outbox holds under ``key``: the effect, counted where it happens."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch(
+            "SELECT request_id FROM document_request_outbox WHERE idempotency_key = $1", key
+        )
+        return [row["request_id"] for row in rows]
+    finally:
+        await connection.close()

@@ -73,6 +73,9 @@ class RecordingMetrics:
     def budget_stop(self, budget: str) -> None:
         self.facts["budget_stop", budget] += 1
 
+    def unknown_operations(self, count: int, oldest_age_s: float) -> None:
+        self.facts["unknown_operations", str(count)] += 1
+
 
 def finished(tool: str, status: str) -> Fact:
     return ("node_finished", tool, status)

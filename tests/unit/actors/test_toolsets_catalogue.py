@@ -215,3 +215,54 @@ def test_two_tools_may_swap_names() -> None:
         "read_file": READ.description,
         "read_text_file": other.description,
     }
+
+
+WRITES = """\
+servers:
+  - name: files
+    transport: stdio
+    command: node
+    tools:
+      read_text_file:
+        scope: files:read
+        risk: read_only
+      write_file:
+        scope: files:write
+        risk: reversible_write
+        operation:
+          approval: policy
+          idempotency_key: request_id
+          reconcile: {tool: read_text_file, arguments: {path: path}, exists: exists}
+"""
+KEYED_WRITE = dataclasses.replace(
+    WRITE,
+    input_schema={
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "content": {"type": "string"},
+            "request_id": {"type": "string"},
+        },
+        "required": ["path", "request_id"],
+        "additionalProperties": False,
+    },
+)
+
+
+def test_a_write_with_an_operation_is_offered_without_the_key_raydag_sets_and_carries_its_declaration() -> (
+    None
+):
+    catalogue = build_catalogue(toolsets(WRITES), listing(READ, KEYED_WRITE))
+
+    write = catalogue.contracts["write_file"]
+    assert write.risk is Risk.REVERSIBLE_WRITE
+    assert write.operation is not None
+    assert (write.operation.key_argument, write.operation.reconcile is not None) == ("request_id", True)
+    assert "request_id" not in write.input_schema["properties"]  # a planner never sees or writes it
+    assert write.input_schema["required"] == ["path"]
+    assert write.input_problem({"path": "/r/a", "content": "x"}) is None  # checked without it, sent with it
+
+
+def test_an_idempotency_key_the_tool_does_not_take_is_a_startup_error() -> None:
+    with pytest.raises(ToolsetMismatch, match="idempotency_key names 'request_id'"):
+        build_catalogue(toolsets(WRITES), listing(READ, WRITE))

@@ -375,3 +375,69 @@ def test_two_servers_offering_one_name_are_told_to_rename_one() -> None:
     assert error.field == "servers[3].tools.echo"
     assert "'echo' is declared by 'everything' already" in error.message
     assert "with `name: echo`" in error.message
+
+
+WRITE_TOOL = """\
+servers:
+  - name: files
+    transport: stdio
+    command: node
+    tools:
+      read_text_file: {scope: files:read, risk: read_only}
+      write_file:
+        scope: files:write
+        risk: {risk}
+        run_bound: {run_bound}
+        operation: {operation}
+"""
+
+
+def write_tool(
+    risk: str = "reversible_write", operation: str = "{approval: person}", run_bound: str = "{}"
+) -> str:
+    return (
+        WRITE_TOOL.replace("{risk}", risk).replace("{operation}", operation).replace("{run_bound}", run_bound)
+    )
+
+
+def test_a_write_tools_operation_loads_with_its_defaults() -> None:
+    [server] = parse_toolsets(write_tool(), "toolsets.yaml", {}).servers
+    operation = server.tools["write_file"].operation
+
+    assert operation is not None
+    spec = operation.spec()
+    assert (spec.approval.value, spec.key.value, spec.reconcile, spec.self_approval) == (
+        "person",
+        "none",
+        None,
+        False,
+    )
+    assert spec.approval_window_s == 3600
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (write_tool(risk="read_only"), "operation is declared for a write tool only"),
+        (
+            write_tool(risk="irreversible_write", operation="{self_approval: true}"),
+            "never approved by the run's own principal",
+        ),
+        (
+            write_tool(operation="{reconcile: {tool: write_file, arguments: {p: path}, exists: e}}"),
+            "is not a read_only tool of this server",
+        ),
+        (
+            write_tool(operation="{reconcile: {tool: nowhere, arguments: {p: path}, exists: e}}"),
+            "is not a read_only tool of this server",
+        ),
+        (write_tool(operation="{compensate: read_text_file}"), "is not a write tool of this server"),
+        (
+            write_tool(operation="{idempotency_key: path}", run_bound="{path: root}"),
+            "is set by raydag, so it cannot be bound",
+        ),
+        (write_tool(operation="{approval: whoever}"), "operation"),
+    ],
+)
+def test_an_operation_that_cannot_hold_is_refused_at_load(text: str, problem: str) -> None:
+    assert problem in str(invalid(text, {}))

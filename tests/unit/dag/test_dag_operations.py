@@ -240,3 +240,13 @@ def test_a_write_confirmed_by_a_read_ends_with_the_answer_the_read_holds() -> No
 
     assert reconciled_output(FIND, {"found": True, "request": request}) == request
     assert reconciled_output(FIND, {"found": True}) == {"reconciled_by": "find", "evidence": {"found": True}}
+
+
+def test_a_read_that_holds_what_the_write_sent_says_the_effect_exists() -> None:
+    content = Reconcile(tool="read_text_file", arguments=(("path", "path"),), matches=("content", "content"))
+    written = {"path": "/root/a.txt", "content": "hello"}
+
+    assert existence(content, {"content": "hello"}, written) is Existence.EXISTS
+    assert existence(content, {"content": "something else"}, written) is Existence.ABSENT
+    assert existence(content, {"other": "hello"}, written) is Existence.UNCLEAR
+    assert existence(content, {"content": "hello"}, {"path": "/root/a.txt"}) is Existence.UNCLEAR

@@ -1,0 +1,167 @@
+"""``raydag approvals``: a person's decisions on a run's writes, through the HTTP API of a running raydag.
+
+``list`` shows what a run wants to write and what waits; ``approve`` and ``reject`` quote the hash of the exact
+arguments ``list`` showed; ``resolve`` settles an outcome nobody could confirm. The API key must grant
+``runs:approve`` (docs/EFFECTS.md). Exit codes: 0 done, 2 refused (the problem is printed), 1 the API could not
+be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Collection
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from actors.cli.report import EXIT_BAD_INPUT, EXIT_RUN_FAILED, console_for
+
+approvals = typer.Typer(
+    help="List and decide a run's writes (operations) through the HTTP API.", no_args_is_help=True
+)
+console = console_for()
+errors = console_for(stderr=True)
+
+RunId = Annotated[str, typer.Argument(help="The run.")]
+OperationId = Annotated[str, typer.Argument(help="The operation, as `raydag approvals list` shows it.")]
+ArgsHash = Annotated[
+    str, typer.Option("--hash", help="The operation's args_hash, as listed: a decision on exact arguments.")
+]
+Note = Annotated[str | None, typer.Option(help="Why; recorded with the decision.")]
+Url = Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(envvar="RAYDAG_API_KEY", help="An API key of the run's tenant.", show_default=False),
+]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def api_request(
+    method: str,
+    url: str,
+    path: str,
+    api_key: str | None,
+    body: Any = None,
+    *,
+    retryable: Collection[int] = (),
+) -> Any:
+    """The API's JSON answer to one request; a refusal or an unreachable API is printed and exits: 2 for a
+    refusal the request must change to avoid, 1 for a 5xx, an unreachable API, or a ``retryable`` status."""
+    import httpx
+
+    if not api_key:
+        errors.print("an API key is needed: --api-key or RAYDAG_API_KEY")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    try:
+        response = httpx.request(
+            method,
+            f"{url.rstrip('/')}{path}",
+            json=body,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=60,
+        )
+    except httpx.HTTPError as exc:
+        errors.print(f"[red]cannot reach {escape(url)}:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {"title": str(response.status_code), "detail": response.text[:500]}
+    if response.status_code >= 400:
+        problem = str(answer.get("type", "")).rsplit("/", 1)[-1]
+        title = str(answer.get("title", response.status_code))
+        named = f"{title} ({problem})" if problem else title
+        errors.print(f"[red]{escape(named)}:[/red] {escape(str(answer.get('detail', '')))}")
+        again = response.status_code >= 500 or response.status_code in retryable
+        raise typer.Exit(EXIT_RUN_FAILED if again else EXIT_BAD_INPUT)
+    return answer
+
+
+@approvals.command("list")
+def list_operations(
+    run_id: RunId,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the operations as JSON.")] = False,
+) -> None:
+    """The run's writes: tool, state, arguments and the hash a decision quotes."""
+    listed = api_request("GET", url, f"/runs/{run_id}/operations", api_key)
+    if as_json:
+        sys.stdout.write(json.dumps(listed, ensure_ascii=False, indent=2) + "\n")
+        return
+    if not listed:
+        console.print(f"run {run_id} has no operations")
+        return
+    table = Table("operation", "tool", "state", "approval", "arguments", "args_hash", box=None)
+    for operation in listed:
+        arguments = (
+            json.dumps(operation["args"], ensure_ascii=False) if operation["args"] is not None else "(digest)"
+        )
+        table.add_row(
+            operation["operation_id"],
+            operation["tool"],
+            operation["state"],
+            operation["approval"],
+            escape(arguments),
+            operation["args_hash"],
+        )
+    console.print(table)
+
+
+def _decided(operation: dict[str, Any]) -> None:
+    last = operation["history"][-1] if operation["history"] else {}
+    console.print(
+        f"operation {operation['operation_id']} ({operation['tool']}) is {operation['state']}"
+        + (f", by {last['actor']}" if last else "")
+    )
+
+
+def _decide(
+    verb: str, run_id: str, operation_id: str, args_hash: str, note: str | None, url: str, key: str | None
+) -> None:
+    body = {"args_hash": args_hash, "note": note}
+    _decided(api_request("POST", url, f"/runs/{run_id}/operations/{operation_id}/{verb}", key, body))
+
+
+@approvals.command()
+def approve(
+    run_id: RunId,
+    operation_id: OperationId,
+    args_hash: ArgsHash,
+    note: Note = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Approve an operation's exact arguments: the run executes it once."""
+    _decide("approve", run_id, operation_id, args_hash, note, url, api_key)
+
+
+@approvals.command()
+def reject(
+    run_id: RunId,
+    operation_id: OperationId,
+    args_hash: ArgsHash,
+    note: Note = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Reject an operation: it never executes."""
+    _decide("reject", run_id, operation_id, args_hash, note, url, api_key)
+
+
+@approvals.command()
+def resolve(
+    run_id: RunId,
+    operation_id: OperationId,
+    args_hash: ArgsHash,
+    outcome: Annotated[str, typer.Option(help="What you found the write did: succeeded or failed.")],
+    note: Annotated[str, typer.Option(help="What you checked, and how (required).")],
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Settle an operation whose outcome is unknown with what you found."""
+    body = {"args_hash": args_hash, "outcome": outcome, "note": note}
+    _decided(api_request("POST", url, f"/runs/{run_id}/operations/{operation_id}/resolve", api_key, body))

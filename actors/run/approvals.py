@@ -1,0 +1,117 @@
+"""A person's decision on an operation — approve, reject, or settle an unknown outcome — as every surface makes
+it (the HTTP API, ``import raydag``; the CLI goes through the API).
+
+Each decision is weighed on the row as it is (``dag.operations.approval_refusal``) and then made as one
+conditional update that quotes the hash of the arguments: of two people deciding at once, one wins and the
+other is told the operation was already decided. The supervisor that drives the run reads the decision from
+the row; nothing here talks to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from actors.store.operations import Operation, OperationStore
+from dag.errors import RaydagError
+from dag.operations import DecisionRefusal, OperationState, approval_refusal, resolution_refusal
+
+Verdict = Literal["approve", "reject"]
+Found = Literal["succeeded", "failed"]
+
+_TARGET = {"approve": OperationState.APPROVED, "reject": OperationState.REJECTED}
+
+
+class DecisionRefused(RaydagError):
+    """Why a decision was not made (a problem type each: ``DecisionRefusal``)."""
+
+    def __init__(self, refusal: DecisionRefusal) -> None:
+        super().__init__(refusal.value)
+        self.refusal = refusal
+
+
+@dataclass(frozen=True)
+class Person:
+    """Who decides: a subject of a tenant. Authentication (and the ``runs:approve`` scope) is the caller's."""
+
+    tenant_id: str
+    subject: str
+
+    @property
+    def actor(self) -> str:
+        return f"person:{self.tenant_id}/{self.subject}"
+
+
+async def operation_of_run(store: OperationStore, run_id: str, operation_id: str) -> Operation:
+    """The run's operation ``operation_id``; ``DecisionRefused(NOT_FOUND)`` if the run has none such."""
+    operation = await store.get(operation_id)
+    if operation is None or operation.run_id != run_id:
+        raise DecisionRefused(DecisionRefusal.NOT_FOUND)
+    return operation
+
+
+async def decide(
+    store: OperationStore,
+    run_id: str,
+    operation_id: str,
+    verdict: Verdict,
+    *,
+    quoted_hash: str,
+    person: Person,
+    self_approval: bool,
+    note: str | None = None,
+) -> Operation:
+    """Approve or reject the run's operation for ``person``, quoting ``quoted_hash``: the moved row."""
+    operation = await operation_of_run(store, run_id, operation_id)
+    refusal = approval_refusal(
+        operation.view,
+        quoted_hash=quoted_hash,
+        decider=person.subject,
+        self_approval=self_approval,
+        now=datetime.now(UTC),
+    )
+    if refusal is not None:
+        raise DecisionRefused(refusal)
+    moved = await store.move(
+        operation_id,
+        _TARGET[verdict],
+        actor=person.actor,
+        note=note,
+        sources={OperationState.AWAITING_APPROVAL},
+        quoted_hash=quoted_hash,
+    )
+    if moved is None:  # decided, or expired, between the read and the update
+        raise DecisionRefused(DecisionRefusal.ALREADY_DECIDED)
+    return moved
+
+
+async def resolve(
+    store: OperationStore,
+    run_id: str,
+    operation_id: str,
+    found: Found,
+    *,
+    quoted_hash: str,
+    person: Person,
+    note: str,
+) -> Operation:
+    """Settle the run's operation whose outcome is unknown with what ``person`` found (``note``: how)."""
+    operation = await operation_of_run(store, run_id, operation_id)
+    refusal = resolution_refusal(operation.view, quoted_hash=quoted_hash)
+    if refusal is not None:
+        raise DecisionRefused(refusal)
+    target = OperationState(found)
+    moved = await store.move(
+        operation_id,
+        target,
+        actor=person.actor,
+        note=note,
+        sources={OperationState.UNKNOWN},
+        quoted_hash=quoted_hash,
+        output={"resolved_by": person.actor, "note": note} if target is OperationState.SUCCEEDED else None,
+        has_output=target is OperationState.SUCCEEDED,
+    )
+    if moved is None:
+        raise DecisionRefused(DecisionRefusal.NOT_UNKNOWN)
+    return moved
