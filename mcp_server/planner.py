@@ -125,6 +125,12 @@ def decide_document_request(check: Final, observations: Sequence[Observation]) -
     if not attempts:
         return Replan(REQUEST_REASON)
     sent = _single_output(observations, SEND_TOOL)
+    if sent is not None and "request_id" not in sent:  # settled by a person: what was sent is not known here
+        return NeedsHuman(
+            StopReason.INSUFFICIENT_EVIDENCE,
+            "the document request was resolved as sent by a person; there is no request of it to cite",
+            result=dict(check.result),
+        )
     if sent is not None:
         request = {"request_id": sent["request_id"], "evidence_ref": sent["evidence_ref"]}
         result = {**check.result, "document_request": request}

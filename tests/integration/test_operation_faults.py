@@ -39,9 +39,14 @@ SEND_TIMEOUT_S = 1.5
 """The send's timeout in this test's toolsets: a send that never answers costs this, not the shipped 10 s."""
 
 
-def toolsets_with_a_short_send(mcp_url: str) -> Any:
-    """The shipped caseops toolsets, but for the send's timeout."""
+def toolsets_with_a_short_send(mcp_url: str, *, reconcile: bool = True) -> Any:
+    """The shipped caseops toolsets, but for the send's timeout (and, ``reconcile=False``, no read to
+    reconcile it with)."""
     text = (REPO / "mcp_server" / "caseops.yaml").read_text(encoding="utf-8")
+    if not reconcile:
+        start = text.index("          reconcile:\n")
+        end = text.index("      caseops_find_document_request:")
+        text = text[:start] + text[end:]
     marker = "      caseops_send_document_request:\n"
     assert marker in text
     text = text.replace(marker, f"{marker}        timeout_s: {SEND_TIMEOUT_S}\n", 1)

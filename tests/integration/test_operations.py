@@ -262,14 +262,16 @@ def own_api(
     scratch_dsn: str,
     token_key: bytes,
     start_api: Any,
-    **supervisor: Any,
+    toolsets_for: Any = None,
 ) -> tuple[str, RunningToolServer, Any]:
     """An API of the test's own (its supervisor may be killed), over a tool server of its own: its URL, the
-    tool server, and the supervisor's actor. ``supervisor`` overrides ``SupervisorConfig`` fields."""
+    tool server, and the supervisor's actor. ``toolsets_for(url)``: the toolsets over that server (default:
+    the shipped caseops)."""
     import ray
 
     tools: RunningToolServer = start_tool_server()
-    config = api_config(scratch_dsn, tools.url, token_key, **supervisor)
+    toolsets = toolsets_for(tools.url) if toolsets_for is not None else None
+    config = api_config(scratch_dsn, tools.url, token_key, toolsets=toolsets)
     return start_api(config), tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
 
 
@@ -438,3 +440,82 @@ def test_a_run_waiting_for_a_person_is_handed_over_whole_and_waits_on_under_the_
 
     assert run["status"] == "completed", run
     assert sent(dsn, send) == 1
+
+
+def test_while_a_write_waits_for_a_person_the_rest_of_the_dag_goes_on(client: httpx.Client, dsn: str) -> None:
+    plan = {
+        "nodes": [
+            {
+                "id": "draft",
+                "tool": DRAFT,
+                "args": {"case_id": "C-103", "missing_document_codes": ["ACCIDENT_CERTIFICATE"]},
+            },
+            {
+                "id": "send",
+                "tool": SEND,
+                "args": {"case_id": "C-103", "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
+            },
+            {"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": "C-103"}},
+            {"id": "policy", "tool": "caseops_get_policy_requirements", "args": {"case_id": "C-103"}},
+        ]
+    }
+    created = client.post("/runs", json={**ACT, "plan": plan}, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    run_id = created.json()["run_id"]
+    wait_for(client, run_id, waiting)
+
+    deadline = time.monotonic() + 30
+    while True:  # the reads, which wait on nothing, end while the send waits
+        nodes = {
+            node["node_id"]: node["status"]
+            for node in client.get(f"/runs/{run_id}/nodes", headers=auth(DEMO_KEY)).json()
+        }
+        if nodes["case"] == nodes["policy"] == "succeeded":
+            break
+        assert time.monotonic() < deadline, nodes
+        time.sleep(0.1)
+    assert (nodes["draft"], nodes["send"]) == ("succeeded", "running")
+    assert client.get(f"/runs/{run_id}", headers=auth(DEMO_KEY)).json()["status"] == "waiting"
+    send = operations(client, run_id)[SEND]
+    assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+    assert wait_for(client, run_id, finished)["status"] == "completed"
+    assert sent(dsn, send) == 1
+
+
+def test_an_unknown_send_with_no_read_to_reconcile_it_waits_for_a_person_to_resolve_it(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    from tests.integration.test_operation_faults import toolsets_with_a_short_send
+
+    def unreconciled(url: str) -> Any:
+        return toolsets_with_a_short_send(url, reconcile=False)
+
+    base, tools, _ = own_api(start_tool_server, scratch_dsn, token_key, serve_api, unreconciled)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
+        wait_for(client, run_id, waiting)
+        send = operations(client, run_id)[SEND]
+        tools.server.simulate(stall_after_commit={SEND: 1})
+        assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+
+        deadline = time.monotonic() + 60
+        while operations(client, run_id)[SEND]["state"] != "unknown":
+            assert time.monotonic() < deadline, operations(client, run_id)[SEND]
+            time.sleep(0.1)
+        run = wait_for(client, run_id, waiting)  # nothing can tell: it waits for a person
+        resolved = decide(
+            client, run_id, send, "resolve", APPROVER_KEY, outcome="succeeded", note="seen in the mailer"
+        )
+        assert resolved.status_code == 200, resolved.text
+        run = wait_for(client, run_id, finished)
+
+    assert sent(dsn, send) == 1
+    assert tools.server.calls.get(SEND, 0) == 1  # never sent twice, unknown or not
+    assert resolved.json()["history"][-1]["actor"] == "person:tenant-demo/approver"
+    # The conformance planner answers only with what the send itself said: a resolution is no request to cite.
+    assert (run["status"], run["stop_reason"]) == ("needs_human", "INSUFFICIENT_EVIDENCE"), run

@@ -16,15 +16,20 @@ from dag.validate import validate_plan
 from mcp_server.contracts import CASEOPS_TOOLS, IDENTIFIER_PATTERN
 from mcp_server.planner import (
     CASE_TOOL,
+    CHECK_TOOLS,
     DOCUMENTS_TOOL,
+    DRAFT_TOOL,
     POLICY_TOOL,
+    REQUEST_REASON,
     RESOLVE_TOOL,
+    SEND_TOOL,
     ConformancePlanner,
     Outcome,
     decide_document_check,
     document_check_plan,
 )
-from planner import Final, NeedsHuman, Observation, PlanningContext
+from planner import Final, NeedsHuman, Observation, PlanningContext, Replan
+from planner.base import ToolSpec
 
 CASE_REF = "case://C-102@7"
 POLICY_REF = "policy://motor-claim-standard@2026.1"
@@ -440,3 +445,76 @@ def test_a_complete_case_without_listing_cites_its_received_codes_and_both_refs(
 
     assert isinstance(decision, Final)
     assert sorted(decision.citations) == sorted([*REQUIRED, CASE_REF, POLICY_REF])
+
+
+# ---- acting: a request for the missing documents, in a run of stage "act"
+
+
+def acting_context(*names: str) -> PlanningContext:
+    tools = [ToolSpec(name, name, {"type": "object"}) for name in names]
+    return PlanningContext(resource={"case_id": "C-103"}, goal="g", tools=tools)
+
+
+MISSING = [case(["LOSS_STATEMENT", "IDENTITY_DOCUMENT"]), policy(), docs([])]
+SENT = {"request_id": "REQ-1", "evidence_ref": "request://C-103/REQ-1"}
+
+
+def write(tool: str, status: NodeStatus, output: Any = None, error: NodeError | None = None) -> Observation:
+    return Observation(tool.removeprefix("caseops_"), tool, {"case_id": "C-103"}, status, output, error)
+
+
+async def test_a_run_that_may_act_asks_for_the_missing_documents_once_and_answers_with_the_request() -> None:
+    planner = ConformancePlanner()
+    acting = acting_context(*CHECK_TOOLS, DRAFT_TOOL, SEND_TOOL)
+
+    first = await planner.decide(acting, MISSING)
+    assert first == Replan(REQUEST_REASON)
+    done = await planner.decide(acting, [*MISSING, write(SEND_TOOL, NodeStatus.SUCCEEDED, SENT)])
+    assert isinstance(done, Final)
+    assert done.result["document_request"] == SENT
+    assert "REQ-1" in done.citations
+
+
+async def test_a_run_that_may_not_act_answers_as_it_always_did() -> None:
+    verdict = await ConformancePlanner().decide(acting_context(*CHECK_TOOLS), MISSING)
+
+    assert isinstance(verdict, Final)
+    assert verdict.result["outcome"] == Outcome.MISSING_REQUIRED_DOCUMENTS
+
+
+@pytest.mark.parametrize(
+    ("send", "reason"),
+    [
+        (
+            write(
+                SEND_TOOL,
+                NodeStatus.FAILED,
+                error=NodeError(kind=ErrorKind.AUTHORIZATION, code="OPERATION_REJECTED", message="m"),
+            ),
+            StopReason.OPERATION_REJECTED,
+        ),
+        (
+            write(
+                SEND_TOOL,
+                NodeStatus.FAILED,
+                error=NodeError(kind=ErrorKind.UNKNOWN_EFFECT, code="OPERATION_OUTCOME_UNKNOWN", message="m"),
+            ),
+            StopReason.OPERATION_FAILED,
+        ),
+        (
+            write(SEND_TOOL, NodeStatus.SUCCEEDED, {"resolved_by": "person:t/p", "note": "n"}),
+            StopReason.INSUFFICIENT_EVIDENCE,
+        ),
+    ],
+)
+async def test_a_request_not_sent_or_not_citable_ends_the_run_for_a_person(
+    send: Observation, reason: StopReason
+) -> None:
+    acting = acting_context(*CHECK_TOOLS, DRAFT_TOOL, SEND_TOOL)
+
+    verdict = await ConformancePlanner().decide(acting, [*MISSING, send])
+
+    assert isinstance(verdict, NeedsHuman)
+    assert verdict.stop_reason is reason
+    assert verdict.result is not None
+    assert verdict.result["missing_document_codes"] == ["ACCIDENT_CERTIFICATE"]
