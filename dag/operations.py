@@ -25,7 +25,7 @@ from dag.contracts import Risk
 from dag.errors import IllegalTransition
 from dag.events import ErrorKind, NodeError, RuntimeFailure
 from dag.fingerprint import sha256_hex
-from dag.writes import OPERATION_ID_SOURCE, Approval, KeyCarrier, OperationSpec, Reconcile
+from dag.writes import META_KEY, OPERATION_ID_SOURCE, Approval, KeyCarrier, OperationSpec, Reconcile
 
 
 class OperationState(StrEnum):
@@ -117,6 +117,11 @@ def operation_id(run_id: str, tool: str, args_hash: str) -> str:
     """The operation of writing ``args_hash`` with ``tool`` in run ``run_id``: the same whenever the same write
     is proposed in the run (a second node, a replan, a recovery), so PostgreSQL keeps one row for it."""
     return str(uuid.uuid5(_OPERATIONS, f"{run_id}\x00{tool}\x00{args_hash}"))
+
+
+def call_meta(spec: OperationSpec, op_id: str) -> dict[str, Any]:
+    """The ``_meta`` entries the tool is sent: the operation id, where the overlay puts it there."""
+    return {META_KEY: op_id} if spec.key is KeyCarrier.META else {}
 
 
 def call_arguments(spec: OperationSpec, args: Mapping[str, Any], op_id: str) -> dict[str, Any]:

@@ -23,6 +23,8 @@ class KeyCarrier(StrEnum):
 
     ARGUMENT = "argument"
     """As an argument the overlay names; raydag sets it (a planner never sees or writes it)."""
+    META = "meta"
+    """In the request's ``_meta``, under ``META_KEY``: the arguments stay exactly the planner's."""
     NONE = "none"
     """Not at all: the tool cannot tell a repeat. (raydag never tries a write twice either way.)"""
 
@@ -48,6 +50,11 @@ class Reconcile:
     """The field of the read's output that holds what the write answers (caseops' lookup holds the request it
     finds): the node of a write confirmed by reconciling ends with it, as if the write had answered."""
 
+
+META_KEY: Final = "io.raydag/operation-id"
+"""The ``_meta`` entry of a write's ``tools/call`` that carries its operation id, with ``KeyCarrier.META``."""
+META_CARRIER: Final = "_meta"
+"""What an overlay's ``idempotency_key`` says to carry the operation id in ``_meta`` rather than an argument."""
 
 OPERATION_ID_SOURCE: Final = "$operation_id"
 """The ``Reconcile.arguments`` source that stands for the operation id (the tool's idempotency key)."""

@@ -33,6 +33,8 @@ class ToolCall:
     """W3C trace context of the node's span: the call's span, and the MCP request, join the run's trace."""
     server: str | None = None
     """The toolset server to call (its declaration says how); ``None``: ``mcp_url`` with ``token``."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Entries for the request's ``_meta`` (a write's operation id, where its overlay says so)."""
 
 
 @dataclass(frozen=True)

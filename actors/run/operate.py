@@ -28,6 +28,7 @@ from dag.operations import (
     approval_for,
     arguments_hash,
     call_arguments,
+    call_meta,
     existence,
     operation_id,
     outcome_state,
@@ -42,8 +43,8 @@ from dag.writes import Approval, OperationSpec, Reconcile
 
 log = logging.getLogger(__name__)
 
-CallTool = Callable[[str, dict[str, Any]], Awaitable[ToolOutcome]]
-"""Call ``tool`` with ``args`` under the run's credentials and the tool's time limit."""
+CallTool = Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[ToolOutcome]]
+"""Call ``tool`` with ``args`` (and ``_meta`` entries) under the run's credentials and the tool's time limit."""
 Waiting = Callable[[str, str | None], None]
 """``(operation_id, why)``: the operation now waits for a person (``why``), or no longer does (``None``)."""
 
@@ -200,7 +201,9 @@ class Operate:
         if claimed is None:
             return None  # another caller took it: read what it did
         try:
-            outcome = await call(row.tool, call_arguments(spec, row.args, row.operation_id))
+            outcome = await call(
+                row.tool, call_arguments(spec, row.args, row.operation_id), call_meta(spec, row.operation_id)
+            )
         except asyncio.CancelledError:  # the run stopped with the write out: nobody can say what it did
             await asyncio.shield(
                 self.store.move(
@@ -233,7 +236,7 @@ class Operate:
         if reconcile is not None:
             arguments = reconcile_arguments(reconcile, row.args, row.operation_id)
             if arguments is not None:
-                outcome = await call(reconcile.tool, arguments)
+                outcome = await call(reconcile.tool, arguments, {})
                 seen, settled = await settle(self.store, row, reconcile, outcome, call_limit_s=call_limit_s)
                 if settled is not None:
                     return settled

@@ -554,13 +554,14 @@ class RoundExecution:
         """A write node: its operation, driven to an outcome (approval, one execution, reconciliation)."""
         state = self._run.state
 
-        async def call_tool(tool: str, args: dict[str, Any]) -> ToolOutcome:
+        async def call_tool(tool: str, args: dict[str, Any], meta: dict[str, Any]) -> ToolOutcome:
             used = self._context.catalogue[tool]
             return await self._guarded(
                 replace(
                     call,
                     tool=tool,
                     args=args,
+                    meta=meta,
                     token=self._token(state, call.node_id, call.attempt, used),
                     timeout_s=used.timeout_s,
                     server=used.server,

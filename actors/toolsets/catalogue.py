@@ -18,6 +18,7 @@ from actors.toolsets.pinning import definition_digest, pins_of
 from dag.contracts import Risk, RunBinding, ToolContract, catalogue_of
 from dag.errors import RaydagError
 from dag.schemas import JsonSchema, SchemaInvalid
+from dag.writes import META_CARRIER
 
 
 class ToolsetMismatch(RaydagError):
@@ -72,7 +73,8 @@ def contract_of(spec: HttpServer | StdioServer, tool: ToolDefinition, overlay: T
     _check_hints(spec.name, tool, overlay)
     input_schema = tool.input_schema
     operation = overlay.operation
-    if operation is not None and operation.idempotency_key is not None:
+    if operation is not None and operation.idempotency_key not in (None, META_CARRIER):
+        assert operation.idempotency_key is not None
         input_schema = _without_argument(spec.name, tool, input_schema, operation.idempotency_key)
     try:
         declared_input = JsonSchema.of(input_schema)

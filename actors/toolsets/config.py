@@ -30,7 +30,7 @@ from pydantic import (
 
 from actors.toolsets._yaml_lines import LocatedYaml, ToolsetsInvalid, located_error, parse_located
 from dag.contracts import INVESTIGATE, MAX_CONTENT_BLOCKS, MAX_OUTPUT_BYTES, BindingMatch, Recording, Risk
-from dag.writes import Approval, KeyCarrier, OperationSpec, Reconcile
+from dag.writes import META_CARRIER, Approval, KeyCarrier, OperationSpec, Reconcile
 
 TOOLSETS_ENV = "RAYDAG_TOOLSETS"
 """The environment variable that names the toolsets file."""
@@ -154,7 +154,8 @@ class OperationOverlay(_Strict):
     approval: Approval = Approval.PERSON
     """Who approves each operation: ``policy`` (at once) or ``person``; an irreversible write always a person."""
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=128)
-    """The tool's argument that raydag sets to the operation id; ``None``: the tool is given no key."""
+    """The tool's argument that raydag sets to the operation id, or ``_meta`` to send it in the request's
+    ``_meta`` (``io.raydag/operation-id``); ``None``: the tool is given no key."""
     reconcile: ReconcileOverlay | None = None
     approval_window_s: float = Field(default=3600.0, gt=0, le=30 * 86400)
     self_approval: bool = False
@@ -166,8 +167,12 @@ class OperationOverlay(_Strict):
         reconcile = self.reconcile
         return OperationSpec(
             approval=self.approval,
-            key=KeyCarrier.ARGUMENT if self.idempotency_key is not None else KeyCarrier.NONE,
-            key_argument=self.idempotency_key,
+            key=KeyCarrier.NONE
+            if self.idempotency_key is None
+            else KeyCarrier.META
+            if self.idempotency_key == META_CARRIER
+            else KeyCarrier.ARGUMENT,
+            key_argument=self.idempotency_key if self.idempotency_key != META_CARRIER else None,
             reconcile=Reconcile(
                 tool=reconcile.tool,
                 arguments=tuple(sorted(reconcile.arguments.items())),
@@ -234,7 +239,7 @@ class ToolOverlay(_Strict):
                 "an irreversible_write's operations are never approved by the run's own principal"
             )
         key = operation.idempotency_key
-        if key is not None and key in {*self.run_bound, *self.observed_bound}:
+        if key is not None and key != META_CARRIER and key in {*self.run_bound, *self.observed_bound}:
             raise ValueError(f"idempotency_key {key!r} is set by raydag, so it cannot be bound as well")
         return self
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
@@ -38,6 +38,17 @@ class Worded(BaseModel):
 
 class Listed(BaseModel):
     items: list[str]
+
+
+class Noted(BaseModel):
+    key: str | None
+    """The ``io.raydag/operation-id`` the request's ``_meta`` carried: the note's idempotency key."""
+    written: bool
+    """Whether this call wrote the note (``False``: a note under this key was written before)."""
+
+
+class Found(BaseModel):
+    found: bool
 
 
 def _reshaped() -> bool:
@@ -96,6 +107,24 @@ def build() -> MCPServer[Any]:
     @server.tool(description="Answer with `count` short strings, for a plan to iterate.")
     async def items(count: int) -> Listed:
         return Listed(items=[f"i{n}" for n in range(count)])
+
+    @server.tool(description="Append a note to the file TOY_NOTES names, once per _meta idempotency key.")
+    def note(text: str, ctx: Context[Any, Any]) -> Noted:
+        meta = ctx.request_context.meta or {}
+        key = meta.get("io.raydag/operation-id")
+        notes = Path(os.environ["TOY_NOTES"])
+        lines = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
+        if key is not None and any(line.startswith(f"{key}\t") for line in lines):
+            return Noted(key=key, written=False)
+        with notes.open("a", encoding="utf-8") as handle:
+            handle.write(f"{key}\t{text}\n")
+        return Noted(key=key, written=True)
+
+    @server.tool(description="Whether a note was written under an idempotency key.")
+    def noted(key: str) -> Found:
+        notes = Path(os.environ["TOY_NOTES"])
+        lines = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
+        return Found(found=any(line.startswith(f"{key}\t") for line in lines))
 
     return server
 

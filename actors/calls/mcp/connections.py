@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from types import TracebackType
+from typing import cast
 
 import aiohttp
 import anyio
@@ -32,7 +33,7 @@ from mcp.client._transport import Transport
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import x_mcp_header_map
-from mcp_types import CONNECTION_CLOSED, CallToolResult
+from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParamsMeta
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -273,7 +274,13 @@ class McpConnections:
             async with self._limits[spec.name]:
                 if isinstance(spec, HttpServer) and self._posts_directly(spec, contract):
                     return await post_tool_call(
-                        self._post_session(), spec.url, call.token, call.tool, call.args, _read_at_most()
+                        self._post_session(),
+                        spec.url,
+                        call.token,
+                        call.tool,
+                        call.args,
+                        _read_at_most(),
+                        meta=call.meta,
                     )
                 return await self._send_to(spec, call)
         if call.protocol != MODERN_PROTOCOL:
@@ -282,7 +289,7 @@ class McpConnections:
         url = call.mcp_url
         if not self._sdk_calls:
             return await post_tool_call(
-                self._post_session(), url, call.token, call.tool, call.args, _read_at_most()
+                self._post_session(), url, call.token, call.tool, call.args, _read_at_most(), meta=call.meta
             )
         return await self._call_shared(url, lambda link: self._modern_client(url, link), call)
 
@@ -431,6 +438,8 @@ def _read_at_most() -> int:
 async def _call_over(client: Client, link: Link, call: ToolCall) -> CallToolResult:
     """``call`` over ``client``; a closed connection counts as lost only if its transport says so."""
     try:
+        if call.meta:
+            return await client.call_tool(call.tool, call.args, meta=cast(RequestParamsMeta, dict(call.meta)))
         return await client.call_tool(call.tool, call.args)
     except MCPError as exc:
         if exc.code == CONNECTION_CLOSED and link.lost:

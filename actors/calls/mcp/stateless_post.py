@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -90,6 +91,8 @@ async def post_tool_call(
     tool: str,
     arguments: dict[str, Any],
     max_bytes: int,
+    *,
+    meta: Mapping[str, Any] | None = None,
 ) -> CallToolResult:
     """Call ``tool`` with one POST bearing ``token``; raise ``MCPError`` for a JSON-RPC error, ``Refused`` for
     a refusal, ``MalformedAnswer`` for an answer it cannot use (``OUTPUT_TOO_LARGE`` past ``max_bytes``, read
@@ -103,6 +106,7 @@ async def post_tool_call(
             "name": tool,
             "arguments": arguments,
             "_meta": {
+                **(meta or {}),
                 PROTOCOL_VERSION_META_KEY: MODERN_PROTOCOL,
                 CLIENT_INFO_META_KEY: _CLIENT_INFO,
                 CLIENT_CAPABILITIES_META_KEY: {},  # elicitation is declined, so none is offered

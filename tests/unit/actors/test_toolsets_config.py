@@ -400,6 +400,16 @@ def write_tool(
     )
 
 
+def test_an_operation_id_carried_in_meta_names_no_argument() -> None:
+    [server] = parse_toolsets(write_tool(operation="{idempotency_key: _meta}"), "toolsets.yaml", {}).servers
+    operation = server.tools["write_file"].operation
+    assert operation is not None
+
+    spec = operation.spec()
+
+    assert (spec.key.value, spec.key_argument) == ("meta", None)
+
+
 def test_a_write_tools_operation_loads_with_its_defaults() -> None:
     [server] = parse_toolsets(write_tool(), "toolsets.yaml", {}).servers
     operation = server.tools["write_file"].operation

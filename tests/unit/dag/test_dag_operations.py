@@ -21,6 +21,7 @@ from dag.operations import (
     approval_refusal,
     arguments_hash,
     call_arguments,
+    call_meta,
     check_operation_transition,
     existence,
     operation_id,
@@ -31,7 +32,7 @@ from dag.operations import (
     resolution_refusal,
     sources_of,
 )
-from dag.writes import Approval, KeyCarrier, OperationSpec, Reconcile
+from dag.writes import META_KEY, Approval, KeyCarrier, OperationSpec, Reconcile
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 ARGS = {"case_id": "C-103", "draft_id": "DRAFT-1"}
@@ -250,3 +251,11 @@ def test_a_read_that_holds_what_the_write_sent_says_the_effect_exists() -> None:
     assert existence(content, {"content": "something else"}, written) is Existence.ABSENT
     assert existence(content, {"other": "hello"}, written) is Existence.UNCLEAR
     assert existence(content, {"content": "hello"}, {"path": "/root/a.txt"}) is Existence.UNCLEAR
+
+
+def test_in_meta_the_operation_id_travels_beside_the_arguments_not_among_them() -> None:
+    in_meta = OperationSpec(key=KeyCarrier.META)
+
+    assert call_meta(in_meta, "op-1") == {META_KEY: "op-1"}
+    assert call_arguments(in_meta, ARGS, "op-1") == ARGS
+    assert call_meta(OperationSpec(key=KeyCarrier.ARGUMENT, key_argument="k"), "op-1") == {}
