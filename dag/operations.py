@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from dag.contracts import Risk
 from dag.errors import IllegalTransition
-from dag.events import ErrorKind, NodeError, RuntimeFailure
+from dag.events import ErrorKind, NodeError
 from dag.fingerprint import sha256_hex
 from dag.writes import META_KEY, OPERATION_ID_SOURCE, Approval, KeyCarrier, OperationSpec, Reconcile
 
@@ -282,17 +282,9 @@ def reconciled_state(
     return None
 
 
-UNKNOWN_OUTCOME: Final = "OPERATION_OUTCOME_UNKNOWN"
-"""The code of a write node whose effect nobody could confirm: the run needs a person to resolve it."""
+NOT_DONE: Final = "WRITE_NOT_DONE"
+"""The code of a write that a reconciling read found never happened: a definite failure, not a lost answer."""
 
 
-def unknown_error(detail: str) -> NodeError:
-    return NodeError(kind=ErrorKind.UNKNOWN_EFFECT, code=UNKNOWN_OUTCOME, message=detail)
-
-
-def caller_lost() -> NodeError:
-    return NodeError(
-        kind=ErrorKind.TRANSIENT,
-        code=RuntimeFailure.SUPERVISOR_RECOVERED,
-        message="the supervisor that executed this write stopped before recording its outcome",
-    )
+def not_done_error(detail: str) -> NodeError:
+    return NodeError(kind=ErrorKind.BUSINESS, code=NOT_DONE, message=detail)

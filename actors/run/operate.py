@@ -30,12 +30,12 @@ from dag.operations import (
     call_arguments,
     call_meta,
     existence,
+    not_done_error,
     operation_id,
     outcome_state,
     reconcile_arguments,
     reconciled_output,
     reconciled_state,
-    unknown_error,
 )
 from dag.policy import Decision
 from dag.run_state import RunState
@@ -275,7 +275,7 @@ async def settle(
         sources={OperationState.UNKNOWN},
         output=reconciled_output(reconcile, outcome.output),
         has_output=settled is OperationState.SUCCEEDED,
-        error=unknown_error("the reconciling read found no effect; the write did not happen")
+        error=not_done_error("the reconciling read found no effect: the write did not happen")
         if settled is OperationState.FAILED
         else None,
     )

@@ -185,7 +185,15 @@ def test_a_hundred_faults_in_a_row_duplicate_no_effect_and_lose_none(
     by_kind: dict[str, set[str]] = {}
     for (kind, state, _), _n in endings.items():
         by_kind.setdefault(kind, set()).add(state)
-    for kind in ("approve", "double-approve", "stale-then-approve", "stall", "kill"):
+    for kind in (
+        "approve",
+        "double-approve",
+        "stale-then-approve",
+        "stall",
+    ):  # the send was made, or committed
         assert by_kind.get(kind, {"succeeded"}) == {"succeeded"}, (kind, by_kind, seed)
+    # A supervisor killed between the claim and the call: the send never left, and the read that reconciles
+    # it says so once the call can no longer land (``failed``, no effect); killed after, it happened once.
+    assert by_kind.get("kill", set()) <= {"succeeded", "failed"}, (by_kind, seed)
     assert by_kind.get("reject", {"rejected"}) == {"rejected"}, (by_kind, seed)
     assert by_kind.get("cancel-after-approve", set()) <= SETTLED, (by_kind, seed)

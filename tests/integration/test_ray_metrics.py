@@ -116,6 +116,9 @@ async def test_a_supervisors_runs_reach_rays_metrics_agent_as_raydag_counters_an
         sample(latency, tool=POLICY_TOOL, outcome="succeeded"): 2.0,
         sample(latency, tool=DOCUMENTS_TOOL, outcome="succeeded"): 1.0,
         sample(latency, tool=RESOLVE_TOOL, outcome="succeeded"): 1.0,
+        # The sweep's gauges (every 10 s): these runs wrote nothing, so no write's outcome is unknown.
+        sample("ray_raydag_operations_unknown"): 0.0,
+        sample("ray_raydag_operation_unknown_oldest_seconds"): 0.0,
     }
 
     samples = await reported(metered_worker, expected)

@@ -497,7 +497,7 @@ async def test_a_run_that_may_not_act_answers_as_it_always_did() -> None:
             write(
                 SEND_TOOL,
                 NodeStatus.FAILED,
-                error=NodeError(kind=ErrorKind.UNKNOWN_EFFECT, code="OPERATION_OUTCOME_UNKNOWN", message="m"),
+                error=NodeError(kind=ErrorKind.BUSINESS, code="WRITE_NOT_DONE", message="m"),
             ),
             StopReason.OPERATION_FAILED,
         ),
