@@ -19,3 +19,46 @@ class SlowJoinPlanner(ConformancePlanner):
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
         await asyncio.sleep(JOIN_DELAY_S)
         return await super().decide(context, observations)
+
+
+CERTIFICATE = ["ACCIDENT_CERTIFICATE"]
+MORE = ["ACCIDENT_CERTIFICATE", "REPAIR_ESTIMATE"]
+
+
+def _request(suffix: str, codes: list[str], case_id: str) -> list[dict[str, object]]:
+    return [
+        {
+            "id": f"draft{suffix}",
+            "tool": "caseops_draft_document_request",
+            "args": {"case_id": case_id, "missing_document_codes": codes},
+        },
+        {
+            "id": f"send{suffix}",
+            "tool": "caseops_send_document_request",
+            "args": {"case_id": case_id, "draft_id": {"$ref": f"draft{suffix}", "pointer": "/draft_id"}},
+        },
+    ]
+
+
+class ReplanningWriter:
+    """Round 1 drafts and sends a request; its replan proposes the same two writes again and a second request
+    for more documents: the same writes are the same operations (nothing waits, nothing is sent again), the
+    changed ones are new operations a person must approve."""
+
+    name = "replanning-writer"
+
+    async def propose(self, context: PlanningContext) -> dict[str, object]:
+        case_id = context.resource["case_id"]
+        if context.round == 1:
+            return {"nodes": _request("", CERTIFICATE, case_id)}
+        return {"nodes": [*_request("", CERTIFICATE, case_id), *_request("_more", MORE, case_id)]}
+
+    async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
+        from planner.base import Final, Replan
+
+        if context.round == 1:
+            return Replan("ask for more")
+        return Final(
+            {"sends": sorted(o.node_id for o in observations if o.tool.endswith("send_document_request"))},
+            citations=[],
+        )

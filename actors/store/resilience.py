@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -14,13 +15,22 @@ from typing import Any, TypeVar
 import asyncpg
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception_type,
     retry_if_not_exception_type,
     stop_before_delay,
-    wait_exponential_jitter,
 )
 
 log = logging.getLogger(__name__)
+
+_JITTER = random.Random()
+"""The retries' own generator: a retry in a background thread never moves the ``random`` module's shared state."""
+
+
+def _backoff(state: RetryCallState) -> float:
+    """0.05 s, doubling, with up to 0.1 s of jitter; never more than 2 s."""
+    return min(0.05 * 2.0 ** min(state.attempt_number - 1, 16) + _JITTER.uniform(0, 0.1), 2.0)
+
 
 _T = TypeVar("_T")
 
@@ -203,7 +213,7 @@ async def _retrying(operation: Callable[[], Awaitable[_T]], *, window_s: float, 
         first_failure = exc
     retry = AsyncRetrying(
         stop=stop_before_delay(max(0.0, end - time.monotonic())),
-        wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.1),
+        wait=_backoff,
         # A timed-out attempt used the window up (TimeoutError is an OSError, one of CONNECTION_ERRORS).
         retry=retry_if_exception_type(CONNECTION_ERRORS) & retry_if_not_exception_type(TimeoutError),
         reraise=True,

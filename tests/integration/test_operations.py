@@ -263,15 +263,16 @@ def own_api(
     token_key: bytes,
     start_api: Any,
     toolsets_for: Any = None,
+    **supervisor: Any,
 ) -> tuple[str, RunningToolServer, Any]:
     """An API of the test's own (its supervisor may be killed), over a tool server of its own: its URL, the
     tool server, and the supervisor's actor. ``toolsets_for(url)``: the toolsets over that server (default:
-    the shipped caseops)."""
+    the shipped caseops); ``supervisor`` overrides other ``SupervisorConfig`` fields."""
     import ray
 
     tools: RunningToolServer = start_tool_server()
     toolsets = toolsets_for(tools.url) if toolsets_for is not None else None
-    config = api_config(scratch_dsn, tools.url, token_key, toolsets=toolsets)
+    config = api_config(scratch_dsn, tools.url, token_key, toolsets=toolsets, **supervisor)
     return start_api(config), tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
 
 
@@ -519,3 +520,53 @@ def test_an_unknown_send_with_no_read_to_reconcile_it_waits_for_a_person_to_reso
     assert resolved.json()["history"][-1]["actor"] == "person:tenant-demo/approver"
     # The conformance planner answers only with what the send itself said: a resolution is no request to cite.
     assert (run["status"], run["stop_reason"]) == ("needs_human", "INSUFFICIENT_EVIDENCE"), run
+
+
+def test_a_replan_proposing_the_same_writes_reuses_them_and_changed_arguments_need_a_new_yes(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    planner = "tests.planners:ReplanningWriter"
+    base, tools, _ = own_api(start_tool_server, scratch_dsn, token_key, serve_api, planners=(planner,))
+    body = {**ACT, "planner": "replanning-writer"}
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id = client.post("/runs", json=body, headers=auth(DEMO_KEY)).json()["run_id"]
+        wait_for(client, run_id, waiting)
+        first = operations(client, run_id)[SEND]
+        assert decide(client, run_id, first, "approve", APPROVER_KEY).status_code == 200
+
+        deadline = time.monotonic() + 60  # round 2: the changed send waits for its own yes
+        while (
+            len(
+                sends := [
+                    op
+                    for op in client.get(f"/runs/{run_id}/operations", headers=auth(DEMO_KEY)).json()
+                    if op["tool"] == SEND
+                ]
+            )
+            < 2
+        ):
+            assert time.monotonic() < deadline, sends
+            time.sleep(0.1)
+        wait_for(client, run_id, waiting)
+        second = next(op for op in sends if op["operation_id"] != first["operation_id"])
+        assert second["state"] == "awaiting_approval"  # the first yes was for other arguments
+        assert second["args_hash"] != first["args_hash"]
+        assert problem(
+            decide(client, run_id, second, "approve", APPROVER_KEY, args_hash=first["args_hash"])
+        ) == (
+            409,
+            "operation-hash-mismatch",
+        )
+        assert decide(client, run_id, second, "approve", APPROVER_KEY).status_code == 200
+        run = wait_for(client, run_id, finished)
+        listed = client.get(f"/runs/{run_id}/operations", headers=auth(DEMO_KEY)).json()
+
+    assert run["status"] == "completed", run
+    assert len(listed) == 4  # two drafts, two sends: round 2's repeats are round 1's operations
+    assert (sent(dsn, first), sent(dsn, second)) == (1, 1)
+    assert tools.server.calls.get(SEND, 0) == 2
