@@ -61,6 +61,7 @@ servers:
     transport: stdio
     command: {sys.executable}
     args: ["{TOY}"]
+    timeouts: {{connect_s: 60}}  # a Python server's start on a machine busy with the rest of the suite
     tools:
       echo: {{scope: toy:read, risk: read_only}}
 """
@@ -69,7 +70,10 @@ servers:
 
     assert returncode == 0, stderr[-3000:]
     lines = stdout.splitlines()
-    assert re.fullmatch(r"completed {'outputs': {'hi': {'pid': \d+, 'text': 'hello'}}}", lines[0]), lines
+    assert re.fullmatch(r"completed {'outputs': {'hi': {'pid': \d+, 'text': 'hello'}}}", lines[0]), (
+        lines,
+        stderr[-3000:],
+    )
     assert lines[1] == "[('hi', 'echo', 'succeeded')]"
 
 
