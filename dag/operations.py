@@ -22,7 +22,6 @@ from enum import StrEnum
 from typing import Any, Final
 
 from dag.contracts import Risk
-from dag.errors import IllegalTransition
 from dag.events import ErrorKind, NodeError
 from dag.fingerprint import sha256_hex
 from dag.writes import META_KEY, OPERATION_ID_SOURCE, Approval, KeyCarrier, OperationSpec, Reconcile
@@ -82,18 +81,10 @@ OPERATION_TRANSITIONS: Final[dict[OperationState, frozenset[OperationState]]] = 
 }
 
 
-def check_operation_transition(source: OperationState, target: OperationState) -> None:
-    if target not in OPERATION_TRANSITIONS[source]:
-        raise IllegalTransition("operation", source.value, target.value)
-
-
 def sources_of(target: OperationState) -> frozenset[OperationState]:
-    """Every state from which ``target`` may be reached: the guard of a conditional update."""
+    """Every state from which ``target`` may be reached: the guard of every conditional update of a row, so
+    that no move the table forbids is ever made (``actors.store.operations.OperationStore.move``)."""
     return frozenset(source for source, targets in OPERATION_TRANSITIONS.items() if target in targets)
-
-
-def is_write(risk: Risk) -> bool:
-    return risk is not Risk.READ_ONLY
 
 
 def approval_for(spec: OperationSpec, risk: Risk) -> Approval:

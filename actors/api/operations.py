@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.api._problem import Problem, problem_responses
-from actors.run.approvals import DecisionRefused, Person, Verdict, decide, operation_of_run, resolve
+from actors.run.approvals import DecisionRefused, Person, Verdict, decide, resolve
 from actors.store.operations import Operation, OperationStore, Transition
 from dag.contracts import Recording, ToolContract
 from dag.fingerprint import sha256_hex
@@ -139,12 +139,7 @@ def operations_router(
     ) -> dict[str, Any]:
         person = decider(principal)
         run = str((await readable_run(principal, run_id))["run_id"])
-        try:
-            operation = await operation_of_run(operations(), run, op_id)
-        except DecisionRefused as refused:
-            _refuse(refused.refusal)
-        contract = (await contracts()).get(operation.tool)
-        spec = contract.operation if contract is not None else None
+        catalogue = await contracts()
         return await shown(
             decide(
                 operations(),
@@ -153,7 +148,7 @@ def operations_router(
                 verdict,
                 quoted_hash=body.args_hash,
                 person=person,
-                self_approval=spec.self_approval if spec is not None else False,
+                catalogue=catalogue,
                 note=body.note,
             )
         )

@@ -28,7 +28,6 @@ from actors.run.approvals import (
     Person,
     Verdict,
     decide,
-    operation_of_run,
     resolve,
 )
 from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
@@ -234,9 +233,6 @@ class Raydag:
 
         async def made(store: OperationStore) -> dict[str, Any]:
             run = await self._own_run(store, run_id)
-            operation = await operation_of_run(store, run, operation_id)
-            contract = tools.get(operation.tool)
-            spec = contract.operation if contract is not None else None
             moved = await decide(
                 store,
                 run,
@@ -244,7 +240,7 @@ class Raydag:
                 verdict,
                 quoted_hash=args_hash,
                 person=person,
-                self_approval=spec.self_approval if spec is not None else False,
+                catalogue=tools,
                 note=note,
             )
             return await _shown(store, moved)

@@ -89,6 +89,11 @@ class ExecutionContext:
             return spec.url, TaskTokens(key=self.tokens.key, audience=spec.url)
         return "", None
 
+    def call_limit_s(self, contract: ToolContract) -> float:
+        """How long a call of ``contract`` may take before the supervisor gives up on it: its timeout and the
+        slack for queueing. Past it, a call that was out can no longer land."""
+        return contract.timeout_s + self.call_slack_s
+
     def authority(self, state: RunState) -> RunAuthority:
         return state.authority
 

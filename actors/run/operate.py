@@ -66,7 +66,6 @@ class Operate:
     """How often a waiting operation reads its row again (a person's decision lands there)."""
     reconcile_every_s: float = 5.0
     """How often an unknown operation's reconciling read is tried again while it cannot tell."""
-    call_slack_s: float = 5.0
 
     async def drive(
         self,
@@ -77,6 +76,7 @@ class Operate:
         decision: Decision,
         *,
         run_deadline: datetime,
+        call_limit_s: float,
         call: CallTool,
         waiting: Waiting,
     ) -> ToolOutcome:
@@ -101,7 +101,6 @@ class Operate:
             args_hash=digest,
             actor=self.actor,
         )
-        call_limit_s = contract.timeout_s + self.call_slack_s
         try:
             while True:
                 match row.state:
@@ -292,7 +291,7 @@ async def sweep(
     read: ReadFor,
     *,
     actor: str,
-    call_slack_s: float,
+    call_limit_s: Callable[[ToolContract], float],
 ) -> None:
     """Settle what no round drives any more: the writes of runs that ended with them out or unknown.
 
@@ -304,7 +303,7 @@ async def sweep(
         contract = catalogue.get(row.tool)
         if contract is None or contract.operation is None:
             continue  # a tool this supervisor does not serve: another one's sweep settles it
-        limit_s = contract.timeout_s + call_slack_s
+        limit_s = call_limit_s(contract)
         if row.state is OperationState.EXECUTING:
             if row.executing_since is None or now() < row.executing_since + timedelta(seconds=limit_s):
                 continue  # its call may still land

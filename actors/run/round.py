@@ -111,6 +111,8 @@ class RoundExecution:
         """The node of each operation waiting for a person."""
         self._attention = asyncio.Event()
         """Set when an operation starts or stops waiting: the run's status follows."""
+        self._writes = False
+        """Whether this round has driven a write: only then can it have operations to expire when it stops."""
         self._expired: str | None = None
         """Why the round stops: an operation expired before a person approved it."""
         fields = context.observed_fields()
@@ -256,7 +258,7 @@ class RoundExecution:
         or approved and not yet claimed — expire, so that nothing executes a write of a run that is over. A
         deadline that caught one awaiting approval is reported as the approval's."""
         operate = self._context.operate
-        if operate is None:
+        if operate is None or not self._writes:
             return interruption
         note = "the run stopped before the write executed" if interruption is None else interruption.detail
         expired = await operate.expire_unexecuted(self._run.state.run_id, note=note)
@@ -543,6 +545,7 @@ class RoundExecution:
     def _start(self, call: ToolCall, contract: ToolContract, step: Call) -> None:
         operate = self._context.operate
         if contract.operation is not None and operate is not None:
+            self._writes = True
             work = self._operated(operate, call, contract, step)
         else:
             work = self._guarded(call, contract)
@@ -576,6 +579,7 @@ class RoundExecution:
             step.args,
             step.decision,
             run_deadline=self._deadline,
+            call_limit_s=self._context.call_limit_s(contract),
             call=call_tool,
             waiting=lambda operation_id, why: self._operation_waits(call.node_id, operation_id, why),
         )
@@ -584,13 +588,13 @@ class RoundExecution:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""
         started = now()
         try:
-            async with asyncio.timeout(contract.timeout_s + self._context.call_slack_s):
+            async with asyncio.timeout(self._context.call_limit_s(contract)):
                 return await self._context.executor.run(call)
         except TimeoutError:
             error = NodeError(
                 kind=ErrorKind.TRANSIENT,
                 code="TIMEOUT",
-                message=f"no result within {contract.timeout_s + self._context.call_slack_s:g}s",
+                message=f"no result within {self._context.call_limit_s(contract):g}s",
             )
             return ToolOutcome(output=None, error=error, started_at=started, finished_at=now())
 

@@ -354,7 +354,7 @@ class RunService:
             self._catalogue,
             read,
             actor=f"supervisor:{self.owner}",
-            call_slack_s=context.call_slack_s,
+            call_limit_s=context.call_limit_s,
         )
         self._metrics.unknown_operations(*await self._operations.unknown())
 

@@ -204,7 +204,10 @@ class OperationStore:
         """Move the operation to ``target`` if it is in one of ``sources`` (every legal source by default) and,
         with ``quoted_hash``, its arguments still hash to it; the moved row, or ``None`` if it was not there
         to move (another caller moved it first, or the hash is another)."""
-        allowed = sorted(state.value for state in (sources if sources is not None else sources_of(target)))
+        legal = sources_of(target)  # the transition table decides; ``sources`` only narrows it
+        allowed = sorted(
+            state.value for state in (legal & frozenset(sources) if sources is not None else legal)
+        )
 
         async def attempt() -> Operation | None:
             async with self._pool.acquire() as connection:

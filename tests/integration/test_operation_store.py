@@ -143,6 +143,16 @@ async def test_a_late_answer_settles_an_operation_marked_unknown_and_a_success_c
     timeout = NodeError(kind=ErrorKind.TRANSIENT, code="TIMEOUT", message="no answer")
     await store.move(row.operation_id, OperationState.UNKNOWN, actor="caller", error=timeout)
 
+    # The table decides, not the caller: unknown → unknown is no move, whatever sources a caller names.
+    assert (
+        await store.move(
+            row.operation_id,
+            OperationState.UNKNOWN,
+            actor="late",
+            sources={OperationState.EXECUTING, OperationState.UNKNOWN},
+        )
+        is None
+    )
     settled = await store.move(
         row.operation_id, OperationState.SUCCEEDED, actor="late", output={"request_id": "R"}, has_output=True
     )

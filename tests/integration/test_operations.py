@@ -68,6 +68,13 @@ def operations(client: httpx.Client, run_id: str, key: str = DEMO_KEY) -> dict[s
     return {operation["tool"]: operation for operation in answer.json()}
 
 
+def operations_of(client: httpx.Client, run_id: str, tool: str) -> list[dict[str, Any]]:
+    """Every operation of ``tool`` in the run (``operations`` keeps one per tool)."""
+    answer = client.get(f"/runs/{run_id}/operations", headers=auth(DEMO_KEY))
+    assert answer.status_code == 200, answer.text
+    return [operation for operation in answer.json() if operation["tool"] == tool]
+
+
 def decide(
     client: httpx.Client, run_id: str, operation: dict[str, Any], verb: str, key: str, **body: Any
 ) -> Any:
@@ -99,13 +106,19 @@ def sent(dsn: str, operation: dict[str, Any]) -> int:
     return asyncio.run(_sent(dsn, operation["operation_id"]))
 
 
-@pytest.fixture
-def acting_run(client: httpx.Client) -> Iterator[str]:
-    """A C-103 run of stage ``act``, waiting for a person to approve its send."""
+def waiting_send(client: httpx.Client) -> tuple[str, dict[str, Any]]:
+    """A new C-103 run of stage ``act``, once it waits for a person to approve its send; and that send."""
     created = client.post("/runs", json=ACT, headers=auth(DEMO_KEY))
     assert created.status_code == 201, created.text
     run_id: str = created.json()["run_id"]
     wait_for(client, run_id, waiting)
+    return run_id, operations(client, run_id)[SEND]
+
+
+@pytest.fixture
+def acting_run(client: httpx.Client) -> Iterator[str]:
+    """A C-103 run of stage ``act``, waiting for a person to approve its send."""
+    run_id, _ = waiting_send(client)
     yield run_id
     client.post(f"/runs/{run_id}/cancel", headers=auth(DEMO_KEY))
 
@@ -289,9 +302,7 @@ def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_r
 
     base, tools, supervisor = own_api(start_tool_server, scratch_dsn, token_key, serve_api)
     with httpx.Client(base_url=base, timeout=30) as client:
-        run_id = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
-        wait_for(client, run_id, waiting)
-        send = operations(client, run_id)[SEND]
+        run_id, send = waiting_send(client)
         tools.server.simulate(stall_after_commit={SEND: 1})  # the send commits, and its answer never comes
 
         assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
@@ -417,9 +428,7 @@ def test_a_run_waiting_for_a_person_is_handed_over_whole_and_waits_on_under_the_
 
     base, _, supervisor = own_api(start_tool_server, scratch_dsn, token_key, serve_api)
     with httpx.Client(base_url=base, timeout=30) as client:
-        run_id = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
-        wait_for(client, run_id, waiting)
-        send = operations(client, run_id)[SEND]
+        run_id, send = waiting_send(client)
 
         started = time.monotonic()
         drained = ray.get(supervisor.drain.remote(30.0))  # a SIGTERM's drain: the waiting write is no call
@@ -498,9 +507,7 @@ def test_an_unknown_send_with_no_read_to_reconcile_it_waits_for_a_person_to_reso
 
     base, tools, _ = own_api(start_tool_server, scratch_dsn, token_key, serve_api, unreconciled)
     with httpx.Client(base_url=base, timeout=30) as client:
-        run_id = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
-        wait_for(client, run_id, waiting)
-        send = operations(client, run_id)[SEND]
+        run_id, send = waiting_send(client)
         tools.server.simulate(stall_after_commit={SEND: 1})
         assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
 
@@ -540,20 +547,14 @@ def test_a_replan_proposing_the_same_writes_reuses_them_and_changed_arguments_ne
         assert decide(client, run_id, first, "approve", APPROVER_KEY).status_code == 200
 
         deadline = time.monotonic() + 60  # round 2: the changed send waits for its own yes
-        while (
-            len(
-                sends := [
-                    op
-                    for op in client.get(f"/runs/{run_id}/operations", headers=auth(DEMO_KEY)).json()
-                    if op["tool"] == SEND
-                ]
-            )
-            < 2
-        ):
+        while len(sends := operations_of(client, run_id, SEND)) < 2:
             assert time.monotonic() < deadline, sends
             time.sleep(0.1)
         wait_for(client, run_id, waiting)
-        second = next(op for op in sends if op["operation_id"] != first["operation_id"])
+        # Read again now that the run waits: the listing above may predate the request for a yes.
+        second = next(
+            op for op in operations_of(client, run_id, SEND) if op["operation_id"] != first["operation_id"]
+        )
         assert second["state"] == "awaiting_approval"  # the first yes was for other arguments
         assert second["args_hash"] != first["args_hash"]
         assert problem(

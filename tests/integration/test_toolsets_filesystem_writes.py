@@ -125,6 +125,7 @@ async def test_create_directory_waits_for_a_person_and_runs_once_approved(
     [operation] = operations
     assert operation.state is OperationState.AWAITING_APPROVAL
     assert not folder.exists()  # nothing happens before a person says yes
+    catalogue = await supervisor.contracts.remote()
     with pytest.raises(DecisionRefused) as refused:  # the run's own principal: never an irreversible write
         await decide(
             ledger,
@@ -133,7 +134,7 @@ async def test_create_directory_waits_for_a_person_and_runs_once_approved(
             "approve",
             quoted_hash=operation.args_hash,
             person=Person("tenant-demo", "test"),
-            self_approval=True,
+            catalogue=catalogue,
         )
     assert refused.value.refusal is DecisionRefusal.SELF_APPROVAL
 
@@ -144,7 +145,7 @@ async def test_create_directory_waits_for_a_person_and_runs_once_approved(
         "approve",
         quoted_hash=operation.args_hash,
         person=Person("tenant-demo", "operator"),
-        self_approval=False,
+        catalogue=catalogue,
     )
     state = await ended(supervisor, store, run_id)
 

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dag.contracts import Risk
-from dag.errors import IllegalTransition
 from dag.events import ErrorKind, NodeError
 from dag.operations import (
     OPERATION_TRANSITIONS,
@@ -22,7 +21,6 @@ from dag.operations import (
     arguments_hash,
     call_arguments,
     call_meta,
-    check_operation_transition,
     existence,
     operation_id,
     outcome_state,
@@ -88,8 +86,7 @@ def test_every_state_is_in_the_table_and_the_terminal_ones_lead_nowhere() -> Non
 def test_the_moves_that_would_execute_a_write_twice_or_unapproved_are_illegal(
     source: OperationState, target: OperationState
 ) -> None:
-    with pytest.raises(IllegalTransition):
-        check_operation_transition(source, target)
+    assert source not in sources_of(target)  # so no conditional update ever makes it
 
 
 def test_only_an_approved_operation_may_start_executing() -> None:
