@@ -104,6 +104,16 @@ def receiver() -> Iterator[OtlpReceiver]:
     otlp.stop()
 
 
+def settled(base: str, view: dict[str, Any], within_s: float = 240) -> dict[str, Any]:
+    """The run's view once it has ended: on a loaded machine a run may outlast the request's own wait."""
+    deadline = time.monotonic() + within_s
+    while view["status"] in ("pending", "running", "waiting"):
+        assert time.monotonic() < deadline, view
+        time.sleep(0.5)
+        view = httpx.get(f"{base}/runs/{view['run_id']}", headers=auth(DEMO_KEY), timeout=30).json()
+    return view
+
+
 def local_spans(exporter: InMemorySpanExporter) -> list[Span]:
     return [
         Span(
@@ -168,11 +178,12 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
             headers={**auth(DEMO_KEY), "traceparent": traceparent},
             timeout=90,
         )
+        assert response.status_code == 201, response.text
+        run_view = settled(api.url, response.json())
     finally:
         client_span.end()
         api.stop()
-    assert response.status_code == 201, response.text
-    assert response.json()["result"] == C102_RESULT
+    assert run_view["result"] == C102_RESULT, run_view
     trace_id = f"{client_span.get_span_context().trace_id:032x}"
 
     deadline = time.monotonic() + 30
@@ -218,9 +229,15 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
         ("docs", "caseops_list_unclassified_documents"),
         ("resolve[0]", "caseops_resolve_document_alias"),
     ]:
-        node = only(f"node {node_id}")
-        assert parent(node) is round_one
-        assert (node.attributes["raydag.tool"], node.attributes["raydag.attempt"]) == (tool, 1)
+        # One span per attempt: on a loaded machine a call may time out and be tried again.
+        attempts = sorted(
+            (span for span in spans if span.name == f"node {node_id}"),
+            key=lambda span: int(span.attributes["raydag.attempt"]),
+        )
+        assert [span.attributes["raydag.attempt"] for span in attempts] == list(range(1, len(attempts) + 1))
+        node = attempts[-1]  # the attempt that succeeded
+        assert all(parent(span) is round_one for span in attempts)
+        assert node.attributes["raydag.tool"] == tool
         assert len(node.attributes["raydag.fingerprint"]) == 64
         call = next(
             span for span in spans if span.name == f"tool call {tool}" and span.parent_id == node.span_id
