@@ -26,6 +26,7 @@ from dag.budget import Budgets
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
 from dag.health import ToolHealth
+from dag.policy import TenantPolicy
 from dag.tokens import TaskTokens
 from planner import load_planners, unavailable_planners
 from planner.openai_planner import OpenAISettings
@@ -46,6 +47,8 @@ class SupervisorConfig:
     pool_size: int = 4
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     """Each tenant's tool catalogue (tenant → tool names); ``None`` grants every tool to every tenant."""
+    tenant_policies: tuple[tuple[str, TenantPolicy], ...] = ()
+    """Each tenant's policy for its people (``RAYDAG_TENANT_POLICY``); a tenant not named gets the default."""
     lease_s: float = 15.0
     planners: tuple[str, ...] = ()
     """Planners beyond the built-in ones, as ``package.module:ClassName`` import paths."""
@@ -64,6 +67,10 @@ class SupervisorConfig:
     caseops toolset at ``mcp_url``. Load a file before (``load_toolsets``) to fail where a person reads it."""
     relist_every_s: float = 30.0
     """How often every toolset server is listed again, to find a tool changed under the runs pinning it."""
+
+    def policy_of(self, tenant_id: str) -> TenantPolicy:
+        """``tenant_id``'s policy: its entry, else the strictest."""
+        return dict(self.tenant_policies).get(tenant_id, TenantPolicy())
 
     def effective_toolsets(self) -> Toolsets:
         if isinstance(self.toolsets, str):

@@ -24,6 +24,7 @@ from typing import Any, Final
 from dag.contracts import Risk
 from dag.events import ErrorKind, NodeError
 from dag.fingerprint import sha256_hex
+from dag.policy import TenantPolicy
 from dag.writes import META_KEY, OPERATION_ID_SOURCE, Approval, KeyCarrier, OperationSpec, Reconcile
 
 
@@ -154,12 +155,13 @@ def approval_refusal(
     *,
     quoted_hash: str,
     decider: str,
-    self_approval: bool,
+    policy: TenantPolicy,
     now: datetime,
 ) -> DecisionRefusal | None:
     """Why ``decider`` may not approve or reject ``operation`` quoting ``quoted_hash`` at ``now``, or ``None``.
 
     The hash is checked first: a decision about other arguments than the operation's is no decision about it.
+    The run's own principal decides only the risks its tenant's ``policy`` lets it (by default none).
     """
     if quoted_hash != operation.args_hash:
         return DecisionRefusal.HASH_MISMATCH
@@ -171,7 +173,7 @@ def approval_refusal(
         return DecisionRefusal.EXPIRED
     if operation.state is not OperationState.AWAITING_APPROVAL:
         return DecisionRefusal.ALREADY_DECIDED
-    if decider == operation.subject and (not self_approval or operation.risk is Risk.IRREVERSIBLE_WRITE):
+    if decider == operation.subject and operation.risk not in policy.self_approval:
         return DecisionRefusal.SELF_APPROVAL
     return None
 

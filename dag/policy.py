@@ -38,6 +38,15 @@ class RunAuthority:
     """The tenant's tool catalogue; ``None`` grants the whole catalogue."""
 
 
+@dataclass(frozen=True)
+class TenantPolicy:
+    """What a tenant's operator decided about its own people (``RAYDAG_TENANT_POLICY``); never from a plan or a
+    model. The default is the strictest: nobody decides the operations of a run they asked for."""
+
+    self_approval: frozenset[Risk] = frozenset()
+    """The write risks whose operations the run's own principal may approve or reject."""
+
+
 class Decision(BaseModel):
     """The policy's answer for one node: a value recorded with the node, never an exception."""
 

@@ -71,7 +71,5 @@ class OperationSpec:
     reconcile: Reconcile | None = None
     approval_window_s: float = 3600.0
     """How long an operation waits for a person before it expires (never past the run's own deadline)."""
-    self_approval: bool = False
-    """Whether the run's own principal may approve (never for an irreversible write)."""
     compensate: str | None = None
     """The write tool that undoes this one's effect, if any: compensating is an operation of its own."""

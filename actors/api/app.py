@@ -60,7 +60,7 @@ from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
-from dag.contracts import INVESTIGATE, ToolContract
+from dag.contracts import INVESTIGATE
 from dag.policy import Principal
 from dag.run_resource import (
     IDENTIFIER_PATTERN,
@@ -435,17 +435,13 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             )
         return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
 
-    async def contracts() -> dict[str, ToolContract]:
-        answer: dict[str, ToolContract] = await ask(lambda: state.supervisor.contracts.remote())
-        return answer
-
     # The operation ledger (/runs/{id}/operations…): a run's writes, and a person's decisions on them.
     app.include_router(
         operations_router(
             operations=lambda: state.operations,
             authenticated=authenticated,
             readable_run=run_or_404,
-            contracts=contracts,
+            policy_of=config.supervisor.policy_of,
         )
     )
     # The run viewer (/view, /edges, /stream): authenticated and tenant-checked like the routes above.

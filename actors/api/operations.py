@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors.api._problem import Problem, problem_responses
 from actors.run.approvals import DecisionRefused, Person, Verdict, decide, resolve
 from actors.store.operations import Operation, OperationStore, Transition
-from dag.contracts import Recording, ToolContract
+from dag.contracts import Recording
 from dag.fingerprint import sha256_hex
 from dag.operations import DecisionRefusal
-from dag.policy import Principal
+from dag.policy import Principal, TenantPolicy
 
 APPROVE_SCOPE = "runs:approve"
 """The scope a person needs to approve, reject or resolve an operation."""
@@ -104,10 +104,10 @@ def operations_router(
     operations: Callable[[], OperationStore],
     authenticated: Callable[..., Awaitable[Principal]],
     readable_run: Callable[[Principal, str], Awaitable[dict[str, Any]]],
-    contracts: Callable[[], Awaitable[Mapping[str, ToolContract]]],
+    policy_of: Callable[[str], TenantPolicy],
 ) -> APIRouter:
-    """The routes. ``readable_run`` is the API's tenant check (404 identical to an unknown run); ``contracts``
-    the supervisor's catalogue (whether a tool's overlay lets the run's own principal approve)."""
+    """The routes. ``readable_run`` is the API's tenant check (404 identical to an unknown run); ``policy_of``
+    a tenant's policy (whether the run's own principal may decide its operations)."""
     router = APIRouter()
     caller = Depends(authenticated)
 
@@ -139,7 +139,6 @@ def operations_router(
     ) -> dict[str, Any]:
         person = decider(principal)
         run = str((await readable_run(principal, run_id))["run_id"])
-        catalogue = await contracts()
         return await shown(
             decide(
                 operations(),
@@ -148,7 +147,7 @@ def operations_router(
                 verdict,
                 quoted_hash=body.args_hash,
                 person=person,
-                catalogue=catalogue,
+                policy=policy_of(principal.tenant_id),
                 note=body.note,
             )
         )

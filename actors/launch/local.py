@@ -166,6 +166,7 @@ def supervisor_config(
         limits=settings.budgets,
         pool_size=settings.db_pool_size,
         tenant_tools=settings.tenant_tool_grants(),
+        tenant_policies=settings.tenant_policies(),
         lease_s=settings.lease_s,
         planners=settings.planner_paths(),
         openai=settings.openai_settings(),

@@ -9,7 +9,16 @@ import secrets
 from pathlib import Path
 from typing import Any, get_args
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -18,7 +27,8 @@ from actors.calls.exchange import DEFAULT_CALLERS
 from actors.run.submission import MAX_ACTIVE_RUNS
 from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, load_toolsets
 from dag.budget import NODES_CAP, Budgets
-from dag.policy import Principal
+from dag.contracts import Risk
+from dag.policy import Principal, TenantPolicy
 from dag.tokens import MIN_KEY_BYTES
 from planner.openai_planner import OpenAISettings
 
@@ -49,6 +59,22 @@ DEV_API_KEYS: dict[str, ApiKeyGrant] = {
 MAX_USD_PER_MTOK = 1_000_000.0
 """The highest model price a setting may give, in USD per million tokens: far above any model's, and far below
 what a run's token counts could multiply past a float (a cost of Infinity no event can record)."""
+
+
+class TenantPolicyEntry(BaseModel):
+    """One tenant's entry in ``RAYDAG_TENANT_POLICY``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    self_approval: frozenset[Risk] = frozenset()
+    """The write risks (``reversible_write``, ``irreversible_write``) whose operations the run's own principal
+    may decide; a ``read_only`` tool has no operations to decide."""
+
+    @model_validator(mode="after")
+    def _writes_only(self) -> TenantPolicyEntry:
+        if Risk.READ_ONLY in self.self_approval:
+            raise ValueError("self_approval lists write risks only: a read_only tool has no operations")
+        return self
 
 
 class Settings(BaseSettings):
@@ -110,6 +136,16 @@ class Settings(BaseSettings):
     """Autoscale the API between ``replicas`` and this many replicas."""
     tenant_tools: str | None = None
     """JSON ``{"<tenant>": ["<tool>", ...]}``: each tenant's tool catalogue. Unset: every tool for every tenant."""
+    tenant_policy: str | None = None
+    """JSON ``{"<tenant>": {"self_approval": ["reversible_write"]}}``: what each tenant lets its people do.
+    Unset, or a tenant not named: the strictest (nobody decides their own run's operations)."""
+
+    @field_validator("tenant_policy")
+    @classmethod
+    def _tenant_policy_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            _tenant_policy_entries(value)  # a malformed policy stops the command at start, named
+        return value
 
     @model_validator(mode="after")
     def _replica_range(self) -> Settings:
@@ -226,6 +262,35 @@ class Settings(BaseSettings):
                 f'RAYDAG_TENANT_TOOLS must be JSON {{"<tenant>": ["<tool>", ...]}}: {exc}'
             ) from None
         return tuple(sorted((tenant, tuple(sorted(tools))) for tenant, tools in raw.items()))
+
+    def tenant_policies(self) -> tuple[tuple[str, TenantPolicy], ...]:
+        """``RAYDAG_TENANT_POLICY`` as (tenant, policy) pairs; a tenant not named gets ``TenantPolicy()``."""
+        entries = _tenant_policy_entries(self.tenant_policy) if self.tenant_policy is not None else {}
+        return tuple(
+            (tenant, TenantPolicy(self_approval=entries[tenant].self_approval)) for tenant in sorted(entries)
+        )
+
+
+def _tenant_policy_entries(text: str) -> dict[str, TenantPolicyEntry]:
+    """Each tenant's entry of ``RAYDAG_TENANT_POLICY``; a ``ValueError`` names the tenant and field at fault."""
+    shape = 'JSON {"<tenant>": {"self_approval": ["reversible_write", ...]}}'
+    try:
+        raw: Any = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"expected {shape}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected {shape}")
+    entries = {}
+    for tenant, entry in raw.items():
+        try:
+            entries[tenant] = TenantPolicyEntry.model_validate(entry)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, error['loc'])) or 'entry'}: {str(error['msg']).removeprefix('Value error, ')}"
+                for error in exc.errors(include_url=False)
+            )
+            raise ValueError(f"tenant {tenant!r}: {problems}") from None
+    return entries
 
 
 def _is_loopback(host: str) -> bool:

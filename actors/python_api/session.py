@@ -38,7 +38,7 @@ from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
 from dag.operations import DecisionRefusal
-from dag.policy import Principal
+from dag.policy import Principal, TenantPolicy
 
 _T = TypeVar("_T")
 
@@ -229,7 +229,7 @@ class Raydag:
         self, run_id: str, operation_id: str, args_hash: str, verdict: Verdict, *, by: str, note: str | None
     ) -> dict[str, Any]:
         person = Person(self._tenant, by)
-        tools = self.tools()
+        policy = dict(self._runtime.settings.tenant_policies()).get(self._tenant, TenantPolicy())
 
         async def made(store: OperationStore) -> dict[str, Any]:
             run = await self._own_run(store, run_id)
@@ -240,7 +240,7 @@ class Raydag:
                 verdict,
                 quoted_hash=args_hash,
                 person=person,
-                catalogue=tools,
+                policy=policy,
                 note=note,
             )
             return await _shown(store, moved)

@@ -9,15 +9,14 @@ the row; nothing here talks to it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
 from actors.store.operations import Operation, OperationStore
-from dag.contracts import ToolContract
 from dag.errors import RaydagError
 from dag.operations import DecisionRefusal, OperationState, approval_refusal, resolution_refusal
+from dag.policy import TenantPolicy
 
 Verdict = Literal["approve", "reject"]
 Found = Literal["succeeded", "failed"]
@@ -61,21 +60,14 @@ async def decide(
     *,
     quoted_hash: str,
     person: Person,
-    catalogue: Mapping[str, ToolContract],
+    policy: TenantPolicy,
     note: str | None = None,
 ) -> Operation:
     """Approve or reject the run's operation for ``person``, quoting ``quoted_hash``: the moved row.
-    ``catalogue``'s contract of the operation's tool says whether the run's own principal may decide it."""
+    ``policy``, the tenant's, says whether the run's own principal may decide it."""
     operation = await operation_of_run(store, run_id, operation_id)
-    contract = catalogue.get(operation.tool)
     refusal = approval_refusal(
-        operation.view,
-        quoted_hash=quoted_hash,
-        decider=person.subject,
-        self_approval=contract is not None
-        and contract.operation is not None
-        and contract.operation.self_approval,
-        now=datetime.now(UTC),
+        operation.view, quoted_hash=quoted_hash, decider=person.subject, policy=policy, now=datetime.now(UTC)
     )
     if refusal is not None:
         raise DecisionRefused(refusal)

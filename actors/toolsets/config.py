@@ -158,8 +158,6 @@ class OperationOverlay(_Strict):
     ``_meta`` (``io.raydag/operation-id``); ``None``: the tool is given no key."""
     reconcile: ReconcileOverlay | None = None
     approval_window_s: float = Field(default=3600.0, gt=0, le=30 * 86400)
-    self_approval: bool = False
-    """Whether the run's own principal may approve its operations (never an irreversible write's)."""
     compensate: str | None = Field(default=None, min_length=1, max_length=128)
     """A write tool of the same server that undoes this one's effect (an operation of its own)."""
 
@@ -183,7 +181,6 @@ class OperationOverlay(_Strict):
             if reconcile is not None
             else None,
             approval_window_s=self.approval_window_s,
-            self_approval=self.self_approval,
             compensate=self.compensate,
         )
 
@@ -234,10 +231,6 @@ class ToolOverlay(_Strict):
             return self
         if self.risk is Risk.READ_ONLY:
             raise ValueError("operation is declared for a write tool only, not a read_only one")
-        if self.risk is Risk.IRREVERSIBLE_WRITE and operation.self_approval:
-            raise ValueError(
-                "an irreversible_write's operations are never approved by the run's own principal"
-            )
         key = operation.idempotency_key
         if key is not None and key != META_CARRIER and key in {*self.run_bound, *self.observed_bound}:
             raise ValueError(f"idempotency_key {key!r} is set by raydag, so it cannot be bound as well")

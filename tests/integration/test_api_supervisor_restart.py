@@ -7,6 +7,7 @@ a few seconds: a route that hangs fails the test), accepts nothing twice, and lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -84,7 +85,8 @@ def serve_api() -> Iterator[Any]:
     yield start
     for http, supervisor in started:
         http.stop()
-        ray.kill(ray.get_actor(supervisor, namespace=NAMESPACE), no_restart=True)
+        with contextlib.suppress(ValueError):  # a test may have killed it for good already
+            ray.kill(ray.get_actor(supervisor, namespace=NAMESPACE), no_restart=True)
 
 
 async def count_runs(dsn: str, idempotency_key: str) -> int:

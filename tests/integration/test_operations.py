@@ -23,7 +23,10 @@ import asyncpg
 import httpx
 import pytest
 
+from actors.launch.settings import DEV_API_KEYS
 from actors.supervisor import NAMESPACE
+from dag.contracts import Risk
+from dag.policy import TenantPolicy
 from tests.conftest import REPO
 from tests.integration.conftest import (
     APPROVER_KEY,
@@ -113,6 +116,22 @@ def waiting_send(client: httpx.Client) -> tuple[str, dict[str, Any]]:
     run_id: str = created.json()["run_id"]
     wait_for(client, run_id, waiting)
     return run_id, operations(client, run_id)[SEND]
+
+
+def send_out_unanswered(
+    client: httpx.Client, dsn: str, tools: RunningToolServer
+) -> tuple[str, dict[str, Any]]:
+    """A run whose approved send has committed on the tool's side and whose answer never comes: the run, and
+    its send, ``executing`` in the ledger with its outcome unrecorded."""
+    run_id, send = waiting_send(client)
+    tools.server.simulate(stall_after_commit={SEND: 1})
+    assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+    deadline = time.monotonic() + 30
+    while sent(dsn, send) == 0:  # the tool server's database is the session's
+        assert time.monotonic() < deadline, "the send never reached the outbox"
+        time.sleep(0.05)
+    assert operations(client, run_id)[SEND]["state"] == "executing"
+    return run_id, send
 
 
 @pytest.fixture
@@ -289,6 +308,30 @@ def own_api(
     return start_api(config), tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
 
 
+def test_a_tenant_may_let_requesters_approve_their_own_irreversible_writes_and_others_still_may_not(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    lenient = TenantPolicy(self_approval=frozenset({Risk.IRREVERSIBLE_WRITE}))
+    base, _, _ = own_api(
+        start_tool_server, scratch_dsn, token_key, serve_api, tenant_policies=(("tenant-demo", lenient),)
+    )
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id, send = waiting_send(client)
+        assert problem(decide(client, run_id, send, "approve", DEMO_KEY)) == (403, "scope-missing")
+        approved = decide(client, run_id, send, "approve", SELF_APPROVER_KEY)  # the run's own principal
+        assert approved.status_code == 200, approved.text
+        run = wait_for(client, run_id, finished)
+
+    assert run["status"] == "completed", run
+    assert approved.json()["history"][-1]["actor"] == f"person:tenant-demo/{DEV_API_KEYS[DEMO_KEY].subject}"
+    assert sent(dsn, send) == 1
+
+
 def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_request_exists_once(
     ray_cluster: None,
     dsn: str,
@@ -302,17 +345,7 @@ def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_r
 
     base, tools, supervisor = own_api(start_tool_server, scratch_dsn, token_key, serve_api)
     with httpx.Client(base_url=base, timeout=30) as client:
-        run_id, send = waiting_send(client)
-        tools.server.simulate(stall_after_commit={SEND: 1})  # the send commits, and its answer never comes
-
-        assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
-        deadline = time.monotonic() + 30
-        while (
-            sent(dsn, send) == 0
-        ):  # the tool server's database is the session's  # committed on the tool's side, not answered
-            assert time.monotonic() < deadline, "the send never reached the outbox"
-            time.sleep(0.05)
-        assert operations(client, run_id)[SEND]["state"] == "executing"
+        run_id, send = send_out_unanswered(client, dsn, tools)
         ray.kill(supervisor, no_restart=False)  # with the call out and its outcome unrecorded
 
         run = wait_for(client, run_id, finished, within_s=120)
@@ -323,6 +356,50 @@ def test_a_supervisor_killed_after_the_send_committed_recovers_the_run_and_the_r
     history = [(step["from"], step["to"]) for step in operations_after(base, run_id)[SEND]["history"]]
     assert ("executing", "unknown") in history
     assert history[-1] == ("unknown", "succeeded")
+
+
+def test_two_live_supervisors_recovering_a_dead_ones_send_execute_it_once(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    """Three supervisors share one database. The one driving the run dies with its send out; the two others,
+    alive, both sweep the ledger and race to take the run over: the request still exists once."""
+    import ray
+
+    tools: RunningToolServer = start_tool_server()
+    # Leases of 3 s: the dead owner's run lapses to the others in seconds, not the default 15.
+    first, *others = [api_config(scratch_dsn, tools.url, token_key, lease_s=3.0) for _ in range(3)]
+    base = serve_api(first)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id, send = send_out_unanswered(client, dsn, tools)
+    survivors = [serve_api(config) for config in others]  # both live, listing and sweeping, before the death
+    ray.kill(ray.get_actor(first.supervisor_name, namespace=NAMESPACE), no_restart=True)  # gone for good
+    with httpx.Client(base_url=survivors[0], timeout=30) as survivor:
+        run = wait_for(survivor, run_id, finished, within_s=180)
+
+    assert (run["status"], run["stop_reason"]) == ("completed", None), run
+    assert sent(dsn, send) == 1
+    assert tools.server.calls.get(SEND, 0) == 1  # reconciled by a read; never sent again
+    assert asyncio.run(run_owner(scratch_dsn, run_id)) in {config.supervisor_name for config in others}
+    history = [(step["from"], step["to"]) for step in operations_after(survivors[1], run_id)[SEND]["history"]]
+    assert history.count(("unknown", "succeeded")) == 1, history
+    assert history[-1] == ("unknown", "succeeded"), history
+
+
+async def run_owner(dsn: str, run_id: str) -> str | None:
+    """The supervisor that holds the run's lease now, as PostgreSQL records it."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        owner: str | None = await connection.fetchval(
+            "SELECT owner FROM runs WHERE run_id = $1", uuid.UUID(run_id)
+        )
+        return owner
+    finally:
+        await connection.close()
 
 
 def operations_after(base: str, run_id: str) -> dict[str, dict[str, Any]]:

@@ -28,11 +28,11 @@ def readme_example() -> str:
     return found.group(1)
 
 
-def run_script(text: str, dsn: str, folder: Path) -> tuple[int, str, str]:
+def run_script(text: str, dsn: str, folder: Path, **variables: str) -> tuple[int, str, str]:
     """Run ``text`` as a user's script with its own Ray, in ``folder``: its exit code, stdout and stderr."""
     script = folder / "script.py"
     script.write_text(text)
-    env = environment(folder / "home", RAYDAG_DATABASE_URL=dsn, RAY_ADDRESS="local")
+    env = environment(folder / "home", RAYDAG_DATABASE_URL=dsn, RAY_ADDRESS="local", **variables)
     process = subprocess.Popen(
         [sys.executable, str(script)],
         cwd=folder,
@@ -123,6 +123,39 @@ def test_a_script_approves_a_runs_write_by_its_hash_and_the_run_sends_once(dsn: 
     assert answer["refusals"] == ["operation-hash-mismatch", "operation-self-approval"]
     assert (answer["approved"], answer["status"]) == ("approved", "completed")
     assert asyncio.run(outbox_rows(dsn, answer["operation"])) == [answer["request"]["request_id"]]
+
+
+SELF_APPROVING_SCRIPT = """\
+import json, time
+import ray
+import raydag
+
+ray.init()
+with raydag.start() as rd:
+    run_id = rd.submit(resource={"case_id": "C-103"}, stage="act")
+    deadline = time.monotonic() + 120
+    while not (sends := [op for op in rd.operations(run_id)
+                         if op["tool"] == "caseops_send_document_request" and op["state"] == "awaiting_approval"]):
+        assert time.monotonic() < deadline, rd.operations(run_id)
+        time.sleep(0.2)
+    approved = rd.approve(run_id, sends[0]["operation_id"], sends[0]["args_hash"], by=rd.subject)
+    run = rd.wait(run_id, timeout_s=120)
+    print(json.dumps({"approved": approved["state"], "by": approved["history"][-1]["actor"],
+                      "status": run.status, "operation": sends[0]["operation_id"]}))
+"""
+
+
+def test_a_tenant_whose_policy_lets_requesters_approve_their_irreversible_writes_approves_from_a_script(
+    dsn: str, tmp_path: Path
+) -> None:
+    policy = json.dumps({"tenant-demo": {"self_approval": ["irreversible_write"]}})
+    returncode, stdout, stderr = run_script(SELF_APPROVING_SCRIPT, dsn, tmp_path, RAYDAG_TENANT_POLICY=policy)
+
+    assert returncode == 0, stderr[-3000:]
+    answer = json.loads(stdout.strip().splitlines()[-1])
+    assert (answer["approved"], answer["status"]) == ("approved", "completed"), answer
+    assert answer["by"].startswith("person:tenant-demo/script:")  # the run's own principal said yes
+    assert len(asyncio.run(outbox_rows(dsn, answer["operation"]))) == 1
 
 
 async def outbox_rows(dsn: str, key: str) -> list[str]:

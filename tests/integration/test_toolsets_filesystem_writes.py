@@ -19,7 +19,7 @@ from actors.store.database import create_pool
 from actors.store.operations import OperationStore
 from actors.store.runs import RunStore
 from dag.operations import DecisionRefusal, OperationState
-from dag.policy import Principal
+from dag.policy import Principal, TenantPolicy
 from dag.run_state import RunState
 from tests.integration.conftest import RunningToolServer, supervisor_for
 from tests.integration.toolset_servers import filesystem_toolsets
@@ -125,8 +125,7 @@ async def test_create_directory_waits_for_a_person_and_runs_once_approved(
     [operation] = operations
     assert operation.state is OperationState.AWAITING_APPROVAL
     assert not folder.exists()  # nothing happens before a person says yes
-    catalogue = await supervisor.contracts.remote()
-    with pytest.raises(DecisionRefused) as refused:  # the run's own principal: never an irreversible write
+    with pytest.raises(DecisionRefused) as refused:  # the run's own principal: not under the default policy
         await decide(
             ledger,
             run_id,
@@ -134,7 +133,7 @@ async def test_create_directory_waits_for_a_person_and_runs_once_approved(
             "approve",
             quoted_hash=operation.args_hash,
             person=Person("tenant-demo", "test"),
-            catalogue=catalogue,
+            policy=TenantPolicy(),
         )
     assert refused.value.refusal is DecisionRefusal.SELF_APPROVAL
 
@@ -145,7 +144,7 @@ async def test_create_directory_waits_for_a_person_and_runs_once_approved(
         "approve",
         quoted_hash=operation.args_hash,
         person=Person("tenant-demo", "operator"),
-        catalogue=catalogue,
+        policy=TenantPolicy(),
     )
     state = await ended(supervisor, store, run_id)
 

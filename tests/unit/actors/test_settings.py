@@ -9,6 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from actors.launch.settings import ConfigurationError, Settings, describe_errors, load_settings
+from actors.supervisor import SupervisorConfig
+from dag.budget import Budgets
+from dag.contracts import Risk
+from dag.policy import TenantPolicy
 from dag.tokens import TaskTokens
 
 
@@ -36,6 +40,44 @@ def test_a_check_across_settings_keeps_its_own_words(monkeypatch: pytest.MonkeyP
         load_settings()
 
     assert str(raised.value).startswith("RAYDAG_MAX_REPLICAS=2 is below RAYDAG_REPLICAS=3")
+
+
+@pytest.mark.parametrize(
+    ("policy", "problem"),
+    [
+        ("not json", "RAYDAG_TENANT_POLICY: expected JSON"),
+        ('["tenant-a"]', "RAYDAG_TENANT_POLICY: expected JSON"),
+        (
+            '{"tenant-a": {"self_aproval": []}}',
+            "tenant 'tenant-a': self_aproval: Extra inputs are not permitted",
+        ),
+        ('{"tenant-a": {"self_approval": ["read_only"]}}', "lists write risks only"),
+        (
+            '{"tenant-a": {"self_approval": ["writes"]}}',
+            "tenant 'tenant-a': self_approval.0: Input should be",
+        ),
+    ],
+)
+def test_a_malformed_tenant_policy_stops_at_start_naming_the_tenant_and_field(
+    monkeypatch: pytest.MonkeyPatch, policy: str, problem: str
+) -> None:
+    monkeypatch.setenv("RAYDAG_TENANT_POLICY", policy)
+
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings()
+
+    assert problem in str(raised.value)
+
+
+def test_a_tenant_not_named_in_the_policy_gets_the_strictest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDAG_TENANT_POLICY", '{"tenant-a": {"self_approval": ["reversible_write"]}}')
+
+    policies = dict(load_settings().tenant_policies())
+
+    assert policies == {"tenant-a": TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE}))}
+    assert SupervisorConfig(
+        dsn="", mcp_url="", token_key=b"", limits=Budgets(), tenant_policies=tuple(policies.items())
+    ).policy_of("tenant-b") == TenantPolicy(self_approval=frozenset())
 
 
 def test_a_variable_without_the_prefix_is_named_as_set() -> None:

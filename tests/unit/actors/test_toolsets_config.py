@@ -416,12 +416,7 @@ def test_a_write_tools_operation_loads_with_its_defaults() -> None:
 
     assert operation is not None
     spec = operation.spec()
-    assert (spec.approval.value, spec.key.value, spec.reconcile, spec.self_approval) == (
-        "person",
-        "none",
-        None,
-        False,
-    )
+    assert (spec.approval.value, spec.key.value, spec.reconcile) == ("person", "none", None)
     assert spec.approval_window_s == 3600
 
 
@@ -429,10 +424,8 @@ def test_a_write_tools_operation_loads_with_its_defaults() -> None:
     ("text", "problem"),
     [
         (write_tool(risk="read_only"), "operation is declared for a write tool only"),
-        (
-            write_tool(risk="irreversible_write", operation="{self_approval: true}"),
-            "never approved by the run's own principal",
-        ),
+        # Whether a requester may approve their own run's writes is the tenant's policy, not the tool's.
+        (write_tool(operation="{self_approval: true}"), "self_approval"),
         (
             write_tool(operation="{reconcile: {tool: write_file, arguments: {p: path}, exists: e}}"),
             "is not a read_only tool of this server",

@@ -30,10 +30,12 @@ from dag.operations import (
     resolution_refusal,
     sources_of,
 )
+from dag.policy import TenantPolicy
 from dag.writes import META_KEY, Approval, KeyCarrier, OperationSpec, Reconcile
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 ARGS = {"case_id": "C-103", "draft_id": "DRAFT-1"}
+STRICT = TenantPolicy()
 FIND = Reconcile(
     tool="find",
     arguments=(("case_id", "case_id"), ("key", "$operation_id")),
@@ -108,13 +110,13 @@ def test_a_decision_must_quote_the_hash_of_the_exact_arguments() -> None:
         view(),
         quoted_hash=arguments_hash({**ARGS, "draft_id": "DRAFT-2"}),
         decider="p",
-        self_approval=False,
+        policy=STRICT,
         now=NOW,
     )
 
     assert refusal is DecisionRefusal.HASH_MISMATCH
     assert (
-        approval_refusal(view(), quoted_hash=arguments_hash(ARGS), decider="p", self_approval=False, now=NOW)
+        approval_refusal(view(), quoted_hash=arguments_hash(ARGS), decider="p", policy=STRICT, now=NOW)
         is None
     )
 
@@ -134,22 +136,33 @@ def test_a_decided_or_expired_operation_takes_no_decision(
 ) -> None:
     quoted = arguments_hash(ARGS)
 
-    assert (
-        approval_refusal(operation, quoted_hash=quoted, decider="p", self_approval=False, now=NOW) is expected
-    )
+    assert approval_refusal(operation, quoted_hash=quoted, decider="p", policy=STRICT, now=NOW) is expected
 
 
-def test_the_runs_own_principal_decides_only_where_allowed_and_never_an_irreversible_write() -> None:
+def test_the_runs_own_principal_decides_only_the_risks_its_tenant_allows() -> None:
     quoted = arguments_hash(ARGS)
-    mine = view(subject="me")
-
-    assert approval_refusal(mine, quoted_hash=quoted, decider="me", self_approval=False, now=NOW) is (
-        DecisionRefusal.SELF_APPROVAL
-    )
-    assert approval_refusal(mine, quoted_hash=quoted, decider="me", self_approval=True, now=NOW) is None
+    reversible = view(subject="me")
     irreversible = view(subject="me", risk=Risk.IRREVERSIBLE_WRITE)
-    assert approval_refusal(irreversible, quoted_hash=quoted, decider="me", self_approval=True, now=NOW) is (
-        DecisionRefusal.SELF_APPROVAL
+    lenient = TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE}))
+    everything = TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE, Risk.IRREVERSIBLE_WRITE}))
+
+    def refusal(
+        operation: OperationView, policy: TenantPolicy, decider: str = "me"
+    ) -> DecisionRefusal | None:
+        return approval_refusal(operation, quoted_hash=quoted, decider=decider, policy=policy, now=NOW)
+
+    # By default nobody decides the writes of a run they asked for, reversible or not.
+    assert refusal(reversible, STRICT) is DecisionRefusal.SELF_APPROVAL
+    assert refusal(irreversible, STRICT) is DecisionRefusal.SELF_APPROVAL
+    assert refusal(reversible, STRICT, decider="someone else") is None
+    # A tenant may let requesters decide their reversible writes and still not their irreversible ones.
+    assert refusal(reversible, lenient) is None
+    assert refusal(irreversible, lenient) is DecisionRefusal.SELF_APPROVAL
+    assert refusal(irreversible, everything) is None
+    # The hash is weighed before who decides: a self-approval of other arguments is a mismatch first.
+    assert (
+        approval_refusal(reversible, quoted_hash="0" * 64, decider="me", policy=STRICT, now=NOW)
+        is DecisionRefusal.HASH_MISMATCH
     )
 
 
