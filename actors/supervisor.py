@@ -179,6 +179,7 @@ class RunSupervisor:
                     mcp_url=config.mcp_url,
                     limits=config.limits,
                     tenant_tools=dict(config.tenant_tools) if config.tenant_tools is not None else None,
+                    tenant_policies=dict(config.tenant_policies),
                     health=self._health,
                     owner=self._owner,
                     lease_s=config.lease_s,
@@ -225,6 +226,7 @@ class RunSupervisor:
                 mcp_url=config.mcp_url,
                 limits=config.limits,
                 tenant_tools=dict(config.tenant_tools) if config.tenant_tools is not None else None,
+                tenant_policies=dict(config.tenant_policies),
             )
             self._config = config
             return True

@@ -100,6 +100,8 @@ class RunCreated(_Event):
     """Each tool the run may use → a short digest of its definition as listed when the run was created. A
     supervisor that resumes the run denies a tool whose listing it pinned differs (``None``: recorded before
     runs kept their pins)."""
+    review: bool = False
+    """Each round's plan waits for a person's yes before anything of it runs (``dag.review``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -262,6 +264,28 @@ class RunWaiting(_Event):
     reason: str
 
 
+class PlanReviewRequested(_Event):
+    """The round's plan waits for a person's yes, quoting ``plan_hash``, before anything of it runs;
+    ``nodes`` are those no earlier yes covered."""
+
+    kind: Literal["plan_review_requested"] = "plan_review_requested"
+    round: int
+    plan_hash: str
+    nodes: tuple[str, ...]
+    expires_at: datetime
+
+
+class PlanReviewed(_Event):
+    """What became of the round's review: approved (the round runs), rejected or expired (the run stops)."""
+
+    kind: Literal["plan_reviewed"] = "plan_reviewed"
+    round: int
+    plan_hash: str
+    verdict: Literal["approved", "rejected", "expired"]
+    by: str
+    """Who decided: ``person:TENANT/SUBJECT``, or ``supervisor:NAME`` for an expiry."""
+
+
 class RunResumed(_Event):
     """Nothing the run waited on waits any more: every operation was decided or settled."""
 
@@ -296,6 +320,8 @@ RunEvent = Annotated[
     | RunRecovered
     | RunWaiting
     | RunResumed
+    | PlanReviewRequested
+    | PlanReviewed
     | RunFinished,
     Field(discriminator="kind"),
 ]

@@ -45,6 +45,10 @@ class TenantPolicy:
 
     self_approval: frozenset[Risk] = frozenset()
     """The write risks whose operations the run's own principal may approve or reject."""
+    plan_review: bool = False
+    """Every run of the tenant waits for a person to approve its plan before anything of it runs."""
+    self_review: bool = False
+    """The run's own principal may approve or reject its run's plan."""
 
 
 class Decision(BaseModel):

@@ -30,6 +30,8 @@ from dag.events import (
     PlanCompleted,
     PlanningStarted,
     PlanNodeAccepted,
+    PlanReviewed,
+    PlanReviewRequested,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -39,6 +41,7 @@ from dag.events import (
 )
 from dag.plan import Plan, PlanNode, qualified_id
 from dag.policy import Decision, Principal, RunAuthority
+from dag.review import call_signature
 from dag.run_resource import Resource
 from dag.states import NodeStatus, RunStatus, StopReason, check_node_transition, check_run_transition
 
@@ -118,6 +121,13 @@ class RunState:
     """A streamed plan of the current round is still arriving: the round cannot drain yet."""
     tokens_used: int = 0
     cost_usd: float = 0.0
+    review: bool = False
+    """Each round's plan waits for a person's yes before anything of it runs."""
+    review_round: int | None = None
+    """The round whose plan waits for its review now; nothing of it is dispatched meanwhile."""
+    reviewed_calls: frozenset[str] = frozenset()
+    """The call signatures (``dag.review.call_signature``) of every node a person approved: a replan repeating
+    one does not wait again."""
 
     @property
     def plan(self) -> Plan | None:
@@ -213,6 +223,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             trace=event.trace,
             tenant_tools=frozenset(event.tenant_tools) if event.tenant_tools is not None else None,
             tool_pins=event.tool_pins,
+            review=event.review,
         )
     match event:
         case RunCreated():
@@ -378,6 +389,21 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 return state
             check_run_transition(state.status, RunStatus.WAITING)
             return _set_run_status(state, RunStatus.WAITING)
+        case PlanReviewRequested():
+            if not state.review or event.round != state.round or state.review_round is not None:
+                raise EventRefused(
+                    event.kind, f"no review of round {event.round} can be asked for in round {state.round}"
+                )
+            return _set_run_status(state, RunStatus.WAITING, review_round=event.round)
+        case PlanReviewed():
+            if event.round != state.review_round:
+                raise EventRefused(event.kind, f"round {event.round}'s plan does not wait for a review")
+            if event.verdict != "approved":  # the run ends with the event that follows
+                return _evolve(state, review_round=None)
+            approved = frozenset(call_signature(node) for node in state.plans[event.round - 1].nodes)
+            return _set_run_status(
+                state, RunStatus.RUNNING, review_round=None, reviewed_calls=state.reviewed_calls | approved
+            )
         case RunResumed():
             check_run_transition(state.status, RunStatus.RUNNING)
             return _set_run_status(state, RunStatus.RUNNING)

@@ -144,3 +144,7 @@ class StopReason(StrEnum):
     """A write the run needed failed, or nobody could confirm it happened: see its operation."""
     APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
     """A write waited for a person's approval past its deadline: it expired, unexecuted, and the run stopped."""
+    PLAN_REJECTED = "PLAN_REJECTED"
+    """A person reviewing the run's plan said no: nothing of that plan ran."""
+    REVIEW_EXPIRED = "REVIEW_EXPIRED"
+    """The run's plan waited for its review past its deadline: nothing of that plan ran."""

@@ -62,3 +62,26 @@ class ReplanningWriter:
             {"sends": sorted(o.node_id for o in observations if o.tool.endswith("send_document_request"))},
             citations=[],
         )
+
+
+class ReplanningReader:
+    """Round 1 reads the case; its replan reads the case again and its policy, then answers: under review,
+    the second round waits only for the policy read, the one call no earlier yes covered."""
+
+    name = "replanning-reader"
+
+    async def propose(self, context: PlanningContext) -> dict[str, object]:
+        args = {"case_id": context.resource["case_id"]}
+        case = {"id": "case", "tool": "caseops_get_case_snapshot", "args": args}
+        if context.round == 1:
+            return {"nodes": [case]}
+        return {
+            "nodes": [case, {"id": "policy", "tool": "caseops_get_policy_requirements", "args": dict(args)}]
+        }
+
+    async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
+        from planner.base import Final, Replan
+
+        if context.round == 1:
+            return Replan("and the policy")
+        return Final({"read": sorted(o.tool for o in observations)}, citations=[])

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import Depends, FastAPI, Header, Query
 from fastapi.responses import JSONResponse
@@ -44,6 +44,7 @@ from actors.api import (
     submissions,
 )
 from actors.api.operations import operations_router
+from actors.api.reviews import reviews_router
 from actors.api.viewer import viewer_router
 from actors.api.views import event_view, load_state, nodes_view, run_view
 from actors.launch.hosting import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, HostedServer, hosted
@@ -55,6 +56,7 @@ from actors.run.submission import DEFAULT_GOAL, Cancellation, RunRequest, Submis
 from actors.store.database import create_pool
 from actors.store.operations import OperationStore
 from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, Line, deadline, within
+from actors.store.reviews import ReviewStore
 from actors.store.runs import MAX_SEQ, RunStore
 from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
@@ -165,6 +167,11 @@ class RunCreate(BaseModel):
         description="The run's stage: the tools declared for it are the run's (`investigate` reads; a stage "
         "that acts, caseops' `act`, offers writes, each approved as an operation: docs/EFFECTS.md).",
     )
+    review: Literal["plan"] | None = Field(
+        default=None,
+        description="`plan`: each round's plan waits for a person's yes (`/runs/{id}/reviews`) before anything "
+        "of it runs (docs/PEOPLE.md). A tenant's policy may require it.",
+    )
 
     @model_validator(mode="after")
     def _one_resource(self) -> RunCreate:
@@ -205,6 +212,7 @@ class _AppState:
 
     store: RunStore = field(init=False)
     operations: OperationStore = field(init=False)
+    reviews: ReviewStore = field(init=False)
     supervisor: Any = field(init=False)
     submissions: Line = field(default_factory=submissions)
 
@@ -241,6 +249,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
         pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=APPLICATION_NAME)
         state.store = RunStore(pool)
         state.operations = OperationStore(pool)
+        state.reviews = ReviewStore(pool)
         state.supervisor = get_or_create_supervisor(
             config.supervisor, name=config.supervisor_name, detached=True
         )
@@ -364,6 +373,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             idempotency_key=idempotency_key,
             trace=carrier(),
             stage=body.stage,
+            review=body.review == "plan",
         )
         submitted: SubmitResult = await ask(
             lambda: state.supervisor.submit.remote(request), line=state.submissions
@@ -439,6 +449,15 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
     app.include_router(
         operations_router(
             operations=lambda: state.operations,
+            authenticated=authenticated,
+            readable_run=run_or_404,
+            policy_of=config.supervisor.policy_of,
+        )
+    )
+    # Plan review (/runs/{id}/reviews…): a run's plans put to a person, and a person's decisions on them.
+    app.include_router(
+        reviews_router(
+            reviews=lambda: state.reviews,
             authenticated=authenticated,
             readable_run=run_or_404,
             policy_of=config.supervisor.policy_of,

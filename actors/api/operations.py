@@ -2,7 +2,7 @@
 
 A decision quotes the SHA-256 of the operation's exact arguments (``args_hash``): a yes to other arguments than
 the operation's is refused, never applied. Deciding needs the scope ``runs:approve``; the run's own principal
-may approve only where the tool's overlay allows it, and never an irreversible write. Each decision is one
+decides only where its tenant's policy allows it (``RAYDAG_TENANT_POLICY``; by default never). Each decision is one
 conditional update of the operation's row (``actors.store.operations``): two people deciding at once, one wins,
 the other is told it was already decided. The supervisor that drives the run reads the decision from the row.
 """
@@ -10,13 +10,13 @@ the other is told it was already decided. The supervisor that drives the run rea
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
 from typing import Annotated, Any, Literal, NoReturn
 
 from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.api._problem import Problem, problem_responses
+from actors.api.views import iso
 from actors.run.approvals import DecisionRefused, Person, Verdict, decide, resolve
 from actors.store.operations import Operation, OperationStore, Transition
 from dag.contracts import Recording
@@ -41,7 +41,7 @@ _REFUSALS: Mapping[DecisionRefusal, tuple[int, str]] = {
     DecisionRefusal.EXPIRED: (409, "the operation expired before it was decided"),
     DecisionRefusal.SELF_APPROVAL: (
         403,
-        "the run's own principal may not decide its operations (never an irreversible write's)",
+        "the run's own principal may not decide its operations of this risk (its tenant's policy)",
     ),
     DecisionRefusal.NOT_UNKNOWN: (409, "only an operation whose outcome is unknown can be resolved"),
 }
@@ -75,9 +75,9 @@ def operation_view(operation: Operation, history: list[Transition]) -> dict[str,
         "args_hash": operation.args_hash,
         "args": None if digest else operation.args,
         "attempts": operation.attempts,
-        "expires_at": _iso(operation.expires_at),
-        "created_at": _iso(operation.created_at),
-        "updated_at": _iso(operation.updated_at),
+        "expires_at": iso(operation.expires_at),
+        "created_at": iso(operation.created_at),
+        "updated_at": iso(operation.updated_at),
         "output": (sha256_hex(operation.output) if digest else operation.output)
         if operation.output is not None
         else None,
@@ -88,15 +88,11 @@ def operation_view(operation: Operation, history: list[Transition]) -> dict[str,
                 "to": step.to_state.value,
                 "actor": step.actor,
                 "note": step.note,
-                "at": _iso(step.at),
+                "at": iso(step.at),
             }
             for step in history
         ],
     }
-
-
-def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None
 
 
 def operations_router(

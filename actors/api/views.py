@@ -14,7 +14,8 @@ from dag.policy import Principal
 from dag.run_state import NodeState, RunState, fold
 
 
-def _iso(moment: datetime | None) -> str | None:
+def iso(moment: datetime | None) -> str | None:
+    """``moment`` as ISO 8601, or ``None``."""
     return moment.isoformat() if moment is not None else None
 
 
@@ -31,8 +32,8 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "detail": row["detail"],
         "result": row["result"],
         "plan": row["plan"],
-        "created_at": _iso(row["created_at"]),
-        "finished_at": _iso(row["finished_at"]),
+        "created_at": iso(row["created_at"]),
+        "finished_at": iso(row["finished_at"]),
     }
 
 
@@ -41,9 +42,9 @@ def attempt_view(row: dict[str, Any]) -> dict[str, Any]:
         "attempt": row["attempt"],
         "status": row["status"],
         "error": row["error"],
-        "dispatched_at": _iso(row["dispatched_at"]),
-        "started_at": _iso(row["started_at"]),
-        "finished_at": _iso(row["finished_at"]),
+        "dispatched_at": iso(row["dispatched_at"]),
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
     }
 
 
@@ -62,9 +63,9 @@ def node_view(
         "fingerprint": node.fingerprint,
         "status": node.status.value,
         "attempts": node.attempts,
-        "dispatched_at": _iso(node.dispatched_at),
-        "started_at": _iso(node.started_at),
-        "finished_at": _iso(node.finished_at),
+        "dispatched_at": iso(node.dispatched_at),
+        "started_at": iso(node.started_at),
+        "finished_at": iso(node.finished_at),
         "error": node.error.model_dump(mode="json") if node.error is not None else None,
         "decision": node.decision.model_dump(mode="json") if node.decision is not None else None,
         "reused_from": node.reused_from,
@@ -85,7 +86,7 @@ def nodes_view(
 
 
 def event_view(stored: StoredEvent) -> dict[str, Any]:
-    return {"seq": stored.seq, "recorded_at": _iso(stored.recorded_at), **event_to_json(stored.event)}
+    return {"seq": stored.seq, "recorded_at": iso(stored.recorded_at), **event_to_json(stored.event)}
 
 
 async def load_state(store: RunStore, run_id: str) -> RunState:

@@ -26,6 +26,7 @@ from actors.cli.report import (
     print_report,
     status_exit_code,
 )
+from actors.cli.reviews import reviews
 from actors.launch.settings import ConfigurationError, Settings, load_settings
 from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
 
@@ -43,6 +44,7 @@ app = typer.Typer(
     rich_markup_mode="rich" if sys.stderr.isatty() else None,
 )
 app.add_typer(approvals, name="approvals")
+app.add_typer(reviews, name="reviews")
 
 
 console = console_for()

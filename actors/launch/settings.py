@@ -70,6 +70,18 @@ class TenantPolicyEntry(BaseModel):
     """The write risks (``reversible_write``, ``irreversible_write``) whose operations the run's own principal
     may decide; a ``read_only`` tool has no operations to decide."""
 
+    plan_review: bool = False
+    """Every run of the tenant waits for a person to approve its plan (as if it asked ``review: plan``)."""
+    self_review: bool = False
+    """The run's own principal may approve or reject its run's plan."""
+
+    def policy(self) -> TenantPolicy:
+        return TenantPolicy(
+            self_approval=frozenset(self.self_approval),
+            plan_review=self.plan_review,
+            self_review=self.self_review,
+        )
+
     @model_validator(mode="after")
     def _writes_only(self) -> TenantPolicyEntry:
         if Risk.READ_ONLY in self.self_approval:
@@ -266,9 +278,7 @@ class Settings(BaseSettings):
     def tenant_policies(self) -> tuple[tuple[str, TenantPolicy], ...]:
         """``RAYDAG_TENANT_POLICY`` as (tenant, policy) pairs; a tenant not named gets ``TenantPolicy()``."""
         entries = _tenant_policy_entries(self.tenant_policy) if self.tenant_policy is not None else {}
-        return tuple(
-            (tenant, TenantPolicy(self_approval=entries[tenant].self_approval)) for tenant in sorted(entries)
-        )
+        return tuple((tenant, entries[tenant].policy()) for tenant in sorted(entries))
 
 
 def _tenant_policy_entries(text: str) -> dict[str, TenantPolicyEntry]:

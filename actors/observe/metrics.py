@@ -34,6 +34,8 @@ from dag.events import (
     PlanCompleted,
     PlanningStarted,
     PlanNodeAccepted,
+    PlanReviewed,
+    PlanReviewRequested,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -169,6 +171,8 @@ def count(metrics: RunMetrics, before: RunState | None, event: RunEvent, after: 
             | GroupSettled()
             | RunWaiting()
             | RunResumed()
+            | PlanReviewRequested()
+            | PlanReviewed()
         ):
             pass
         case _:

@@ -12,7 +12,7 @@ Everything public is re-exported here; the modules behind it may move.
 """
 
 from actors.python_api.session import Raydag, Run, RunRefused, start
-from actors.run.approvals import DecisionRefused
+from actors.run.approvals import DecisionRefused, ReviewRefused
 from actors.toolsets import Toolsets, ToolsetsInvalid, load_toolsets
 from dag.budget import BudgetRequest
 from dag.errors import RaydagError
@@ -22,6 +22,7 @@ __all__ = [
     "DecisionRefused",
     "Raydag",
     "RaydagError",
+    "ReviewRefused",
     "Run",
     "RunRefused",
     "Toolsets",

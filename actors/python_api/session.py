@@ -13,34 +13,42 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import asyncpg
+
 from actors.api.operations import operation_view
+from actors.api.reviews import review_view
 from actors.api.views import read_report
 from actors.launch.settings import Settings, load_settings
 from actors.run.approvals import (
     DecisionRefused,
     Found,
     Person,
+    ReviewRefused,
     Verdict,
     decide,
+    decide_plan,
     resolve,
 )
 from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
 from actors.store.operations import Operation, OperationStore
+from actors.store.reviews import ReviewStore
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
 from dag.operations import DecisionRefusal
 from dag.policy import Principal, TenantPolicy
+from dag.review import ReviewRefusal
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
 
 
 class RunRefused(RaydagError):
@@ -129,12 +137,15 @@ class Raydag:
         budgets: BudgetRequest | None = None,
         idempotency_key: str | None = None,
         stage: str = INVESTIGATE,
+        review: bool = False,
     ) -> str:
         """Start a run over ``resource`` (``{"root": "/srv/reports"}``, ``{"case_id": "C-102"}``; what the
         tools' run-bound inputs are checked against) and return its id. With ``plan``, the run executes it
         (planner ``outputs`` unless another is named); without, ``planner`` (default: the toolsets' own,
         caseops' ``conformance``) proposes one for ``goal``. ``stage`` picks the tools the run is offered: a
-        stage that acts (caseops' ``act``) offers writes, each waiting for its approval (``approve``)."""
+        stage that acts (caseops' ``act``) offers writes, each waiting for its approval (``approve``). With
+        ``review``, each round's plan waits for a person's yes (``reviews``, ``approve_plan``) before any of
+        it runs; a tenant's policy may require it."""
         import ray
 
         request = RunRequest(
@@ -146,6 +157,7 @@ class Raydag:
             budgets=budgets,
             idempotency_key=idempotency_key,
             stage=stage,
+            review=review,
         )
         submitted = ray.get(self._runtime.supervisor.submit.remote(request))
         if submitted.outcome not in (Submission.CREATED, Submission.REPLAYED):
@@ -179,6 +191,7 @@ class Raydag:
         idempotency_key: str | None = None,
         timeout_s: float = 300.0,
         stage: str = INVESTIGATE,
+        review: bool = False,
     ) -> Run:
         """``submit``, then ``wait``: the run, ended, with its nodes and result."""
         run_id = self.submit(
@@ -189,6 +202,7 @@ class Raydag:
             budgets=budgets,
             idempotency_key=idempotency_key,
             stage=stage,
+            review=review,
         )
         return self.wait(run_id, timeout_s)
 
@@ -201,7 +215,7 @@ class Raydag:
     ) -> dict[str, Any]:
         """Approve the operation's exact arguments (``args_hash``, as listed) for the person ``by`` of the
         session's tenant; ``DecisionRefused`` says why not (another hash, already decided, expired, or ``by``
-        is the run's own principal where the tool's overlay does not allow it)."""
+        is the run's own principal where the tenant's policy does not allow it)."""
         return self._decide(run_id, operation_id, args_hash, "approve", by=by, note=note)
 
     def reject(
@@ -209,6 +223,52 @@ class Raydag:
     ) -> dict[str, Any]:
         """Reject the operation: it never executes."""
         return self._decide(run_id, operation_id, args_hash, "reject", by=by, note=note)
+
+    def reviews(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's plans put to review, a round each, as ``GET /runs/{id}/reviews`` lists them."""
+
+        async def listed(store: ReviewStore) -> list[dict[str, Any]]:
+            found = await store.of_run(run_id) if _is_uuid(run_id) else []
+            return [review_view(review) for review in found if review.tenant_id == self._tenant]
+
+        return asyncio.run(self._reviews(listed))
+
+    def approve_plan(
+        self, run_id: str, round_number: int, plan_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Approve round ``round_number``'s exact plan (``plan_hash``, as listed) for the person ``by`` of the
+        session's tenant: the run dispatches it. ``ReviewRefused`` says why not (another hash, already
+        decided, expired, or ``by`` is the run's own principal where the tenant's policy does not allow it)."""
+        return self._review(run_id, round_number, plan_hash, "approve", by=by, note=note)
+
+    def reject_plan(
+        self, run_id: str, round_number: int, plan_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Reject the round's plan: nothing of it runs, and the run stops ``PLAN_REJECTED``."""
+        return self._review(run_id, round_number, plan_hash, "reject", by=by, note=note)
+
+    def _review(
+        self, run_id: str, round_number: int, plan_hash: str, verdict: Verdict, *, by: str, note: str | None
+    ) -> dict[str, Any]:
+        person = Person(self._tenant, by)
+
+        async def made(store: ReviewStore) -> dict[str, Any]:
+            review = await store.get(run_id, round_number) if _is_uuid(run_id) else None
+            if review is None or review.tenant_id != self._tenant:
+                raise ReviewRefused(ReviewRefusal.NOT_FOUND)
+            decided = await decide_plan(
+                store,
+                run_id,
+                round_number,
+                verdict,
+                quoted_hash=plan_hash,
+                person=person,
+                policy=self._policy(),
+                note=note,
+            )
+            return review_view(decided)
+
+        return asyncio.run(self._reviews(made))
 
     def resolve(
         self, run_id: str, operation_id: str, args_hash: str, found: Found, *, by: str, note: str
@@ -229,7 +289,7 @@ class Raydag:
         self, run_id: str, operation_id: str, args_hash: str, verdict: Verdict, *, by: str, note: str | None
     ) -> dict[str, Any]:
         person = Person(self._tenant, by)
-        policy = dict(self._runtime.settings.tenant_policies()).get(self._tenant, TenantPolicy())
+        policy = self._policy()
 
         async def made(store: OperationStore) -> dict[str, Any]:
             run = await self._own_run(store, run_id)
@@ -247,6 +307,11 @@ class Raydag:
 
         return asyncio.run(self._ledger(made))
 
+    def _policy(self) -> TenantPolicy:
+        """The session's tenant's policy (``RAYDAG_TENANT_POLICY``)."""
+        settings: Settings = self._runtime.settings
+        return dict(settings.tenant_policies()).get(self._tenant, TenantPolicy())
+
     async def _own_run(self, store: OperationStore, run_id: str) -> str:
         """``run_id`` if it is a run of the session's tenant, else ``DecisionRefused(NOT_FOUND)``."""
         rows = await store.of_run(run_id) if _is_uuid(run_id) else []
@@ -254,10 +319,17 @@ class Raydag:
             raise DecisionRefused(DecisionRefusal.NOT_FOUND)
         return run_id
 
-    async def _ledger(self, work: Callable[[OperationStore], Awaitable[_T]]) -> _T:
+    def _ledger(self, work: Callable[[OperationStore], Awaitable[_T]]) -> Coroutine[Any, Any, _T]:
+        return self._stored(OperationStore, work)
+
+    def _reviews(self, work: Callable[[ReviewStore], Awaitable[_T]]) -> Coroutine[Any, Any, _T]:
+        return self._stored(ReviewStore, work)
+
+    async def _stored(self, store: Callable[[asyncpg.Pool], _S], work: Callable[[_S], Awaitable[_T]]) -> _T:
+        """``work`` done on a ``store`` over a connection of its own, closed after."""
         pool = await create_pool(self._runtime.dsn, max_size=1)
         try:
-            return await work(OperationStore(pool))
+            return await work(store(pool))
         finally:
             await pool.close()
 

@@ -7,6 +7,9 @@
 - ``round``: ``RoundExecution``: one plan round, each ready node dispatched the moment it is ready;
 - ``context``: what every round shares (``ExecutionContext``), ``Interruption``, ``HandedOver``;
 - ``recorder``: ``RunRecorder``: every transition recorded before it is acted on;
+- ``operate``: a write node driven through its operation's row (approval, one execution, reconciliation);
+- ``reviewing``: ``ReviewGate``: a reviewed round dispatches nothing until a person approved its plan;
+- ``approvals``: a person's decisions on a run's writes and plans, as the API and ``import raydag`` make them;
 - ``resource_check``: the toolsets' checks of who may run over which resource, asked at submission.
 
 The decisions themselves (admission, dispatch, policy, budgets, gates) are ``dag``'s; these modules ask them,

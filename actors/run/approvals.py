@@ -1,5 +1,5 @@
-"""A person's decision on an operation — approve, reject, or settle an unknown outcome — as every surface makes
-it (the HTTP API, ``import raydag``; the CLI goes through the API).
+"""A person's decision on an operation — approve, reject, or settle an unknown outcome — or on a run's plan, as
+every surface makes it (the HTTP API, ``import raydag``; the CLI goes through the API).
 
 Each decision is weighed on the row as it is (``dag.operations.approval_refusal``) and then made as one
 conditional update that quotes the hash of the arguments: of two people deciding at once, one wins and the
@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from actors.store.operations import Operation, OperationStore
+from actors.store.reviews import Review, ReviewStore
 from dag.errors import RaydagError
 from dag.operations import DecisionRefusal, OperationState, approval_refusal, resolution_refusal
 from dag.policy import TenantPolicy
+from dag.review import ReviewRefusal, ReviewState, review_refusal
 
 Verdict = Literal["approve", "reject"]
 Found = Literal["succeeded", "failed"]
@@ -113,3 +115,48 @@ async def resolve(
     if moved is None:
         raise DecisionRefused(DecisionRefusal.NOT_UNKNOWN)
     return moved
+
+
+class ReviewRefused(RaydagError):
+    """Why a decision on a plan was not made (a problem type each: ``ReviewRefusal``)."""
+
+    def __init__(self, refusal: ReviewRefusal) -> None:
+        super().__init__(refusal.value)
+        self.refusal = refusal
+
+
+_REVIEW_TARGET = {"approve": ReviewState.APPROVED, "reject": ReviewState.REJECTED}
+
+
+async def decide_plan(
+    store: ReviewStore,
+    run_id: str,
+    round_number: int,
+    verdict: Verdict,
+    *,
+    quoted_hash: str,
+    person: Person,
+    policy: TenantPolicy,
+    note: str | None = None,
+) -> Review:
+    """Approve or reject round ``round_number``'s plan of the run for ``person``, quoting ``quoted_hash``: the
+    decided review. ``policy``, the tenant's, says whether the run's own principal may decide it."""
+    review = await store.get(run_id, round_number)
+    if review is None:
+        raise ReviewRefused(ReviewRefusal.NOT_FOUND)
+    refusal = review_refusal(
+        review.view, quoted_hash=quoted_hash, reviewer=person.subject, policy=policy, now=datetime.now(UTC)
+    )
+    if refusal is not None:
+        raise ReviewRefused(refusal)
+    decided = await store.decide(
+        run_id, round_number, _REVIEW_TARGET[verdict], actor=person.actor, quoted_hash=quoted_hash, note=note
+    )
+    if decided is None:  # decided, or expired, between the read and the update
+        current = await store.get(run_id, round_number)
+        expired = current is not None and (
+            current.state is ReviewState.EXPIRED
+            or (current.state is ReviewState.AWAITING and current.expires_at <= datetime.now(UTC))
+        )
+        raise ReviewRefused(ReviewRefusal.EXPIRED if expired else ReviewRefusal.ALREADY_DECIDED)
+    return decided

@@ -27,6 +27,7 @@ from actors.observe.tracing import context_of, tracer
 from actors.run.context import ExecutionContext, HandedOver, Interruption
 from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
+from actors.run.reviewing import ReviewGate, needs_review
 from actors.run.round import RoundExecution
 from actors.store.ownership import LeaseLost
 from actors.toolsets.config import HttpServer, StdioServer
@@ -99,11 +100,13 @@ class RunDriver:
         withdrawn: Mapping[str, Withdrawal] | None = None,
         pins: Mapping[str, str] | None = None,
         operate: Operate | None = None,
+        review: ReviewGate | None = None,
     ) -> None:
         """``servers``, ``withdrawn`` and ``pins``: the toolset servers calls go to, the declared tools that
         may not be called now, and the definitions pinned (live views the supervisor keeps current, like
         ``catalogue``)."""
         self._sink = sink
+        self._review = review
         self._metrics = metrics
         self._catalogue = catalogue
         self._planners = planners
@@ -221,6 +224,10 @@ class RunDriver:
                             stream = await self._plan(run, planner, cancel, deadline, plan_changed)
                         except _Halt as halt:
                             await self._halt(run, halt.interruption)
+                    case RunStatus.RUNNING | RunStatus.WAITING if needs_review(run):
+                        if self._review is None:
+                            raise AssertionError("a reviewed run needs a driver with a review gate")
+                        await self._review.hold(run, cancel, deadline, self.handover)
                     case RunStatus.RUNNING | RunStatus.WAITING:
                         execution = RoundExecution(
                             run, self.context, cancel, deadline, plan_changed, self.handover
@@ -307,7 +314,8 @@ class RunDriver:
         if await self._out_of_model_budget(run):
             return None
         context = self._context(state)
-        if isinstance(planner, StreamingPlanner) and planner.streaming:
+        # A reviewed plan is shown to a person whole: it is not streamed into dispatch.
+        if isinstance(planner, StreamingPlanner) and planner.streaming and not state.review:
             return await self._plan_streamed(run, planner, context, cancel, deadline, plan_changed)
         try:
             proposal = await _bounded(planner.propose(context), cancel, deadline, self.handover)

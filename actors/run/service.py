@@ -19,11 +19,13 @@ from actors.run.driver import RunDriver
 from actors.run.operate import Operate, sweep
 from actors.run.recorder import now
 from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
+from actors.run.reviewing import ReviewGate
 from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunRequest, Submission, SubmitResult
 from actors.store.operations import Operation, OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import LeaseLost, Leases
 from actors.store.resilience import DatabaseUnavailable
+from actors.store.reviews import ReviewStore
 from actors.store.runs import Creation, RunStore
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets
 from actors.toolsets.pinning import run_pin
@@ -47,7 +49,7 @@ from dag.contracts import ToolCatalogue, ToolContract
 from dag.events import RunCreated
 from dag.health import ToolHealth
 from dag.plan import Plan
-from dag.policy import Principal
+from dag.policy import Principal, TenantPolicy
 from dag.run_state import RunState, apply, fold
 from dag.states import RunStatus
 from dag.tokens import TaskTokens
@@ -77,6 +79,7 @@ class RunService:
         mcp_url: str,
         limits: Budgets,
         tenant_tools: Mapping[str, tuple[str, ...]] | None = None,
+        tenant_policies: Mapping[str, TenantPolicy] | None = None,
         health: ToolHealth | None = None,
         owner: str = "raydag-local",
         lease_s: float = 15.0,
@@ -114,6 +117,7 @@ class RunService:
         self._catalogue = catalogue
         self._limits = limits
         self._tenant_tools = tenant_tools
+        self._tenant_policies: Mapping[str, TenantPolicy] = tenant_policies or {}
         self._driver = RunDriver(
             sink=self.store,
             executor=executor,
@@ -127,6 +131,7 @@ class RunService:
             withdrawn=self._withdrawn,
             pins=self._pins,
             operate=Operate(self._operations, actor=f"supervisor:{owner}"),
+            review=ReviewGate(ReviewStore(pool), actor=f"supervisor:{owner}"),
         )
         self._resource_checks = (
             resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
@@ -198,6 +203,8 @@ class RunService:
             budgets=admission.budgets,
             proposal=dict(request.plan) if request.plan is not None else None,
             tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
+            review=request.review
+            or self._tenant_policies.get(request.principal.tenant_id, TenantPolicy()).plan_review,
             trace=dict(request.trace) if request.trace else None,
             tool_pins={
                 name: run_pin(self._pins[name]) for name in sorted(admission.tools) if name in self._pins
@@ -490,10 +497,12 @@ class RunService:
         mcp_url: str,
         limits: Budgets,
         tenant_tools: Mapping[str, tuple[str, ...]] | None,
+        tenant_policies: Mapping[str, TenantPolicy],
     ) -> None:
-        """New tokens, tool server and limits for what happens from now on."""
+        """New tokens, tool server, limits and tenants' rules for what happens from now on."""
         self._limits = limits
         self._tenant_tools = tenant_tools
+        self._tenant_policies = tenant_policies
         self._driver.context.tokens = tokens
         self._driver.context.mcp_url = mcp_url
 

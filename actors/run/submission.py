@@ -40,6 +40,8 @@ class RunRequest:
     """The caller's W3C trace context; not part of what makes two requests the same."""
     stage: str = INVESTIGATE
     """The run's stage: which of the toolsets' tools it may use (writes are declared for a stage that acts)."""
+    review: bool = False
+    """Each round's plan waits for a person's yes before anything of it runs (a tenant's policy may require it)."""
 
     def fingerprint(self) -> str:
         """What makes two requests "the same" for an idempotency key: the body and who sent it. The service
@@ -61,6 +63,7 @@ class RunRequest:
                 "budgets": self.budgets.model_dump(exclude_none=True) if self.budgets else None,
                 # A run of the default stage hashes as it did before runs had a stage.
                 **({"stage": self.stage} if self.stage != INVESTIGATE else {}),
+                **({"review": True} if self.review else {}),
             }
         )
 

@@ -1,0 +1,12 @@
+"""Everything raydag keeps in PostgreSQL, and how it reaches it (asyncpg).
+
+- ``database``: where the database is (``RAYDAG_DATABASE_URL``, or an embedded server), pools and databases;
+- ``migrate``, ``setup`` and ``migrations/``: the runtime's tables, versioned, then a hosted toolset's;
+- ``runs``: ``RunStore``: runs created once per idempotency key, their events appended under the run's lease,
+  and the reads the API serves;
+- ``ownership``: ``Leases``: one owner per live run, renewed, taken over when it lapses;
+- ``operations``: the operation ledger's rows (a write's one execution right, docs/EFFECTS.md);
+- ``reviews``: plan reviews' rows (a person's yes to a plan's hash, docs/PEOPLE.md);
+- ``outbox``: terminal events delivered at least once; ``retention``: old events removed;
+- ``resilience``: idempotent statements retried across a dropped connection or a database restart.
+"""

@@ -34,6 +34,7 @@ from actors.store.database import (
 from actors.store.runs import RunStore
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from dag.budget import Budgets
+from dag.review import REVIEW_SCOPE
 from dag.tokens import TaskTokens
 from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
@@ -46,24 +47,29 @@ DEMO_KEY = "dev-key-tenant-demo"
 OTHER_KEY = "dev-key-tenant-other"
 NO_DOCUMENTS_KEY = "test-key-no-documents"
 APPROVER_KEY = "test-key-approver"
-"""A person of tenant-demo who may decide operations (``runs:approve``), and is nobody's run's principal."""
+"""A person of tenant-demo who may decide operations and plans (``runs:approve``, ``runs:review``), and is
+nobody's run's principal."""
 OTHER_APPROVER_KEY = "test-key-other-approver"
 SELF_APPROVER_KEY = "test-key-self-approver"
-"""The dev key's own subject, with ``runs:approve``: the principal of the runs ``DEMO_KEY`` creates."""
+"""The dev key's own subject, with ``runs:approve`` and ``runs:review``: the principal of the runs ``DEMO_KEY``
+creates."""
 TEST_API_KEYS: dict[str, ApiKeyGrant] = {
     **DEV_API_KEYS,
     NO_DOCUMENTS_KEY: ApiKeyGrant(
         tenant_id="tenant-demo", subject="limited", scopes=(SCOPE_CASES, SCOPE_POLICIES)
     ),
-    # A person who decides must be able to read the run: its tools' scopes, and runs:approve.
+    # A person who decides must be able to read the run: its tools' scopes, and runs:approve (a write) or
+    # runs:review (a plan).
     APPROVER_KEY: ApiKeyGrant(
-        tenant_id="tenant-demo", subject="approver", scopes=(*ALL_SCOPES, APPROVE_SCOPE)
+        tenant_id="tenant-demo", subject="approver", scopes=(*ALL_SCOPES, APPROVE_SCOPE, REVIEW_SCOPE)
     ),
     OTHER_APPROVER_KEY: ApiKeyGrant(
         tenant_id="tenant-other", subject="approver", scopes=(*ALL_SCOPES, APPROVE_SCOPE)
     ),
     SELF_APPROVER_KEY: ApiKeyGrant(
-        tenant_id="tenant-demo", subject=DEV_API_KEYS[DEMO_KEY].subject, scopes=(*ALL_SCOPES, APPROVE_SCOPE)
+        tenant_id="tenant-demo",
+        subject=DEV_API_KEYS[DEMO_KEY].subject,
+        scopes=(*ALL_SCOPES, APPROVE_SCOPE, REVIEW_SCOPE),
     ),
 }
 

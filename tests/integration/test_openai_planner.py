@@ -13,10 +13,13 @@ from typing import Any
 import pytest
 
 from actors.api.views import load_state
+from actors.run.approvals import Person, decide_plan
 from actors.run.submission import RunRequest, Submission
+from actors.store.database import create_pool
+from actors.store.reviews import ReviewStore
 from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
-from dag.policy import Principal
+from dag.policy import Principal, TenantPolicy
 from mcp_server.contracts import ALL_SCOPES
 from planner.openai_planner import OpenAISettings
 from planner.strict_schema import strict_violations
@@ -310,6 +313,55 @@ async def test_a_streamed_plan_dispatches_nodes_before_the_model_finishes_writin
     assert next(event for event in events if event.kind == "plan_completed").complete is True
     assert (state.status.value, dict(state.result or {})) == ("completed", C102_RESULT)
     assert model.requests[0]["stream"] is True
+
+
+async def test_a_reviewed_run_of_a_streaming_planner_shows_the_whole_plan_before_anything_runs(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    model: MockModel,
+    store: RunStore,
+) -> None:
+    import asyncio
+
+    import ray
+
+    model.answer_json(C102_PLAN)  # asked for in one answer: nothing is dispatched while the model writes
+    model.answer_json(FINAL)
+    actor = model_supervisor(dsn, tool_server, token_key, model, streaming=True)
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        submitted = await actor.submit.remote(
+            RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}, planner="openai", review=True)
+        )
+        reviews = ReviewStore(pool)
+        for _ in range(300):
+            review = await reviews.get(submitted.run_id, 1)
+            if review is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert review is not None
+        await decide_plan(
+            reviews,
+            submitted.run_id,
+            1,
+            "approve",
+            quoted_hash=review.plan_hash,
+            person=Person("tenant-demo", "reviewer"),
+            policy=TenantPolicy(),
+        )
+        assert await actor.wait.remote(submitted.run_id, 60.0)
+        state = await load_state(store, submitted.run_id)
+    finally:
+        await pool.close()
+        ray.kill(actor)
+
+    assert model.requests[0].get("stream") is not True
+    whole = tuple(node["id"] for node in C102_PLAN["nodes"])
+    assert tuple(node["id"] for node in review.plan["nodes"]) == whole  # the whole plan, shown at once
+    assert review.nodes == whole
+    assert (state.status.value, dict(state.result or {})) == ("completed", C102_RESULT)
 
 
 async def test_a_stream_with_a_malformed_tail_keeps_what_ran_and_goes_to_the_joiner(

@@ -158,6 +158,48 @@ def test_a_tenant_whose_policy_lets_requesters_approve_their_irreversible_writes
     assert len(asyncio.run(outbox_rows(dsn, answer["operation"]))) == 1
 
 
+REVIEWING_SCRIPT = """\
+import json, time
+import ray
+import raydag
+
+ray.init()
+with raydag.start() as rd:
+    run_id = rd.submit(resource={"case_id": "C-102"}, review=True)
+    deadline = time.monotonic() + 120
+    while not (waiting := [review for review in rd.reviews(run_id) if review["state"] == "awaiting"]):
+        assert time.monotonic() < deadline, rd.reviews(run_id)
+        time.sleep(0.2)
+    review = waiting[0]
+    before = rd.get(run_id).nodes
+    refusals = []
+    for by, quoted in (("reviewer", "0" * 64), (rd.subject, review["plan_hash"])):
+        try:
+            rd.approve_plan(run_id, review["round"], quoted, by=by)
+        except raydag.ReviewRefused as refused:
+            refusals.append(refused.refusal.value)
+    approved = rd.approve_plan(run_id, review["round"], review["plan_hash"], by="reviewer", note="fine")
+    run = rd.wait(run_id, timeout_s=120)
+    print(json.dumps({"refusals": refusals, "approved": approved["state"], "by": approved["decided_by"],
+                      "dispatched_before": [node["node_id"] for node in before if node["attempts"]],
+                      "status": run.status}))
+"""
+
+
+def test_a_script_reviews_a_runs_plan_by_its_hash_before_anything_runs(dsn: str, tmp_path: Path) -> None:
+    returncode, stdout, stderr = run_script(REVIEWING_SCRIPT, dsn, tmp_path)
+
+    assert returncode == 0, stderr[-3000:]
+    answer = json.loads(stdout.strip().splitlines()[-1])
+    assert answer["refusals"] == ["review-hash-mismatch", "review-self-approval"]
+    assert answer["dispatched_before"] == []  # nothing ran while the plan waited
+    assert (answer["approved"], answer["by"], answer["status"]) == (
+        "approved",
+        "person:tenant-demo/reviewer",
+        "completed",
+    )
+
+
 async def outbox_rows(dsn: str, key: str) -> list[str]:
     """The requests caseops' outbox holds under ``key``: the effect, counted where it happens."""
     connection = await asyncpg.connect(dsn)

@@ -1,0 +1,125 @@
+"""The plan-review gate: a round of a reviewed run dispatches nothing until a person approved its plan.
+
+The gate asks for the round's review (a row of ``plan_reviews`` and ``PlanReviewRequested``: the run is
+``waiting``), then watches the row until a person decides it, its deadline passes, the run is cancelled or the
+supervisor hands the run over. The decision itself is ``dag.review``'s and the store's; this records what
+became of it before the round acts on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime, timedelta
+
+from actors.run.context import HandedOver
+from actors.run.recorder import RunRecorder, now
+from actors.store.reviews import Review, ReviewStore
+from dag.events import PlanReviewed, PlanReviewRequested, RunFinished
+from dag.review import REVIEW_WINDOW_S, ReviewState, plan_hash, unreviewed
+from dag.states import RunStatus, StopReason
+
+POLL_S = 0.25
+"""How often a waiting run reads its review's row: what a person's decision waits, at most, to be seen."""
+
+
+def needs_review(run: RunRecorder) -> bool:
+    """Whether the run's current round must wait for a review before anything of it is dispatched."""
+    state = run.state
+    if not state.review or state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+        return False
+    if state.review_round is not None:
+        return True
+    if state.plan_open or len(state.plans) < state.round:
+        return False
+    return state.status is RunStatus.RUNNING and bool(
+        unreviewed(state.plans[state.round - 1], state.reviewed_calls)
+    )
+
+
+class ReviewGate:
+    def __init__(self, store: ReviewStore, *, actor: str) -> None:
+        self._store = store
+        self._actor = actor
+        """Who expires a review nobody decided: ``supervisor:NAME``."""
+
+    async def hold(
+        self, run: RunRecorder, cancel: asyncio.Event, deadline: datetime, handover: asyncio.Event
+    ) -> None:
+        """Ask for the current round's review if it was not yet, and wait for what becomes of it. The run is
+        running again once approved, and finished otherwise (rejected, expired, cancelled)."""
+        state = run.state
+        round_number = state.round
+        if state.review_round is None:
+            plan = state.plans[round_number - 1]
+            asked = await self._store.request(
+                run_id=state.run_id,
+                round_number=round_number,
+                tenant_id=state.principal.tenant_id,
+                subject=state.principal.subject,
+                plan=plan.to_json(),
+                plan_hash=plan_hash(plan.to_json()),
+                nodes=unreviewed(plan, state.reviewed_calls),
+                expires_at=min(now() + timedelta(seconds=REVIEW_WINDOW_S), deadline),
+            )
+            await run.record(
+                PlanReviewRequested(
+                    at=now(),
+                    round=round_number,
+                    plan_hash=asked.plan_hash,
+                    nodes=asked.nodes,
+                    expires_at=asked.expires_at,
+                )
+            )
+        while True:
+            review = await self._store.get(state.run_id, round_number)
+            assert review is not None, "the review was asked for before the run waited on it"
+            if review.state is ReviewState.AWAITING and (cancel.is_set() or now() >= review.expires_at):
+                expired = await self._store.decide(
+                    state.run_id, round_number, ReviewState.EXPIRED, actor=self._actor, quoted_hash=None
+                )
+                if expired is None:
+                    continue  # a person decided at the last moment: that decision stands
+                review = expired
+            if review.state is not ReviewState.AWAITING:
+                await self._record(run, review, cancelled=cancel.is_set())
+                return
+            if handover.is_set():
+                raise HandedOver(f"run {state.run_id} handed over while its plan waits for review")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(POLL_S):
+                    await _first(cancel, handover)
+
+    async def _record(self, run: RunRecorder, review: Review, *, cancelled: bool) -> None:
+        decided = PlanReviewed(
+            at=now(),
+            round=review.round,
+            plan_hash=review.plan_hash,
+            verdict=review.state.value,
+            by=review.decided_by or self._actor,
+        )
+        if review.state is ReviewState.APPROVED:
+            await run.record(decided)
+            return
+        if review.state is ReviewState.REJECTED:
+            status, reason = RunStatus.STOPPED, StopReason.PLAN_REJECTED
+            detail = f"round {review.round}'s plan was rejected by {review.decided_by}" + (
+                f": {review.note}" if review.note else ""
+            )
+        elif cancelled:
+            status, reason = RunStatus.CANCELLED, StopReason.CANCELLED
+            detail = "the run was cancelled while its plan waited for review"
+        else:
+            status, reason = RunStatus.STOPPED, StopReason.REVIEW_EXPIRED
+            detail = f"round {review.round}'s plan was not reviewed by {review.expires_at.isoformat()}"
+        await run.record(decided, RunFinished(at=now(), status=status, stop_reason=reason, detail=detail))
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
