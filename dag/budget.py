@@ -46,6 +46,9 @@ class Budgets(BaseModel):
     max_cost_usd: float = Field(
         default=5.0, ge=0, le=1_000, description="Model cost over the whole run, in USD."
     )
+    max_questions: int = Field(
+        default=3, ge=0, le=20, description="Questions the planner may ask a person over the whole run."
+    )
 
     def lowered_by(self, requested: BudgetRequest | None) -> Budgets:
         """These limits with the requested ones applied; raises ``BudgetAboveLimit`` if a request exceeds one."""
@@ -110,6 +113,11 @@ class Budgets(BaseModel):
         if proposals > self.repeat_limit:
             raise BudgetExceeded("repeat_limit", proposals, self.repeat_limit)
 
+    def check_questions(self, *, asked: int) -> None:
+        """Raise ``BudgetExceeded`` if the planner has asked ``asked`` questions, more than allowed."""
+        if asked > self.max_questions:
+            raise BudgetExceeded("max_questions", asked, self.max_questions)
+
 
 class BudgetRequest(BaseModel):
     """Budgets a request asks for: each may only lower the server's limit."""
@@ -125,6 +133,7 @@ class BudgetRequest(BaseModel):
     max_stale_replans: int | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, ge=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
+    max_questions: int | None = Field(default=None, ge=0)
 
 
 class BudgetAboveLimit(RaydagError):
@@ -145,4 +154,5 @@ STOP_REASON_OF_BUDGET: dict[str, StopReason] = {
     "max_stale_replans": StopReason.NO_NEW_EVIDENCE,
     "max_tokens": StopReason.TOKEN_BUDGET_EXHAUSTED,
     "max_cost_usd": StopReason.COST_BUDGET_EXHAUSTED,
+    "max_questions": StopReason.QUESTION_LIMIT,
 }

@@ -286,6 +286,28 @@ class PlanReviewed(_Event):
     """Who decided: ``person:TENANT/SUBJECT``, or ``supervisor:NAME`` for an expiry."""
 
 
+class QuestionAsked(_Event):
+    """The planner answered with a question instead of a plan: the run waits for a person's answer."""
+
+    kind: Literal["question_asked"] = "question_asked"
+    round: int
+    number: int
+    """The question's number in the run, from 1."""
+    text: str
+    expires_at: datetime
+
+
+class QuestionAnswered(_Event):
+    """What became of the question: answered (the planner is asked again, with the answer and its author), or
+    expired (the run stops)."""
+
+    kind: Literal["question_answered"] = "question_answered"
+    number: int
+    answer: str | None
+    by: str
+    """Who answered: ``person:TENANT/SUBJECT``; ``supervisor:NAME`` for an expiry."""
+
+
 class RunResumed(_Event):
     """Nothing the run waited on waits any more: every operation was decided or settled."""
 
@@ -322,6 +344,8 @@ RunEvent = Annotated[
     | RunResumed
     | PlanReviewRequested
     | PlanReviewed
+    | QuestionAsked
+    | QuestionAnswered
     | RunFinished,
     Field(discriminator="kind"),
 ]

@@ -32,6 +32,8 @@ from dag.events import (
     PlanNodeAccepted,
     PlanReviewed,
     PlanReviewRequested,
+    QuestionAnswered,
+    QuestionAsked,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -82,6 +84,16 @@ class NodeState:
 
 
 @dataclass(frozen=True)
+class Answered:
+    """A person's answer to the planner's question, with its author: what the planner sees of it, as an
+    observation. Never authority: nothing in it changes the run's tenant, scopes, resource or budgets."""
+
+    question: str
+    answer: str
+    by: str
+
+
+@dataclass(frozen=True)
 class RunState:
     run_id: str
     principal: Principal
@@ -125,6 +137,11 @@ class RunState:
     """Each round's plan waits for a person's yes before anything of it runs."""
     review_round: int | None = None
     """The round whose plan waits for its review now; nothing of it is dispatched meanwhile."""
+    question: tuple[int, str] | None = None
+    """The planner's question waiting for a person's answer now: its number and text."""
+    questions_asked: int = 0
+    answers: tuple[Answered, ...] = ()
+    """Every question answered, in order: the planner is shown them."""
     reviewed_calls: frozenset[str] = frozenset()
     """The call signatures (``dag.review.call_signature``) of every node a person approved: a replan repeating
     one does not wait again."""
@@ -403,6 +420,24 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             approved = frozenset(call_signature(node) for node in state.plans[event.round - 1].nodes)
             return _set_run_status(
                 state, RunStatus.RUNNING, review_round=None, reviewed_calls=state.reviewed_calls | approved
+            )
+        case QuestionAsked():
+            if event.round != state.round or event.number != state.questions_asked + 1:
+                raise EventRefused(
+                    event.kind,
+                    f"question {event.number} asked in round {state.round} after {state.questions_asked}",
+                )
+            return _set_run_status(
+                state, RunStatus.WAITING, question=(event.number, event.text), questions_asked=event.number
+            )
+        case QuestionAnswered():
+            if state.question is None or event.number != state.question[0]:
+                raise EventRefused(event.kind, f"question {event.number} does not wait for an answer")
+            if event.answer is None:  # expired: the run ends with the event that follows
+                return _evolve(state, question=None)
+            answered = Answered(state.question[1], event.answer, event.by)
+            return _set_run_status(
+                state, RunStatus.PLANNING, question=None, answers=(*state.answers, answered)
             )
         case RunResumed():
             check_run_transition(state.status, RunStatus.RUNNING)

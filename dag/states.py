@@ -13,7 +13,8 @@ class RunStatus(StrEnum):
     PLANNING = "planning"
     RUNNING = "running"
     WAITING = "waiting"
-    """Running, with a write waiting for a person (an approval, or the resolution of an unknown outcome)."""
+    """Waiting for a person: a write's approval or the resolution of its unknown outcome (other branches go
+    on), a plan's review, or the answer to the planner's question."""
     JOINING = "joining"
     COMPLETED = "completed"
     NEEDS_HUMAN = "needs_human"
@@ -34,9 +35,9 @@ _ENDINGS: Final = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.ST
 
 RUN_TRANSITIONS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
     RunStatus.PENDING: frozenset({RunStatus.PLANNING}) | _ENDINGS,
-    RunStatus.PLANNING: frozenset({RunStatus.RUNNING, RunStatus.NEEDS_HUMAN}) | _ENDINGS,
+    RunStatus.PLANNING: frozenset({RunStatus.RUNNING, RunStatus.NEEDS_HUMAN, RunStatus.WAITING}) | _ENDINGS,
     RunStatus.RUNNING: frozenset({RunStatus.JOINING, RunStatus.WAITING}) | _ENDINGS,
-    RunStatus.WAITING: frozenset({RunStatus.RUNNING, RunStatus.JOINING}) | _ENDINGS,
+    RunStatus.WAITING: frozenset({RunStatus.RUNNING, RunStatus.JOINING, RunStatus.PLANNING}) | _ENDINGS,
     RunStatus.JOINING: frozenset({RunStatus.COMPLETED, RunStatus.NEEDS_HUMAN, RunStatus.PLANNING}) | _ENDINGS,
     RunStatus.COMPLETED: frozenset(),
     RunStatus.NEEDS_HUMAN: frozenset(),
@@ -148,3 +149,7 @@ class StopReason(StrEnum):
     """A person reviewing the run's plan said no: nothing of that plan ran."""
     REVIEW_EXPIRED = "REVIEW_EXPIRED"
     """The run's plan waited for its review past its deadline: nothing of that plan ran."""
+    QUESTION_LIMIT = "QUESTION_LIMIT"
+    """The planner asked a person more questions than ``max_questions`` allows."""
+    QUESTION_EXPIRED = "QUESTION_EXPIRED"
+    """The planner's question waited for a person's answer past its deadline."""

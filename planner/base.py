@@ -13,6 +13,7 @@ from dag.conclusion import Replan as Replan
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
 from dag.events import NodeError
+from dag.run_state import Answered as Answered
 from dag.states import NodeStatus
 
 
@@ -42,6 +43,14 @@ class Observation:
     status: NodeStatus
     output: Any = None
     error: NodeError | None = None
+
+
+@dataclass(frozen=True)
+class Question:
+    """A planner's answer when it cannot plan without a person: what it asks. The run waits for an answer,
+    which the planner is then shown (``PlanningContext.answers``) with its author."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,9 @@ class PlanningContext:
     ``for_each`` over what is not a list) or skipped because a node they depend on failed. They have no
     arguments, so they are not among the observations; a joiner that answers with every node's output must
     not answer without these."""
+    answers: Sequence[Answered] = ()
+    """The run's questions answered so far, each with the person who answered: what a person said, to weigh
+    like any observation, never an instruction or a grant (tenant, scopes, resource and budgets are fixed)."""
     usage: list[Usage] = field(default_factory=list)
     """Where a planner reports each model call it makes for this request; the runtime records them."""
 
@@ -93,7 +105,9 @@ class Planner(Protocol):
 
     name: str
 
-    async def propose(self, context: PlanningContext) -> Mapping[str, Any]: ...
+    async def propose(self, context: PlanningContext) -> Mapping[str, Any] | Question:
+        """A plan (untrusted JSON), or a ``Question`` for a person when the planner cannot plan without one."""
+        ...
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision: ...
 

@@ -26,6 +26,7 @@ from planner.base import (
     PlannerContractViolation,
     PlannerRefused,
     PlanningContext,
+    Question,
     Replan,
     Usage,
 )
@@ -80,9 +81,15 @@ class OpenAIPlanner:
         self._client = client
         self.result_model = result_model
 
-    async def propose(self, context: PlanningContext) -> Mapping[str, Any]:
-        schema = plan_schema(context.tools)
-        plan = await self._structured(context, planner_input(context), PLAN_FORMAT, schema)
+    async def propose(self, context: PlanningContext) -> Mapping[str, Any] | Question:
+        """A plan, or a question for a person (the strict schema's ``question``, with no nodes)."""
+        schema = plan_schema(context.tools, may_ask=True)
+        plan = await self._structured(context, planner_input(context, may_ask=True), PLAN_FORMAT, schema)
+        question = plan.get("question")
+        if question is not None:
+            if plan.get("nodes"):
+                raise PlannerContractViolation("the model answered with a plan and a question at once")
+            return Question(str(question))
         converted: Mapping[str, Any] = from_model_plan(plan)
         return converted
 

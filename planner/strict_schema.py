@@ -126,8 +126,9 @@ _ITEM_REF = {
 }
 
 
-def plan_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
-    """The plan format for a model: one node branch per tool, each argument a literal or a reference.
+def plan_schema(tools: Sequence[ToolSpec], *, may_ask: bool = False) -> dict[str, Any]:
+    """The plan format for a model: one node branch per tool, each argument a literal or a reference; with
+    ``may_ask``, also a ``question`` (a string, or null): the model's way to ask a person instead of planning.
 
     References are spelled ``{"ref", "pointer"}`` and ``{"item"}`` here (``from_model_plan`` turns them into
     the plan format's ``$ref``/``$item``), keeping ``$``-keywords out of property names.
@@ -161,10 +162,13 @@ def plan_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
                 "additionalProperties": False,
             }
         )
+    properties: dict[str, Any] = {"nodes": {"type": "array", "items": {"anyOf": branches}}}
+    if may_ask:
+        properties["question"] = {"anyOf": [{"type": "string"}, {"type": "null"}]}  # cut to 2000 on arrival
     return {
         "type": "object",
-        "properties": {"nodes": {"type": "array", "items": {"anyOf": branches}}},
-        "required": ["nodes"],
+        "properties": properties,
+        "required": list(properties),
         "additionalProperties": False,
         "$defs": definitions,
     }

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 
 from mcp_server.planner import ConformancePlanner
-from planner.base import JoinDecision, Observation, PlanningContext
+from planner.base import JoinDecision, Observation, PlanningContext, Question
 
 JOIN_DELAY_S = 3.0
 
@@ -85,3 +86,24 @@ class ReplanningReader:
         if context.round == 1:
             return Replan("and the policy")
         return Final({"read": sorted(o.tool for o in observations)}, citations=[])
+
+
+class AskingPlanner:
+    """Asks which case to read until an answer names one (``C-<digits>``), then reads that case's snapshot
+    (obeying the answer as a naive model would) and answers with what it read and who told it to."""
+
+    name = "asking"
+
+    async def propose(self, context: PlanningContext) -> dict[str, object] | Question:
+        named = [re.findall(r"C-\d+", answer.answer) for answer in context.answers]
+        if not named or not named[-1]:
+            return Question("Which case should I read?")
+        args = {"case_id": named[-1][0]}
+        return {"nodes": [{"id": "case", "tool": "caseops_get_case_snapshot", "args": args}]}
+
+    async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
+        from planner.base import Final
+
+        told = [f"{answer.by}: {answer.answer}" for answer in context.answers]
+        read = sorted(o.node_id for o in observations if o.status.has_output)
+        return Final({"read": read, "told": told}, citations=[])

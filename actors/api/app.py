@@ -44,6 +44,7 @@ from actors.api import (
     submissions,
 )
 from actors.api.operations import operations_router
+from actors.api.questions import questions_router
 from actors.api.reviews import reviews_router
 from actors.api.viewer import viewer_router
 from actors.api.views import event_view, load_state, nodes_view, run_view
@@ -55,6 +56,7 @@ from actors.observe.tracing import carrier, configure_tracing
 from actors.run.submission import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
 from actors.store.operations import OperationStore
+from actors.store.questions import QuestionStore
 from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, Line, deadline, within
 from actors.store.reviews import ReviewStore
 from actors.store.runs import MAX_SEQ, RunStore
@@ -213,6 +215,7 @@ class _AppState:
     store: RunStore = field(init=False)
     operations: OperationStore = field(init=False)
     reviews: ReviewStore = field(init=False)
+    questions: QuestionStore = field(init=False)
     supervisor: Any = field(init=False)
     submissions: Line = field(default_factory=submissions)
 
@@ -250,6 +253,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
         state.store = RunStore(pool)
         state.operations = OperationStore(pool)
         state.reviews = ReviewStore(pool)
+        state.questions = QuestionStore(pool)
         state.supervisor = get_or_create_supervisor(
             config.supervisor, name=config.supervisor_name, detached=True
         )
@@ -452,6 +456,12 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             authenticated=authenticated,
             readable_run=run_or_404,
             policy_of=config.supervisor.policy_of,
+        )
+    )
+    # A planner's questions (/runs/{id}/questions…): what it asked a person, and a person's answers.
+    app.include_router(
+        questions_router(
+            questions=lambda: state.questions, authenticated=authenticated, readable_run=run_or_404
         )
     )
     # Plan review (/runs/{id}/reviews…): a run's plans put to a person, and a person's decisions on them.

@@ -1,6 +1,7 @@
 """The ``raydag`` command: ``main`` (the commands: demo, run, serve, batch, report, …), ``batch`` (a file of
 runs, driven with bounded concurrency), ``report`` (a run as the terminal shows it, and its exit code),
-``approvals`` (a person's decisions on a run's writes) and ``reviews`` (on its plans), both through the API.
+``approvals`` (a person's decisions on a run's writes), ``reviews`` (on its plans) and ``questions`` (answers to
+its planner), all through the API.
 
 Nothing imports this package but the ``raydag`` entry point (``pyproject.toml``) and its tests.
 """

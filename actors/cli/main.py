@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from actors.api.views import read_report
 from actors.cli.approvals import api_request, approvals
+from actors.cli.questions import questions
 from actors.cli.report import (
     EXIT_BAD_INPUT,
     EXIT_NEEDS_HUMAN,
@@ -45,6 +46,7 @@ app = typer.Typer(
 )
 app.add_typer(approvals, name="approvals")
 app.add_typer(reviews, name="reviews")
+app.add_typer(questions, name="questions")
 
 
 console = console_for()

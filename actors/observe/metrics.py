@@ -36,6 +36,8 @@ from dag.events import (
     PlanNodeAccepted,
     PlanReviewed,
     PlanReviewRequested,
+    QuestionAnswered,
+    QuestionAsked,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -173,6 +175,8 @@ def count(metrics: RunMetrics, before: RunState | None, event: RunEvent, after: 
             | RunResumed()
             | PlanReviewRequested()
             | PlanReviewed()
+            | QuestionAsked()
+            | QuestionAnswered()
         ):
             pass
         case _:

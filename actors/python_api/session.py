@@ -22,15 +22,18 @@ from typing import Any, TypeVar
 import asyncpg
 
 from actors.api.operations import operation_view
+from actors.api.questions import question_view
 from actors.api.reviews import review_view
 from actors.api.views import read_report
 from actors.launch.settings import Settings, load_settings
 from actors.run.approvals import (
+    AnswerRefused,
     DecisionRefused,
     Found,
     Person,
     ReviewRefused,
     Verdict,
+    answer_question,
     decide,
     decide_plan,
     resolve,
@@ -38,6 +41,7 @@ from actors.run.approvals import (
 from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
 from actors.store.operations import Operation, OperationStore
+from actors.store.questions import QuestionStore
 from actors.store.reviews import ReviewStore
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
@@ -45,6 +49,7 @@ from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
 from dag.operations import DecisionRefusal
 from dag.policy import Principal, TenantPolicy
+from dag.questions import AnswerRefusal
 from dag.review import ReviewRefusal
 
 _T = TypeVar("_T")
@@ -269,6 +274,29 @@ class Raydag:
             return review_view(decided)
 
         return asyncio.run(self._reviews(made))
+
+    def questions(self, run_id: str) -> list[dict[str, Any]]:
+        """What the run's planner asked a person, as ``GET /runs/{id}/questions`` lists it (docs/PEOPLE.md)."""
+
+        async def listed(store: QuestionStore) -> list[dict[str, Any]]:
+            found = await store.of_run(run_id) if _is_uuid(run_id) else []
+            return [question_view(question) for question in found if question.tenant_id == self._tenant]
+
+        return asyncio.run(self._stored(QuestionStore, listed))
+
+    def answer(self, run_id: str, number: int, answer: str, *, by: str) -> dict[str, Any]:
+        """Answer the planner's question ``number`` as the person ``by`` of the session's tenant: the planner is
+        shown it with its author, never as authority. ``AnswerRefused`` says why not (no such question,
+        already answered, expired)."""
+        person = Person(self._tenant, by)
+
+        async def answered(store: QuestionStore) -> dict[str, Any]:
+            question = await store.get(run_id, number) if _is_uuid(run_id) else None
+            if question is None or question.tenant_id != self._tenant:
+                raise AnswerRefused(AnswerRefusal.NOT_FOUND)
+            return question_view(await answer_question(store, run_id, number, answer, person=person))
+
+        return asyncio.run(self._stored(QuestionStore, answered))
 
     def resolve(
         self, run_id: str, operation_id: str, args_hash: str, found: Found, *, by: str, note: str

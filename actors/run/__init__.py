@@ -9,6 +9,8 @@
 - ``recorder``: ``RunRecorder``: every transition recorded before it is acted on;
 - ``operate``: a write node driven through its operation's row (approval, one execution, reconciliation);
 - ``reviewing``: ``ReviewGate``: a reviewed round dispatches nothing until a person approved its plan;
+- ``asking``: ``QuestionGate``: a planner's question, the run waiting for a person's answer;
+- ``waiting``: how a run watches a row a person decides (a review, a question) until it is decided;
 - ``approvals``: a person's decisions on a run's writes and plans, as the API and ``import raydag`` make them;
 - ``resource_check``: the toolsets' checks of who may run over which resource, asked at submission.
 

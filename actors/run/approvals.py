@@ -1,5 +1,6 @@
-"""A person's decision on an operation — approve, reject, or settle an unknown outcome — or on a run's plan, as
-every surface makes it (the HTTP API, ``import raydag``; the CLI goes through the API).
+"""A person's decision on an operation — approve, reject, or settle an unknown outcome — or on a run's plan, or
+a person's answer to its planner's question, as every surface makes it (the HTTP API, ``import raydag``; the
+CLI goes through the API).
 
 Each decision is weighed on the row as it is (``dag.operations.approval_refusal``) and then made as one
 conditional update that quotes the hash of the arguments: of two people deciding at once, one wins and the
@@ -14,10 +15,12 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from actors.store.operations import Operation, OperationStore
+from actors.store.questions import Question, QuestionStore
 from actors.store.reviews import Review, ReviewStore
 from dag.errors import RaydagError
 from dag.operations import DecisionRefusal, OperationState, approval_refusal, resolution_refusal
 from dag.policy import TenantPolicy
+from dag.questions import AnswerRefusal, QuestionState, answer_refusal
 from dag.review import ReviewRefusal, ReviewState, review_refusal
 
 Verdict = Literal["approve", "reject"]
@@ -160,3 +163,32 @@ async def decide_plan(
         )
         raise ReviewRefused(ReviewRefusal.EXPIRED if expired else ReviewRefusal.ALREADY_DECIDED)
     return decided
+
+
+class AnswerRefused(RaydagError):
+    """Why an answer to a planner's question was not taken (a problem type each: ``AnswerRefusal``)."""
+
+    def __init__(self, refusal: AnswerRefusal) -> None:
+        super().__init__(refusal.value)
+        self.refusal = refusal
+
+
+async def answer_question(
+    store: QuestionStore, run_id: str, number: int, answer: str, *, person: Person
+) -> Question:
+    """Answer question ``number`` of the run as ``person``: the answered question. The planner is shown the
+    answer with its author, as an observation; nothing in it is authority."""
+    question = await store.get(run_id, number)
+    if question is None:
+        raise AnswerRefused(AnswerRefusal.NOT_FOUND)
+    refusal = answer_refusal(question.state, question.expires_at, now=datetime.now(UTC))
+    if refusal is not None:
+        raise AnswerRefused(refusal)
+    answered = await store.settle(run_id, number, QuestionState.ANSWERED, by=person.actor, answer=answer)
+    if answered is None:  # answered, or expired, between the read and the update
+        current = await store.get(run_id, number)
+        late = current is not None and answer_refusal(
+            current.state, current.expires_at, now=datetime.now(UTC)
+        )
+        raise AnswerRefused(late or AnswerRefusal.ALREADY_ANSWERED)
+    return answered

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from actors.calls.call import MODERN_PROTOCOL, ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics
 from actors.observe.tracing import context_of, tracer
+from actors.run.asking import QuestionGate
 from actors.run.context import ExecutionContext, HandedOver, Interruption
 from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
@@ -58,6 +59,7 @@ from planner.base import (
     PlannerContractViolation,
     PlannerRefused,
     PlanningContext,
+    Question,
     StreamingPlanner,
     ToolSpec,
 )
@@ -66,6 +68,7 @@ from planner.stream import MalformedStream
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_G = TypeVar("_G", "ReviewGate", "QuestionGate")
 
 JOIN_GRACE_S = 10.0
 """How long a join may still take after the deadline passed: a run that has its answer should complete."""
@@ -101,12 +104,14 @@ class RunDriver:
         pins: Mapping[str, str] | None = None,
         operate: Operate | None = None,
         review: ReviewGate | None = None,
+        questions: QuestionGate | None = None,
     ) -> None:
         """``servers``, ``withdrawn`` and ``pins``: the toolset servers calls go to, the declared tools that
         may not be called now, and the definitions pinned (live views the supervisor keeps current, like
         ``catalogue``)."""
         self._sink = sink
         self._review = review
+        self._questions = questions
         self._metrics = metrics
         self._catalogue = catalogue
         self._planners = planners
@@ -224,10 +229,10 @@ class RunDriver:
                             stream = await self._plan(run, planner, cancel, deadline, plan_changed)
                         except _Halt as halt:
                             await self._halt(run, halt.interruption)
+                    case RunStatus.WAITING if state.question is not None:
+                        await self._gate(self._questions).hold(run, cancel, self.handover)
                     case RunStatus.RUNNING | RunStatus.WAITING if needs_review(run):
-                        if self._review is None:
-                            raise AssertionError("a reviewed run needs a driver with a review gate")
-                        await self._review.hold(run, cancel, deadline, self.handover)
+                        await self._gate(self._review).hold(run, cancel, deadline, self.handover)
                     case RunStatus.RUNNING | RunStatus.WAITING:
                         execution = RoundExecution(
                             run, self.context, cancel, deadline, plan_changed, self.handover
@@ -330,6 +335,9 @@ class RunDriver:
             return None
         await self._record_usage(run, context, "plan")
         if await self._out_of_model_budget(run):
+            return None
+        if isinstance(proposal, Question):  # the planner cannot plan without a person: the run waits
+            await self._gate(self._questions).ask(run, proposal.text, deadline)
             return None
         await self._accept(run, proposal)
         return None
@@ -471,6 +479,14 @@ class RunDriver:
         status = RunStatus.CANCELLED if interruption.reason is StopReason.CANCELLED else RunStatus.STOPPED
         await run.finish(status, interruption.reason, interruption.detail)
 
+    @staticmethod
+    def _gate(gate: _G | None) -> _G:
+        """A gate this driver was given: a run that waits for a person needs one (the supervisor's driver has
+        both; a test's may not)."""
+        if gate is None:
+            raise AssertionError("this run waits for a person, and the driver was given no gate for it")
+        return gate
+
     def _context(self, state: RunState) -> PlanningContext:
         """What the planner is shown: only the tools this run could use right now, and observations as data."""
         authority = self.context.authority(state)
@@ -487,6 +503,7 @@ class RunDriver:
             observations=tuple(observations(state)),
             replan_reason=state.replan_reason,
             unanswered=unanswered(state),
+            answers=state.answers,
         )
 
 

@@ -9,18 +9,14 @@ became of it before the round acts on it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import datetime, timedelta
 
-from actors.run.context import HandedOver
 from actors.run.recorder import RunRecorder, now
+from actors.run.waiting import decided
 from actors.store.reviews import Review, ReviewStore
 from dag.events import PlanReviewed, PlanReviewRequested, RunFinished
 from dag.review import REVIEW_WINDOW_S, ReviewState, plan_hash, unreviewed
 from dag.states import RunStatus, StopReason
-
-POLL_S = 0.25
-"""How often a waiting run reads its review's row: what a person's decision waits, at most, to be seen."""
 
 
 def needs_review(run: RunRecorder) -> bool:
@@ -71,24 +67,18 @@ class ReviewGate:
                     expires_at=asked.expires_at,
                 )
             )
-        while True:
-            review = await self._store.get(state.run_id, round_number)
-            assert review is not None, "the review was asked for before the run waited on it"
-            if review.state is ReviewState.AWAITING and (cancel.is_set() or now() >= review.expires_at):
-                expired = await self._store.decide(
-                    state.run_id, round_number, ReviewState.EXPIRED, actor=self._actor, quoted_hash=None
-                )
-                if expired is None:
-                    continue  # a person decided at the last moment: that decision stands
-                review = expired
-            if review.state is not ReviewState.AWAITING:
-                await self._record(run, review, cancelled=cancel.is_set())
-                return
-            if handover.is_set():
-                raise HandedOver(f"run {state.run_id} handed over while its plan waits for review")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(POLL_S):
-                    await _first(cancel, handover)
+        review = await decided(
+            lambda: self._store.get(state.run_id, round_number),
+            awaiting=lambda row: row.state is ReviewState.AWAITING,
+            expires_at=lambda row: row.expires_at,
+            expire=lambda: self._store.decide(
+                state.run_id, round_number, ReviewState.EXPIRED, actor=self._actor, quoted_hash=None
+            ),
+            cancel=cancel,
+            handover=handover,
+            what=f"round {round_number}'s plan of run {state.run_id}",
+        )
+        await self._record(run, review, cancelled=cancel.is_set())
 
     async def _record(self, run: RunRecorder, review: Review, *, cancelled: bool) -> None:
         decided = PlanReviewed(
@@ -113,13 +103,3 @@ class ReviewGate:
             status, reason = RunStatus.STOPPED, StopReason.REVIEW_EXPIRED
             detail = f"round {review.round}'s plan was not reviewed by {review.expires_at.isoformat()}"
         await run.record(decided, RunFinished(at=now(), status=status, stop_reason=reason, detail=detail))
-
-
-async def _first(*events: asyncio.Event) -> None:
-    """Return once any of ``events`` is set."""
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()

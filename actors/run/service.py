@@ -14,6 +14,7 @@ import asyncpg
 
 from actors.calls.call import ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics, report
+from actors.run.asking import QuestionGate
 from actors.run.context import HandedOver
 from actors.run.driver import RunDriver
 from actors.run.operate import Operate, sweep
@@ -24,6 +25,7 @@ from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunReq
 from actors.store.operations import Operation, OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import LeaseLost, Leases
+from actors.store.questions import QuestionStore
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.reviews import ReviewStore
 from actors.store.runs import Creation, RunStore
@@ -132,6 +134,7 @@ class RunService:
             pins=self._pins,
             operate=Operate(self._operations, actor=f"supervisor:{owner}"),
             review=ReviewGate(ReviewStore(pool), actor=f"supervisor:{owner}"),
+            questions=QuestionGate(QuestionStore(pool), actor=f"supervisor:{owner}"),
         )
         self._resource_checks = (
             resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)

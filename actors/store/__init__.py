@@ -7,6 +7,7 @@
 - ``ownership``: ``Leases``: one owner per live run, renewed, taken over when it lapses;
 - ``operations``: the operation ledger's rows (a write's one execution right, docs/EFFECTS.md);
 - ``reviews``: plan reviews' rows (a person's yes to a plan's hash, docs/PEOPLE.md);
+- ``questions``: a planner's questions and a person's answers (docs/PEOPLE.md);
 - ``outbox``: terminal events delivered at least once; ``retention``: old events removed;
 - ``resilience``: idempotent statements retried across a dropped connection or a database restart.
 """

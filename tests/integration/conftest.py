@@ -12,9 +12,12 @@ import asyncio
 import logging
 import os
 import secrets
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,21 +37,22 @@ from actors.store.database import (
 from actors.store.runs import RunStore
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from dag.budget import Budgets
+from dag.questions import ANSWER_SCOPE
 from dag.review import REVIEW_SCOPE
 from dag.tokens import TaskTokens
 from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.server import MCP_PATH, ToolServer
 from tests.caseops import prepare_caseops_database
-from tests.conftest import TEST_HOME
+from tests.conftest import REPO, TEST_HOME
 from tests.loopback import free_port, wait_until_ok
 
 DEMO_KEY = "dev-key-tenant-demo"
 OTHER_KEY = "dev-key-tenant-other"
 NO_DOCUMENTS_KEY = "test-key-no-documents"
 APPROVER_KEY = "test-key-approver"
-"""A person of tenant-demo who may decide operations and plans (``runs:approve``, ``runs:review``), and is
-nobody's run's principal."""
+"""A person of tenant-demo who may decide operations and plans and answer planners (``runs:approve``,
+``runs:review``, ``runs:answer``), and is nobody's run's principal."""
 OTHER_APPROVER_KEY = "test-key-other-approver"
 SELF_APPROVER_KEY = "test-key-self-approver"
 """The dev key's own subject, with ``runs:approve`` and ``runs:review``: the principal of the runs ``DEMO_KEY``
@@ -61,7 +65,9 @@ TEST_API_KEYS: dict[str, ApiKeyGrant] = {
     # A person who decides must be able to read the run: its tools' scopes, and runs:approve (a write) or
     # runs:review (a plan).
     APPROVER_KEY: ApiKeyGrant(
-        tenant_id="tenant-demo", subject="approver", scopes=(*ALL_SCOPES, APPROVE_SCOPE, REVIEW_SCOPE)
+        tenant_id="tenant-demo",
+        subject="approver",
+        scopes=(*ALL_SCOPES, APPROVE_SCOPE, REVIEW_SCOPE, ANSWER_SCOPE),
     ),
     OTHER_APPROVER_KEY: ApiKeyGrant(
         tenant_id="tenant-other", subject="approver", scopes=(*ALL_SCOPES, APPROVE_SCOPE)
@@ -246,6 +252,18 @@ async def store(dsn: str) -> AsyncIterator[RunStore]:
     pool = await create_pool(dsn, max_size=4)
     yield RunStore(pool)
     await pool.close()
+
+
+def raydag_cli(*args: str, url: str, key: str) -> subprocess.CompletedProcess[str]:
+    """``raydag ARGS --url URL --api-key KEY``, as a person at a terminal runs it: its exit code and output."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "raydag"), *args, "--url", url, "--api-key", key],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def auth(key: str) -> dict[str, str]:

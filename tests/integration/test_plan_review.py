@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,8 +17,7 @@ from actors.launch.settings import DEV_API_KEYS
 from dag.policy import TenantPolicy
 from dag.review import plan_hash
 from tests.c102 import C102_RESULT
-from tests.conftest import REPO
-from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, OTHER_KEY, SELF_APPROVER_KEY, auth
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, OTHER_KEY, SELF_APPROVER_KEY, auth, raydag_cli
 from tests.integration.headless import Chromium
 from tests.integration.test_api_supervisor_restart import serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import finished, own_api, problem, wait_for, waiting
@@ -224,17 +222,9 @@ def test_a_replan_waits_again_only_for_calls_no_earlier_yes_covered_and_each_yes
 
 def test_a_person_reviews_a_plan_from_the_terminal(api: Any) -> None:
     base, tools, _ = api
-    raydag = str(Path(sys.executable).parent / "raydag")
 
     def reviews_cli(*args: str, key: str = APPROVER_KEY) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [raydag, "reviews", *args, "--url", base, "--api-key", key],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return raydag_cli("reviews", *args, url=base, key=key)
 
     with httpx.Client(base_url=base, timeout=30) as client:
         run_id, review = waiting_review(client)

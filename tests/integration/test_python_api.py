@@ -200,6 +200,49 @@ def test_a_script_reviews_a_runs_plan_by_its_hash_before_anything_runs(dsn: str,
     )
 
 
+ANSWERING_SCRIPT = """\
+import json, time
+import ray
+import raydag
+
+ray.init()
+with raydag.start() as rd:
+    run_id = rd.submit(resource={"case_id": "C-102"}, planner="asking")
+    deadline = time.monotonic() + 120
+    while not rd.questions(run_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    [asked] = rd.questions(run_id)
+    answered = rd.answer(run_id, 1, "C-102", by="alice")
+    try:
+        rd.answer(run_id, 1, "C-999", by="mallory")
+        again = None
+    except raydag.AnswerRefused as refused:
+        again = refused.refusal.value
+    run = rd.wait(run_id, timeout_s=120)
+    print(json.dumps({"asked": asked["question"], "by": answered["answered_by"], "again": again,
+                      "status": run.status, "result": run.result}))
+"""
+
+
+def test_a_script_answers_a_planners_question_and_the_run_goes_on_with_it(dsn: str, tmp_path: Path) -> None:
+    returncode, stdout, stderr = run_script(
+        ANSWERING_SCRIPT, dsn, tmp_path, PYTHONPATH=str(REPO), RAYDAG_PLANNERS="tests.planners:AskingPlanner"
+    )
+
+    assert returncode == 0, stderr[-3000:]
+    answer = json.loads(stdout.strip().splitlines()[-1])
+    assert (answer["asked"], answer["by"], answer["again"]) == (
+        "Which case should I read?",
+        "person:tenant-demo/alice",
+        "question-already-answered",
+    )
+    assert (answer["status"], answer["result"]) == (
+        "completed",
+        {"read": ["case"], "told": ["person:tenant-demo/alice: C-102"]},
+    )
+
+
 async def outbox_rows(dsn: str, key: str) -> list[str]:
     """The requests caseops' outbox holds under ``key``: the effect, counted where it happens."""
     connection = await asyncpg.connect(dsn)

@@ -171,12 +171,23 @@ def test_each_budget_stops_the_run_with_its_own_reason() -> None:
         "max_stale_replans": StopReason.NO_NEW_EVIDENCE,
         "max_tokens": StopReason.TOKEN_BUDGET_EXHAUSTED,
         "max_cost_usd": StopReason.COST_BUDGET_EXHAUSTED,
+        "max_questions": StopReason.QUESTION_LIMIT,
     }
 
 
 def test_every_limit_that_can_stop_a_run_has_a_stop_reason() -> None:
     # max_parallel only queues calls; every other budget ends the run when it runs out.
     assert set(STOP_REASON_OF_BUDGET) == set(Budgets.model_fields) - {"max_parallel"}
+
+
+def test_a_question_past_the_budget_names_it() -> None:
+    budgets = Budgets(max_questions=1)
+
+    budgets.check_questions(asked=1)
+    with pytest.raises(BudgetExceeded) as caught:
+        budgets.check_questions(asked=2)
+
+    assert (caught.value.budget, caught.value.used, caught.value.limit) == ("max_questions", 2, 1)
 
 
 def test_model_usage_beyond_either_budget_names_it() -> None:

@@ -27,6 +27,7 @@ TOOLS = [ToolSpec.of(contract) for contract in CASEOPS_TOOLS.values()]
 def test_every_schema_raydag_sends_fits_the_strict_subset() -> None:
     for tools in (TOOLS, TOOLS[:1], TOOLS[2:]):
         assert strict_violations(plan_schema(tools)) == []
+        assert strict_violations(plan_schema(tools, may_ask=True)) == []
     assert strict_violations(join_schema(DocumentCheckResult.model_json_schema())) == []
     assert strict_violations(join_schema(Answer.model_json_schema())) == []
 
