@@ -258,7 +258,7 @@ class Raydag:
         person = Person(self._tenant, by)
 
         async def made(store: ReviewStore) -> dict[str, Any]:
-            review = await store.get(run_id, round_number) if _is_uuid(run_id) else None
+            review = await store.current(run_id, round_number) if _is_uuid(run_id) else None
             if review is None or review.tenant_id != self._tenant:
                 raise ReviewRefused(ReviewRefusal.NOT_FOUND)
             decided = await decide_plan(

@@ -144,7 +144,7 @@ async def decide_plan(
 ) -> Review:
     """Approve or reject round ``round_number``'s plan of the run for ``person``, quoting ``quoted_hash``: the
     decided review. ``policy``, the tenant's, says whether the run's own principal may decide it."""
-    review = await store.get(run_id, round_number)
+    review = await store.current(run_id, round_number)
     if review is None:
         raise ReviewRefused(ReviewRefusal.NOT_FOUND)
     refusal = review_refusal(
@@ -153,10 +153,10 @@ async def decide_plan(
     if refusal is not None:
         raise ReviewRefused(refusal)
     decided = await store.decide(
-        run_id, round_number, _REVIEW_TARGET[verdict], actor=person.actor, quoted_hash=quoted_hash, note=note
+        run_id, round_number, quoted_hash, _REVIEW_TARGET[verdict], actor=person.actor, note=note
     )
     if decided is None:  # decided, or expired, between the read and the update
-        current = await store.get(run_id, round_number)
+        current = await store.get(run_id, round_number, quoted_hash)
         expired = current is not None and (
             current.state is ReviewState.EXPIRED
             or (current.state is ReviewState.AWAITING and current.expires_at <= datetime.now(UTC))

@@ -46,17 +46,19 @@ class ReviewGate:
         running again once approved, and finished otherwise (rejected, expired, cancelled)."""
         state = run.state
         round_number = state.round
+        plan = state.plans[round_number - 1]
+        quoted = plan_hash(plan.to_json())  # the recorded plan's: what a yes must be to
         if state.review_round is None:
-            plan = state.plans[round_number - 1]
             asked = await self._store.request(
                 run_id=state.run_id,
                 round_number=round_number,
                 tenant_id=state.principal.tenant_id,
                 subject=state.principal.subject,
                 plan=plan.to_json(),
-                plan_hash=plan_hash(plan.to_json()),
+                plan_hash=quoted,
                 nodes=unreviewed(plan, state.reviewed_calls),
                 expires_at=min(now() + timedelta(seconds=REVIEW_WINDOW_S), deadline),
+                actor=self._actor,
             )
             await run.record(
                 PlanReviewRequested(
@@ -68,11 +70,11 @@ class ReviewGate:
                 )
             )
         review = await decided(
-            lambda: self._store.get(state.run_id, round_number),
+            lambda: self._store.get(state.run_id, round_number, quoted),
             awaiting=lambda row: row.state is ReviewState.AWAITING,
             expires_at=lambda row: row.expires_at,
             expire=lambda: self._store.decide(
-                state.run_id, round_number, ReviewState.EXPIRED, actor=self._actor, quoted_hash=None
+                state.run_id, round_number, quoted, ReviewState.EXPIRED, actor=self._actor
             ),
             cancel=cancel,
             handover=handover,

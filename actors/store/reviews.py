@@ -2,6 +2,7 @@
 
 The run's driver asks for a review (``request``) and waits on its row; a person decides it through the API or
 the Python API (``decide``), which needs no supervisor: the row is the meeting point, as an operation's is.
+A row is one plan of one round, keyed by its hash: a yes is to that plan, whatever else the round proposes.
 """
 
 from __future__ import annotations
@@ -75,45 +76,72 @@ class ReviewStore:
         plan_hash: str,
         nodes: Sequence[str],
         expires_at: datetime,
+        actor: str,
     ) -> Review:
-        """The round's review: asked for the first time, or the row as it is (a recovered run asks again)."""
+        """The review of this round's plan: asked for the first time, or the row as it is (a recovered run
+        asks again for the plan it recorded). A review of another plan of the round still awaiting is expired
+        by ``actor``: its plan was never recorded (its supervisor died first), so no yes to it may stand."""
 
         async def attempt() -> Review:
-            row = await self._pool.fetchrow(
-                """WITH asked AS (
-                       INSERT INTO plan_reviews (run_id, round, tenant_id, subject, plan, plan_hash, nodes, state,
+            async with self._pool.acquire() as connection, connection.transaction():
+                await connection.execute(
+                    """UPDATE plan_reviews SET state = 'expired', decided_by = $4, decided_at = now(),
+                           note = 'another plan of the round was put to review'
+                       WHERE run_id = $1 AND round = $2 AND plan_hash <> $3 AND state = 'awaiting'""",
+                    uuid.UUID(run_id),
+                    round_number,
+                    plan_hash,
+                    actor,
+                )
+                await connection.execute(
+                    """INSERT INTO plan_reviews (run_id, round, tenant_id, subject, plan, plan_hash, nodes, state,
                                                  expires_at)
                        VALUES ($1, $2, $3, $4, $5, $6, $7, 'awaiting', $8)
-                       ON CONFLICT DO NOTHING
-                       RETURNING *
-                   )
-                   SELECT * FROM asked
-                   UNION ALL
-                   SELECT * FROM plan_reviews WHERE run_id = $1 AND round = $2 AND NOT EXISTS (SELECT 1 FROM asked)""",
-                uuid.UUID(run_id),
-                round_number,
-                tenant_id,
-                subject,
-                dict(plan),
-                plan_hash,
-                list(nodes),
-                expires_at,
-            )
-            assert row is not None, "the insert or the row it conflicted with"
+                       ON CONFLICT DO NOTHING""",
+                    uuid.UUID(run_id),
+                    round_number,
+                    tenant_id,
+                    subject,
+                    dict(plan),
+                    plan_hash,
+                    list(nodes),
+                    expires_at,
+                )
+                row = await connection.fetchrow(
+                    "SELECT * FROM plan_reviews WHERE run_id = $1 AND round = $2 AND plan_hash = $3",
+                    uuid.UUID(run_id),
+                    round_number,
+                    plan_hash,
+                )
+            assert row is not None, "inserted, or there already"
             return _review(row)
 
         return await retrying(attempt, window_s=RUN_WINDOW_S, what=f"plan review of run {run_id}")
 
-    async def get(self, run_id: str, round_number: int) -> Review | None:
+    async def get(self, run_id: str, round_number: int, plan_hash: str) -> Review | None:
+        """The review of that plan of the round."""
         row = await self._pool.fetchrow(
-            "SELECT * FROM plan_reviews WHERE run_id = $1 AND round = $2", uuid.UUID(run_id), round_number
+            "SELECT * FROM plan_reviews WHERE run_id = $1 AND round = $2 AND plan_hash = $3",
+            uuid.UUID(run_id),
+            round_number,
+            plan_hash,
+        )
+        return _review(row) if row is not None else None
+
+    async def current(self, run_id: str, round_number: int) -> Review | None:
+        """The round's review a decision is about: the one awaiting, else the newest."""
+        row = await self._pool.fetchrow(
+            """SELECT * FROM plan_reviews WHERE run_id = $1 AND round = $2
+               ORDER BY state = 'awaiting' DESC, created_at DESC LIMIT 1""",
+            uuid.UUID(run_id),
+            round_number,
         )
         return _review(row) if row is not None else None
 
     async def of_run(self, run_id: str) -> list[Review]:
         """The run's reviews, first round first."""
         rows = await self._pool.fetch(
-            "SELECT * FROM plan_reviews WHERE run_id = $1 ORDER BY round", uuid.UUID(run_id)
+            "SELECT * FROM plan_reviews WHERE run_id = $1 ORDER BY round, created_at", uuid.UUID(run_id)
         )
         return [_review(row) for row in rows]
 
@@ -121,27 +149,25 @@ class ReviewStore:
         self,
         run_id: str,
         round_number: int,
+        plan_hash: str,
         target: ReviewState,
         *,
         actor: str,
-        quoted_hash: str | None,
         note: str | None = None,
     ) -> Review | None:
-        """Move the review from ``awaiting`` to ``target``: the moved row, or ``None`` if it was no longer
-        awaiting (decided or expired meanwhile), its deadline had passed (unless expiring it), or it holds
-        another hash than ``quoted_hash``."""
+        """Move the review of that plan from ``awaiting`` to ``target``: the moved row, or ``None`` if it no
+        longer awaited (decided or expired meanwhile) or its deadline had passed (unless expiring it)."""
         row = await self._pool.fetchrow(
             """UPDATE plan_reviews
-               SET state = $3, decided_by = $4, decided_at = now(), note = $5
-               WHERE run_id = $1 AND round = $2 AND state = 'awaiting'
-                 AND ($6::text IS NULL OR plan_hash = $6)
-                 AND ($3 = 'expired' OR expires_at > now())
+               SET state = $4, decided_by = $5, decided_at = now(), note = $6
+               WHERE run_id = $1 AND round = $2 AND plan_hash = $3 AND state = 'awaiting'
+                 AND ($4 = 'expired' OR expires_at > now())
                RETURNING *""",
             uuid.UUID(run_id),
             round_number,
+            plan_hash,
             target.value,
             actor,
             note,
-            quoted_hash,
         )
         return _review(row) if row is not None else None

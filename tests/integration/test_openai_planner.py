@@ -343,7 +343,7 @@ async def test_a_reviewed_run_of_a_streaming_planner_shows_the_whole_plan_before
         )
         reviews = ReviewStore(pool)
         for _ in range(300):
-            review = await reviews.get(submitted.run_id, 1)
+            review = await reviews.current(submitted.run_id, 1)
             if review is not None:
                 break
             await asyncio.sleep(0.1)
