@@ -62,8 +62,9 @@ def _script(model: MockModel, streamed: bool) -> None:
     plan = json.dumps(C102_PLAN)
     if streamed:
         model.answer(Stream(_tokens(plan), pace_s=1 / TOKENS_PER_S, first_token_s=FIRST_TOKEN_S))
-    else:
-        model.answer(Json(response_body(plan), delay_s=_writing_time_s(plan)))
+    else:  # a whole answer also says it asks nothing (the strict schema's question); a stream cannot ask
+        whole = json.dumps({**C102_PLAN, "question": None})
+        model.answer(Json(response_body(whole), delay_s=_writing_time_s(plan)))
     final = json.dumps(FINAL)
     model.answer(Json(response_body(final), delay_s=_writing_time_s(final)))
 
