@@ -26,7 +26,7 @@ from dag.budget import Budgets
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
 from dag.health import ToolHealth
-from dag.policy import TenantPolicy
+from dag.policy import TenantPolicy, policy_of
 from dag.tokens import TaskTokens
 from planner import load_planners, unavailable_planners
 from planner.openai_planner import OpenAISettings
@@ -70,7 +70,7 @@ class SupervisorConfig:
 
     def policy_of(self, tenant_id: str) -> TenantPolicy:
         """``tenant_id``'s policy: its entry, else the strictest."""
-        return dict(self.tenant_policies).get(tenant_id, TenantPolicy())
+        return policy_of(self.tenant_policies, tenant_id)
 
     def effective_toolsets(self) -> Toolsets:
         if isinstance(self.toolsets, str):

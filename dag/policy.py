@@ -51,6 +51,11 @@ class TenantPolicy:
     """The run's own principal may approve or reject its run's plan."""
 
 
+def policy_of(policies: Iterable[tuple[str, TenantPolicy]], tenant_id: str) -> TenantPolicy:
+    """``tenant_id``'s policy among ``policies``; a tenant not named gets the strictest."""
+    return dict(policies).get(tenant_id, TenantPolicy())
+
+
 class Decision(BaseModel):
     """The policy's answer for one node: a value recorded with the node, never an exception."""
 

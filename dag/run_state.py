@@ -43,7 +43,7 @@ from dag.events import (
 )
 from dag.plan import Plan, PlanNode, qualified_id
 from dag.policy import Decision, Principal, RunAuthority
-from dag.review import call_signature
+from dag.review import call_signature, unreviewed
 from dag.run_resource import Resource
 from dag.states import NodeStatus, RunStatus, StopReason, check_node_transition, check_run_transition
 
@@ -150,6 +150,20 @@ class RunState:
     def plan(self) -> Plan | None:
         """The first round's plan."""
         return self.plans[0] if self.plans else None
+
+    @property
+    def awaits_review(self) -> bool:
+        """Whether the current round must wait for a person's yes before anything of it is dispatched: it
+        waits already, or its plan (whole, not still streaming) holds a call no earlier yes covered."""
+        if not self.review or self.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+            return False
+        if self.review_round is not None:
+            return True
+        if self.plan_open or len(self.plans) < self.round:
+            return False
+        return self.status is RunStatus.RUNNING and bool(
+            unreviewed(self.plans[self.round - 1], self.reviewed_calls)
+        )
 
     @property
     def authority(self) -> RunAuthority:

@@ -48,7 +48,7 @@ from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
 from dag.operations import DecisionRefusal
-from dag.policy import Principal, TenantPolicy
+from dag.policy import Principal, TenantPolicy, policy_of
 from dag.questions import AnswerRefusal
 from dag.review import ReviewRefusal
 
@@ -338,7 +338,7 @@ class Raydag:
     def _policy(self) -> TenantPolicy:
         """The session's tenant's policy (``RAYDAG_TENANT_POLICY``)."""
         settings: Settings = self._runtime.settings
-        return dict(settings.tenant_policies()).get(self._tenant, TenantPolicy())
+        return policy_of(settings.tenant_policies(), self._tenant)
 
     async def _own_run(self, store: OperationStore, run_id: str) -> str:
         """``run_id`` if it is a run of the session's tenant, else ``DecisionRefused(NOT_FOUND)``."""

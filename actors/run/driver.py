@@ -28,7 +28,7 @@ from actors.run.asking import QuestionGate
 from actors.run.context import ExecutionContext, HandedOver, Interruption
 from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
-from actors.run.reviewing import ReviewGate, needs_review
+from actors.run.reviewing import ReviewGate
 from actors.run.round import RoundExecution
 from actors.store.ownership import LeaseLost
 from actors.toolsets.config import HttpServer, StdioServer
@@ -231,7 +231,7 @@ class RunDriver:
                             await self._halt(run, halt.interruption)
                     case RunStatus.WAITING if state.question is not None:
                         await self._gate(self._questions).hold(run, cancel, self.handover)
-                    case RunStatus.RUNNING | RunStatus.WAITING if needs_review(run):
+                    case RunStatus.RUNNING | RunStatus.WAITING if state.awaits_review:
                         await self._gate(self._review).hold(run, cancel, deadline, self.handover)
                     case RunStatus.RUNNING | RunStatus.WAITING:
                         execution = RoundExecution(

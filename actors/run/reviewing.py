@@ -19,20 +19,6 @@ from dag.review import REVIEW_WINDOW_S, ReviewState, plan_hash, unreviewed
 from dag.states import RunStatus, StopReason
 
 
-def needs_review(run: RunRecorder) -> bool:
-    """Whether the run's current round must wait for a review before anything of it is dispatched."""
-    state = run.state
-    if not state.review or state.status not in (RunStatus.RUNNING, RunStatus.WAITING):
-        return False
-    if state.review_round is not None:
-        return True
-    if state.plan_open or len(state.plans) < state.round:
-        return False
-    return state.status is RunStatus.RUNNING and bool(
-        unreviewed(state.plans[state.round - 1], state.reviewed_calls)
-    )
-
-
 class ReviewGate:
     def __init__(self, store: ReviewStore, *, actor: str) -> None:
         self._store = store

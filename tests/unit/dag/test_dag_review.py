@@ -153,3 +153,17 @@ def test_a_rejected_review_covers_nothing() -> None:
 def test_the_reducer_refuses_a_review_out_of_turn(events: list[RunEvent]) -> None:
     with pytest.raises(EventRefused):
         fold(events)
+
+
+def test_a_reviewed_round_waits_until_a_yes_covers_its_calls_and_an_unreviewed_run_never_does() -> None:
+    unreviewed_run = fold(
+        [run_created(), PlanningStarted(at=AT, round=1), PlanAccepted(at=AT, round=1, plan=PLAN)]
+    )
+    accepted = fold(reviewed_run())
+    waiting = fold(reviewed_run(requested()))
+    approved = fold(
+        reviewed_run(requested(), PlanReviewed(at=AT, round=1, plan_hash=HASH, verdict="approved", by="p"))
+    )
+
+    assert unreviewed_run.awaits_review is False
+    assert (accepted.awaits_review, waiting.awaits_review, approved.awaits_review) == (True, True, False)
