@@ -18,7 +18,14 @@ from actors.calls.live_catalogue import LiveCatalogue
 from actors.observe.ray_metrics import RayRunMetrics
 from actors.observe.tracing import configure_tracing
 from actors.run.service import RunService
-from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunRequest, SubmitResult
+from actors.run.submission import (
+    MAX_ACTIVE_RUNS,
+    Cancellation,
+    ContinueRequest,
+    Drained,
+    RunRequest,
+    SubmitResult,
+)
 from actors.store.database import create_pool
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
 from actors.toolsets.config import HttpServer, Toolsets, load_toolsets, shipped_toolsets
@@ -239,6 +246,12 @@ class RunSupervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._catalogue.retry_unlisted(), SUBMIT_RELIST_WAIT_S)
         return await service.submit(request)
+
+    async def continue_run(self, request: ContinueRequest) -> SubmitResult:
+        """Continue a run that stopped (``RunService.continue_run``), once its servers have been tried."""
+        service = await self._current()
+        await self._catalogue.first_attempt.wait()
+        return await service.continue_run(request)
 
     async def contracts(self) -> dict[str, ToolContract]:
         """The tools offered now, by name (the API's and the CLI's views read recording modes from them)."""

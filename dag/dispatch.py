@@ -19,7 +19,7 @@ from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
 from dag.errors import BudgetExceeded
 from dag.events import ErrorKind, NodeError
-from dag.gate import AlreadyFailed, Dispatch, RepeatLimit, Reuse, Wait, gate
+from dag.gate import AlreadyFailed, Dispatch, RepeatLimit, Reuse, ReuseCarried, Wait, gate
 from dag.health import Go, HealthKey, ToolHealth, WaitFor
 from dag.policy import Decision, authorize
 from dag.run_state import RunState
@@ -71,6 +71,8 @@ class ReuseOutput:
 
     ready: Ready
     source_node_id: str
+    source_run_id: str | None = None
+    """The earlier run the output comes from (a continuation's carried read); ``None``: this run."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ def dispatch(
                         return steps
                     case Reuse(source_node_id=source):
                         steps.append(ReuseOutput(ready, source))
+                    case ReuseCarried(source_run_id=run, source_node_id=source):
+                        steps.append(ReuseOutput(ready, source, run))
                     case AlreadyFailed(source_node_id=source):
                         error = NodeError(
                             kind=ErrorKind.BUSINESS,

@@ -182,7 +182,8 @@ class NodeDenied(_Event):
 
 
 class NodeReused(_Event):
-    """The fingerprint gate: an identical action already ran in this run, so its output is reused."""
+    """The fingerprint gate: an identical action already ran in this run, or succeeded in the run this one
+    continues (``source_run_id``), so its output is reused."""
 
     kind: Literal["node_reused"] = "node_reused"
     node_id: str
@@ -190,6 +191,8 @@ class NodeReused(_Event):
     args: dict[str, JsonValue]
     fingerprint: str
     source_node_id: str
+    source_run_id: str | None = None
+    """The earlier run whose output is reused (``RunContinued.outputs``); ``None``: this run's own node."""
 
 
 class NodeRetryScheduled(_Event):
@@ -308,6 +311,55 @@ class QuestionAnswered(_Event):
     """Who answered: ``person:TENANT/SUBJECT``; ``supervisor:NAME`` for an expiry."""
 
 
+class CarriedOutput(BaseModel):
+    """A read that succeeded in an earlier run of a continued chain: its output is reused, not called again."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fingerprint: str
+    tool: str
+    args: dict[str, JsonValue]
+    output: JsonValue
+    run_id: str
+    node_id: str
+
+
+class CarriedOperation(BaseModel):
+    """A write of an earlier run of the chain that the continuation takes over by id: proposed again with
+    these exact arguments, it is that operation (a succeeded one is never executed again; an unknown one is
+    reconciled first)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    args_hash: str
+    operation_id: str
+
+
+class CarriedAnswer(BaseModel):
+    """A person's answer the planner was shown in an earlier run of the chain, or the one given to continue."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    question: str
+    answer: str
+    by: str
+
+
+class RunContinued(_Event):
+    """The run continues ``continues``, which stopped: recorded with ``run_created`` in one transaction, before
+    anything else. What it carries is the whole of what the earlier runs lend it; their records stay as they
+    were."""
+
+    kind: Literal["run_continued"] = "run_continued"
+    continues: str
+    by: str
+    """Who continued: ``person:TENANT/SUBJECT``."""
+    outputs: tuple[CarriedOutput, ...] = ()
+    operations: tuple[CarriedOperation, ...] = ()
+    answers: tuple[CarriedAnswer, ...] = ()
+
+
 class RunResumed(_Event):
     """Nothing the run waited on waits any more: every operation was decided or settled."""
 
@@ -324,6 +376,7 @@ class RunFinished(_Event):
 
 RunEvent = Annotated[
     RunCreated
+    | RunContinued
     | PlanningStarted
     | PlanAccepted
     | PlanNodeAccepted

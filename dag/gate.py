@@ -1,4 +1,5 @@
-"""The action-fingerprint gate: an identical action runs once per run, and only so often may it be proposed."""
+"""The action-fingerprint gate: an identical action runs once per run (and a read once per chain of continued
+runs), and only so often may it be proposed."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ class Dispatch:
 class Reuse:
     """The identical action already produced an output in this run: use it, execute nothing."""
 
+    source_node_id: str
+
+
+@dataclass(frozen=True)
+class ReuseCarried:
+    """The identical read succeeded in an earlier run this one continues: use its output, execute nothing."""
+
+    source_run_id: str
     source_node_id: str
 
 
@@ -42,7 +51,7 @@ class RepeatLimit:
     limit: int
 
 
-GateDecision = Dispatch | Reuse | Wait | AlreadyFailed | RepeatLimit
+GateDecision = Dispatch | Reuse | ReuseCarried | Wait | AlreadyFailed | RepeatLimit
 
 
 def gate(
@@ -64,7 +73,8 @@ def gate(
     except BudgetExceeded:
         return RepeatLimit(proposals, state.budgets.repeat_limit)
     if source_id is None:
-        return Dispatch()
+        carried = state.carried.get(fingerprint)
+        return Dispatch() if carried is None else ReuseCarried(carried.run_id, carried.node_id)
     source = state.nodes[source_id]
     if source.status.has_output:
         return Reuse(source_id)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, assert_never
 from dag.budget import Budgets
 from dag.errors import EventRefused, IllegalTransition
 from dag.events import (
+    CarriedOutput,
     GroupSettled,
     JoinStarted,
     ModelUsed,
@@ -34,6 +35,7 @@ from dag.events import (
     PlanReviewRequested,
     QuestionAnswered,
     QuestionAsked,
+    RunContinued,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -73,6 +75,8 @@ class NodeState:
     output: Any = None
     error: NodeError | None = None
     reused_from: str | None = None
+    reused_from_run: str | None = None
+    """The earlier run whose node ``reused_from`` is (a continuation's carried output); ``None``: this run."""
     skipped_because: str | None = None
     dispatched_at: datetime | None = None
     started_at: datetime | None = None
@@ -140,11 +144,21 @@ class RunState:
     question: tuple[int, str] | None = None
     """The planner's question waiting for a person's answer now: its number and text."""
     questions_asked: int = 0
+    expired_question: str | None = None
+    """The question no one answered in time (the run stopped on it): a continuation may answer it."""
     answers: tuple[Answered, ...] = ()
     """Every question answered, in order: the planner is shown them."""
     reviewed_calls: frozenset[str] = frozenset()
     """The call signatures (``dag.review.call_signature``) of every node a person approved: a replan repeating
     one does not wait again."""
+    continues: str | None = None
+    """The earlier run this one continues (``RunContinued``)."""
+    continued_by: str | None = None
+    """Who continued it: ``person:TENANT/SUBJECT``."""
+    carried: Mapping[str, CarriedOutput] = field(default_factory=dict)
+    """The reads that succeeded in the earlier runs of the chain, by fingerprint: reused, never called again."""
+    carried_operations: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """(tool, arguments hash) → the earlier run's operation this run takes over when it proposes that write."""
 
     @property
     def plan(self) -> Plan | None:
@@ -259,6 +273,17 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
     match event:
         case RunCreated():
             raise EventRefused(event.kind, "run_created may only start a run")
+        case RunContinued():
+            if state.status is not RunStatus.PENDING or state.round or state.continues is not None:
+                raise EventRefused(event.kind, "run_continued may only follow run_created")
+            return _evolve(
+                state,
+                continues=event.continues,
+                continued_by=event.by,
+                carried={output.fingerprint: output for output in event.outputs},
+                carried_operations={(op.tool, op.args_hash): op.operation_id for op in event.operations},
+                answers=tuple(Answered(item.question, item.answer, item.by) for item in event.answers),
+            )
         case PlanningStarted():
             return _set_run_status(
                 state,
@@ -361,19 +386,16 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             )
             return _proposed(state, event.fingerprint)
         case NodeReused():
-            source = state.nodes[event.source_node_id]
-            if not source.status.has_output:
-                raise EventRefused(
-                    event.kind, f"{event.node_id} reuses {source.node_id}, which has no output"
-                )
+            output, source = _reused_output(state, event)
             state = _with_node(
                 state,
                 event.node_id,
                 NodeStatus.REUSED,
                 args=event.args,
                 fingerprint=event.fingerprint,
-                output=source.output,
-                reused_from=source.node_id,
+                output=output,
+                reused_from=event.source_node_id,
+                reused_from_run=source,
                 finished_at=event.at,
             )
             return _proposed(state, event.fingerprint)
@@ -448,7 +470,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             if state.question is None or event.number != state.question[0]:
                 raise EventRefused(event.kind, f"question {event.number} does not wait for an answer")
             if event.answer is None:  # expired: the run ends with the event that follows
-                return _evolve(state, question=None)
+                return _evolve(state, question=None, expired_question=state.question[1])
             answered = Answered(state.question[1], event.answer, event.by)
             return _set_run_status(
                 state, RunStatus.PLANNING, question=None, answers=(*state.answers, answered)
@@ -510,6 +532,19 @@ def _add_plan_nodes(
         current = state.plans[round_number - 1]
         plans = (*state.plans[: round_number - 1], Plan(nodes=(*current.nodes, *specs)))
     return _evolve(state, plans=plans, specs=all_specs, nodes=nodes, order=state.order + tuple(added))
+
+
+def _reused_output(state: RunState, event: NodeReused) -> tuple[Any, str | None]:
+    """The output ``event`` reuses, and the earlier run it comes from (``None``: this run's own node)."""
+    if event.source_run_id is None:
+        source = state.nodes[event.source_node_id]
+        if not source.status.has_output:
+            raise EventRefused(event.kind, f"{event.node_id} reuses {source.node_id}, which has no output")
+        return source.output, None
+    carried = state.carried.get(event.fingerprint)
+    if carried is None or (carried.run_id, carried.node_id) != (event.source_run_id, event.source_node_id):
+        raise EventRefused(event.kind, f"{event.node_id} reuses an output the run did not carry over")
+    return carried.output, carried.run_id
 
 
 def _answerless(node: NodeState) -> bool:

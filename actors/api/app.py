@@ -53,7 +53,14 @@ from actors.launch.local import database, supervisor_config
 from actors.launch.ports import refuse_shared_listener
 from actors.launch.settings import ApiKeyGrant, Settings, load_settings
 from actors.observe.tracing import carrier, configure_tracing
-from actors.run.submission import DEFAULT_GOAL, Cancellation, RunRequest, Submission, SubmitResult
+from actors.run.submission import (
+    DEFAULT_GOAL,
+    Cancellation,
+    ContinueRequest,
+    RunRequest,
+    Submission,
+    SubmitResult,
+)
 from actors.store.database import create_pool
 from actors.store.operations import OperationStore
 from actors.store.questions import QuestionStore
@@ -66,6 +73,7 @@ from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE
 from dag.policy import Principal
+from dag.questions import MAX_ANSWER_CHARS
 from dag.run_resource import (
     IDENTIFIER_PATTERN,
     MAX_RESOURCE_KEY_LENGTH,
@@ -196,6 +204,33 @@ class RunCreate(BaseModel):
         """Where the body holds what PostgreSQL cannot store or JSON cannot carry (NUL, lone surrogates,
         non-finite numbers); the typed fields refuse those themselves."""
         free = {"goal": self.goal, "planner": self.planner, "plan": self.plan, "resource": self.resource}
+        return [{"location": f"/body{pointer}", "message": reason} for pointer, reason in unfit_values(free)]
+
+
+class RunContinue(BaseModel):
+    """``POST /runs/{id}/continue``. The tenant, principal, resource, stage, planner and tool definitions are
+    the earlier run's: only these may be new."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str | None = Field(
+        default=None, min_length=1, max_length=2000, description="A new goal; by default the earlier run's."
+    )
+    answer: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_ANSWER_CHARS,
+        description="What the planner is told, with who said it, as a person's answer to what the run stopped "
+        "on; never authority.",
+    )
+    budgets: BudgetRequest | None = Field(
+        default=None,
+        description="Applied over the earlier run's budgets, each within the server's limit: more room than "
+        "the earlier run had is allowed.",
+    )
+
+    def unfit(self) -> list[dict[str, str]]:
+        free = {"goal": self.goal, "answer": self.answer}
         return [{"location": f"/body{pointer}", "message": reason} for pointer, reason in unfit_values(free)]
 
 
@@ -392,6 +427,10 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             and await state.store.run_row(principal, submitted.run_id) is not None
         )
         raise_for_submission(submitted, conflicting_run_visible=conflicting_run_visible)
+        return await accepted(principal, submitted, wait)
+
+    async def accepted(principal: Principal, submitted: SubmitResult, wait: float) -> JSONResponse:
+        """The run a request created (201) or replayed (200), once it has ended or ``wait`` seconds passed."""
         run_id = submitted.run_id
         assert run_id is not None
         if wait > 0:
@@ -448,6 +487,43 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
                 409, "run-not-owned", "the run is live but no supervisor drives it now; retry shortly"
             )
         return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
+
+    @app.post(
+        "/runs/{run_id}/continue",
+        status_code=201,
+        responses={
+            201: {"description": "The continuation, a new run; Location names it."},
+            200: {"description": "A replay: the continuation this same request already created."},
+            **problem_responses(400, 401, 404, 409, 410, 413, 422, 503),
+        },
+    )
+    async def continue_run(
+        run_id: str,
+        body: RunContinue | None = None,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
+        principal: Principal = caller,
+    ) -> JSONResponse:
+        """Continue a run that stopped: a new run over the same tenant, principal and resource, linked both
+        ways, that reuses every read that succeeded and takes its writes over by id (docs/PEOPLE.md)."""
+        body = body if body is not None else RunContinue()
+        unfit = body.unfit()
+        if unfit:
+            raise Problem(
+                422, "invalid-request", "the request holds values that cannot be stored", errors=unfit
+            )
+        request = ContinueRequest(
+            principal=principal,
+            run_id=run_id,
+            goal=body.goal,
+            answer=body.answer,
+            budgets=body.budgets,
+            trace=carrier(),
+        )
+        submitted: SubmitResult = await ask(
+            lambda: state.supervisor.continue_run.remote(request), line=state.submissions
+        )
+        raise_for_submission(submitted, conflicting_run_visible=True)
+        return await accepted(principal, submitted, wait)
 
     # The operation ledger (/runs/{id}/operations…): a run's writes, and a person's decisions on them.
     app.include_router(

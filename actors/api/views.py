@@ -34,7 +34,14 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "plan": row["plan"],
         "created_at": iso(row["created_at"]),
         "finished_at": iso(row["finished_at"]),
+        # The chain of continuations, both ways: the run this one continues, and the one continuing it.
+        "continues": _id_or_none(row.get("continues")),
+        "continued_by": _id_or_none(row.get("continued_by")),
     }
+
+
+def _id_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def attempt_view(row: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +76,7 @@ def node_view(
         "error": node.error.model_dump(mode="json") if node.error is not None else None,
         "decision": node.decision.model_dump(mode="json") if node.decision is not None else None,
         "reused_from": node.reused_from,
+        "reused_from_run": node.reused_from_run,
         "for_each_parent": node.parent,
         "children": list(node.children) if node.children is not None else None,
         "history": [attempt_view(row) for row in history or []],

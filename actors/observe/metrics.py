@@ -38,6 +38,7 @@ from dag.events import (
     PlanReviewRequested,
     QuestionAnswered,
     QuestionAsked,
+    RunContinued,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -161,6 +162,7 @@ def count(metrics: RunMetrics, before: RunState | None, event: RunEvent, after: 
             metrics.run_recovered()
         case (
             RunCreated()
+            | RunContinued()
             | PlanningStarted()
             | PlanAccepted()
             | PlanNodeAccepted()

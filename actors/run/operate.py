@@ -84,7 +84,10 @@ class Operate:
         assert spec is not None, "only a write tool with an operation declared is driven here"
         started = now()
         digest = arguments_hash(args)
-        op_id = operation_id(state.run_id, contract.name, digest)
+        # A continuation proposing a write of the run it continues takes that operation over, by id.
+        op_id = state.carried_operations.get((contract.name, digest)) or operation_id(
+            state.run_id, contract.name, digest
+        )
         row = await self.store.propose(
             operation_id=op_id,
             run_id=state.run_id,

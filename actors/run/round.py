@@ -344,6 +344,7 @@ class RoundExecution:
                             args=ready.args,
                             fingerprint=ready.fingerprint,
                             source_node_id=step.source_node_id,
+                            source_run_id=step.source_run_id,
                         )
                     )
                 case Call():

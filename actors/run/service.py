@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -14,6 +14,7 @@ import asyncpg
 
 from actors.calls.call import ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics, report
+from actors.run.approvals import Person
 from actors.run.asking import QuestionGate
 from actors.run.context import HandedOver
 from actors.run.driver import RunDriver
@@ -21,7 +22,15 @@ from actors.run.operate import Operate, sweep
 from actors.run.recorder import now
 from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
 from actors.run.reviewing import ReviewGate
-from actors.run.submission import MAX_ACTIVE_RUNS, Cancellation, Drained, RunRequest, Submission, SubmitResult
+from actors.run.submission import (
+    MAX_ACTIVE_RUNS,
+    Cancellation,
+    ContinueRequest,
+    Drained,
+    RunRequest,
+    Submission,
+    SubmitResult,
+)
 from actors.store.operations import Operation, OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import LeaseLost, Leases
@@ -46,9 +55,18 @@ from dag.admission import (
     UnknownStage,
     admit_run,
 )
-from dag.budget import Budgets
-from dag.contracts import ToolCatalogue, ToolContract
-from dag.events import RunCreated
+from dag.budget import BudgetAboveLimit, Budgets
+from dag.continuation import (
+    ContinueRefusal,
+    Ledgered,
+    carried_operations,
+    carried_outputs,
+    continue_refusal,
+    continued_answers,
+    continued_budgets,
+)
+from dag.contracts import Risk, ToolCatalogue, ToolContract
+from dag.events import RunContinued, RunCreated
 from dag.health import ToolHealth
 from dag.plan import Plan
 from dag.policy import Principal, TenantPolicy
@@ -164,35 +182,19 @@ class RunService:
             else None
         )
         unlisted = self._unlisted_tools(tenant_tools)
-        offer = Offer(
-            catalogue=self._catalogue,
-            limits=self._limits,
-            planners=self._planner_tools,
-            unavailable_planners=self._unavailable_planners,
-            toolset_planner=self._toolset_planner,
-            withdrawn=self._withdrawn,
-            unlisted=unlisted,
-            granted=tenant_tools,
-        )
         admission = admit_run(
             planner=request.planner,
             plan=request.plan,
             resource=request.resource,
             budgets=request.budgets,
-            offer=offer,
+            offer=self._offer(tenant_tools, unlisted),
             stage=request.stage,
         )
         if not isinstance(admission, RunAdmitted):
             return _refused(admission)
-        for check in checks_for(self._resource_checks, list(admission.checked_by)):
-            try:
-                answer = await check(request.principal, request.resource)
-            except ResourceCheckUnavailable as exc:
-                return SubmitResult(Submission.RESOURCE_CHECK_UNAVAILABLE, error={"message": str(exc)})
-            if not answer.allowed:
-                return SubmitResult(
-                    Submission.RESOURCE_NOT_FOUND, error={"problem": answer.problem, "detail": answer.detail}
-                )
+        refused = await self._check_resource(request.principal, request.resource, admission)
+        if refused is not None:
+            return refused
         created = RunCreated(
             at=now(),
             run_id=str(uuid.uuid4()),
@@ -214,26 +216,176 @@ class RunService:
             }
             or None,
         )
+        return await self._create(
+            created,
+            idempotency_key=request.idempotency_key,
+            request_hash=replace(request, planner=admission.planner).fingerprint(),
+            tools={*admission.tools, *unlisted},
+            checked_plan=admission.plan,
+        )
+
+    def _offer(self, tenant_tools: Sequence[str] | None, unlisted: Mapping[str, frozenset[str]]) -> Offer:
+        """What a run of a tenant granted ``tenant_tools`` is offered now: admission weighs a request by it."""
+        return Offer(
+            catalogue=self._catalogue,
+            limits=self._limits,
+            planners=self._planner_tools,
+            unavailable_planners=self._unavailable_planners,
+            toolset_planner=self._toolset_planner,
+            withdrawn=self._withdrawn,
+            unlisted=unlisted,
+            granted=tenant_tools,
+        )
+
+    async def _check_resource(
+        self, principal: Principal, resource: Mapping[str, str], admission: RunAdmitted
+    ) -> SubmitResult | None:
+        """The toolsets' resource checks of the run's tools: ``None`` if each allows ``principal`` the
+        resource, else the refusal (one answer for an unknown resource and another tenant's)."""
+        for check in checks_for(self._resource_checks, list(admission.checked_by)):
+            try:
+                answer = await check(principal, resource)
+            except ResourceCheckUnavailable as exc:
+                return SubmitResult(Submission.RESOURCE_CHECK_UNAVAILABLE, error={"message": str(exc)})
+            if not answer.allowed:
+                return SubmitResult(
+                    Submission.RESOURCE_NOT_FOUND, error={"problem": answer.problem, "detail": answer.detail}
+                )
+        return None
+
+    async def _create(
+        self,
+        created: RunCreated,
+        *,
+        idempotency_key: str | None,
+        request_hash: str,
+        tools: Collection[str] | None,
+        checked_plan: Plan | None,
+        continued: RunContinued | None = None,
+    ) -> SubmitResult:
+        """Record the run (once per idempotency key, or per run continued) and start driving it."""
         self._creating.add(created.run_id)  # not an orphan between its insert and its driver's start
         try:
             creation, run_id = await self.store.create_run(
                 created,
-                idempotency_key=request.idempotency_key,
-                request_hash=replace(request, planner=admission.planner).fingerprint(),
-                tools={*admission.tools, *unlisted},
+                idempotency_key=idempotency_key,
+                request_hash=request_hash,
+                tools=tools,
+                continued=continued,
             )
             match creation:
                 case Creation.CREATED:
                     state = apply(None, created)
                     report(self._metrics, [(None, created, state)])
-                    self._start(state, last_seq=1, checked_plan=admission.plan)
+                    if continued is not None:
+                        state = apply(state, continued)
+                    self._start(state, last_seq=2 if continued else 1, checked_plan=checked_plan)
                     return SubmitResult(Submission.CREATED, run_id)
                 case Creation.REPLAYED:
                     return SubmitResult(Submission.REPLAYED, run_id)
+                case Creation.CONFLICT if continued is not None:
+                    return SubmitResult(Submission.ALREADY_CONTINUED, run_id)
                 case Creation.CONFLICT:
                     return SubmitResult(Submission.IDEMPOTENCY_CONFLICT, run_id)
         finally:
             self._creating.discard(created.run_id)
+
+    async def continue_run(self, request: ContinueRequest) -> SubmitResult:
+        """Continue a run that stopped (``dag.continuation``): a new run over the earlier run's principal,
+        resource, stage, planner and pinned tools, carrying over what succeeded in it. Once per run: a second
+        request is the first's continuation, replayed (or refused if it asked for something else)."""
+        try:
+            return await self._continue(request)
+        except DatabaseUnavailable as exc:
+            log.warning("refusing a continuation: %s", exc)
+            return SubmitResult(Submission.UNAVAILABLE, error={"message": str(exc)})
+
+    async def _continue(self, request: ContinueRequest) -> SubmitResult:
+        if self._driver.handover.is_set():
+            return SubmitResult(Submission.SHUTTING_DOWN)
+        row = await self.store.run_row(request.principal, request.run_id)
+        if row is None:
+            return SubmitResult(Submission.RUN_NOT_FOUND)
+        status = RunStatus(row["status"])
+        match continue_refusal(status):
+            case ContinueRefusal.NOT_FINISHED:
+                return SubmitResult(Submission.RUN_NOT_FINISHED, error={"run_status": status.value})
+            case ContinueRefusal.NOT_CONTINUABLE:
+                error = {"run_status": status.value, "stop_reason": row["stop_reason"]}
+                return SubmitResult(Submission.RUN_NOT_CONTINUABLE, error=error)
+        if row["pruned_at"] is not None:
+            return SubmitResult(Submission.HISTORY_PRUNED)
+        earlier = fold(item.event for item in await self.store.events(str(row["run_id"])))
+        principal = earlier.principal
+        tenant_tools = (
+            self._tenant_tools.get(principal.tenant_id, ()) if self._tenant_tools is not None else None
+        )
+        unlisted = self._unlisted_tools(tenant_tools)
+        admission = admit_run(
+            planner=earlier.planner,
+            plan=earlier.proposal,
+            resource=earlier.resource,
+            budgets=None,
+            offer=self._offer(tenant_tools, unlisted),
+            stage=earlier.stage,
+        )
+        if not isinstance(admission, RunAdmitted):
+            return _refused(admission)
+        try:
+            budgets = continued_budgets(earlier.budgets, self._limits, request.budgets)
+        except BudgetAboveLimit as exc:
+            return _refused(OverLimits(exc))
+        refused = await self._check_resource(principal, earlier.resource, admission)
+        if refused is not None:
+            return refused
+        by = Person(request.principal.tenant_id, request.principal.subject).actor
+        created = RunCreated(
+            at=now(),
+            run_id=str(uuid.uuid4()),
+            tenant_id=principal.tenant_id,
+            subject=principal.subject,
+            scopes=tuple(sorted(principal.scopes)),
+            resource=dict(earlier.resource),
+            goal=request.goal or earlier.goal,
+            stage=earlier.stage,
+            planner=admission.planner,
+            budgets=budgets,
+            proposal=dict(earlier.proposal) if earlier.proposal is not None else None,
+            tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
+            review=earlier.review
+            or self._tenant_policies.get(principal.tenant_id, TenantPolicy()).plan_review,
+            trace=dict(request.trace) if request.trace else None,
+            tool_pins=dict(earlier.tool_pins) if earlier.tool_pins is not None else None,
+        )
+        continued = RunContinued(
+            at=created.at,
+            continues=earlier.run_id,
+            by=by,
+            outputs=carried_outputs(earlier, self._is_read),
+            operations=carried_operations(await self._ledgered(earlier)),
+            answers=continued_answers(earlier, request.answer, by),
+        )
+        return await self._create(
+            created,
+            continued=continued,
+            idempotency_key=None,
+            request_hash=request.fingerprint(),
+            tools=row["tools"],
+            checked_plan=admission.plan,
+        )
+
+    def _is_read(self, tool: str) -> bool:
+        contract = self._catalogue.get(tool)
+        return contract is not None and contract.risk is Risk.READ_ONLY
+
+    async def _ledgered(self, earlier: RunState) -> list[Ledgered]:
+        """The writes of ``earlier``'s run, and those it took over itself, as the ledger holds them now."""
+        rows = await self._operations.of_run(earlier.run_id)
+        seen = {row.operation_id for row in rows}
+        for operation_id in earlier.carried_operations.values():
+            if operation_id not in seen and (row := await self._operations.get(operation_id)) is not None:
+                rows.append(row)
+        return [Ledgered(row.tool, row.args_hash, row.operation_id, row.state) for row in rows]
 
     def _served_tools(self) -> set[str]:
         """Every tool this supervisor is declared to serve, its server listed now or not."""

@@ -68,6 +68,35 @@ class RunRequest:
         )
 
 
+@dataclass(frozen=True)
+class ContinueRequest:
+    """A request to continue ``run_id``, which stopped (``dag.continuation``). ``principal`` (who continues)
+    comes from authentication and must be able to read the run; the continuation runs as the earlier run's
+    principal, over its resource. Only the goal, an answer and the budgets may be new."""
+
+    principal: Principal
+    run_id: str
+    goal: str | None = None
+    """``None``: the earlier run's."""
+    answer: str | None = None
+    """What the planner is told, as a person's answer to what the earlier run stopped on."""
+    budgets: BudgetRequest | None = None
+    """Applied over the earlier run's, each within the server's limit: a stopped run may get more room."""
+    trace: Mapping[str, str] | None = None
+
+    def fingerprint(self) -> str:
+        """What makes two requests to continue a run "the same": the same one replays the continuation."""
+        return sha256_hex(
+            {
+                "continues": self.run_id,
+                "subject": self.principal.subject,
+                "goal": self.goal,
+                "answer": self.answer,
+                "budgets": self.budgets.model_dump(exclude_none=True) if self.budgets else None,
+            }
+        )
+
+
 class Submission(StrEnum):
     CREATED = "created"
     REPLAYED = "replayed"
@@ -93,6 +122,15 @@ class Submission(StrEnum):
     """PostgreSQL cannot be reached: nothing was accepted, the client should retry later."""
     SHUTTING_DOWN = "shutting_down"
     """The supervisor is handing its runs over before it stops: nothing was accepted, retry later."""
+    RUN_NOT_FOUND = "run_not_found"
+    """The run to continue is unknown, another tenant's, or beyond the requester's scopes (one answer)."""
+    RUN_NOT_FINISHED = "run_not_finished"
+    RUN_NOT_CONTINUABLE = "run_not_continuable"
+    """The run completed, failed or was cancelled: nothing a person or time clears ended it."""
+    HISTORY_PRUNED = "history_pruned"
+    """Retention removed the run's events: what succeeded in it is no longer known."""
+    ALREADY_CONTINUED = "already_continued"
+    """The run was continued already, by another request: its continuation is ``run_id``."""
 
 
 DATABASE_RETRY_AFTER_S = 5
@@ -182,6 +220,23 @@ class SubmitResult:
             case Submission.SHUTTING_DOWN:
                 detail = "the server is stopping and hands its runs over; nothing was accepted, retry later"
                 return Refusal(503, "shutting-down", detail, retry_after_s=SUPERVISOR_RETRY_AFTER_S)
+            case Submission.RUN_NOT_FOUND:
+                return Refusal(404, "run-not-found", "no run with this id was found")
+            case Submission.RUN_NOT_FINISHED:
+                detail = f"the run is {error.get('run_status')}: only a run that has ended can be continued"
+                return Refusal(409, "run-not-finished", detail, error)
+            case Submission.RUN_NOT_CONTINUABLE:
+                detail = (
+                    f"the run ended {error.get('run_status')}: only a stopped run, or one that needs a person, can "
+                    "be continued (start a new run instead)"
+                )
+                return Refusal(409, "run-not-continuable", detail, error)
+            case Submission.HISTORY_PRUNED:
+                detail = "retention removed the run's events: what succeeded in it is not known any more"
+                return Refusal(410, "history-pruned", detail)
+            case Submission.ALREADY_CONTINUED:
+                detail = "the run was already continued, by a different request: its continuation is run_id"
+                return Refusal(409, "run-already-continued", detail, {"run_id": self.run_id})
             case _:
                 assert_never(self.outcome)
 

@@ -21,6 +21,7 @@ from dag.events import (
     NodeRetryScheduled,
     NodeSucceeded,
     PlanAccepted,
+    RunContinued,
     RunCreated,
     RunEvent,
     RunFinished,
@@ -93,24 +94,28 @@ class RunStore:
         idempotency_key: str | None,
         request_hash: str,
         tools: Collection[str] | None = None,
+        continued: RunContinued | None = None,
     ) -> tuple[Creation, str]:
         """Insert the run and its first event, or find the run an idempotency key already names.
 
         ``tools`` are those the run is offered: only a supervisor serving all of them adopts it (``None``:
-        any supervisor).
+        any supervisor). ``continued``: the run continues an earlier one; it is the run's second event, and
+        the earlier run has at most one continuation (a second is the first, replayed or in conflict).
 
         Concurrent requests with one key serialize on the unique index: exactly one inserts, the others
         wait for its commit and then read it. Safe to retry: a repeated insert finds its own run.
         """
+
+        first: list[RunEvent] = [created] if continued is None else [created, continued]
 
         async def attempt() -> tuple[Creation, str]:
             async with self._pool.acquire() as connection, connection.transaction():
                 run_id = await connection.fetchval(
                     """INSERT INTO runs (run_id, tenant_id, subject, scopes, case_id, goal, planner, status,
                                          idempotency_key, request_hash, last_seq, created_at, updated_at,
-                                         owner, lease_expires_at, resource, tools)
-                       VALUES ($1, $2, $3, $10, $4, $5, $6, 'pending', $7, $8, 1, $9, $9,
-                               $11, now() + make_interval(secs => $12), $13, $14)
+                                         owner, lease_expires_at, resource, tools, continues)
+                       VALUES ($1, $2, $3, $10, $4, $5, $6, 'pending', $7, $8, $16, $9, $9,
+                               $11, now() + make_interval(secs => $12), $13, $14, $15)
                        ON CONFLICT DO NOTHING
                        RETURNING run_id""",
                     uuid.UUID(created.run_id),
@@ -127,21 +132,25 @@ class RunStore:
                     self.lease_s,
                     dict(created.resource),
                     sorted(tools) if tools is not None else None,
+                    uuid.UUID(continued.continues) if continued is not None else None,
+                    len(first),
                 )
                 if run_id is not None:
-                    await connection.execute(
-                        "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, 1, $2, NULL, $3)",
-                        run_id,
-                        created.kind,
-                        event_to_json(created),
+                    await connection.executemany(
+                        "INSERT INTO run_events (run_id, seq, kind, node_id, data) VALUES ($1, $2, $3, NULL, $4)",
+                        [
+                            (run_id, seq, event.kind, event_to_json(event))
+                            for seq, event in enumerate(first, 1)
+                        ],
                     )
                     return Creation.CREATED, str(run_id)
                 existing = await connection.fetchrow(
                     """SELECT run_id, request_hash FROM runs
-                       WHERE run_id = $3 OR (tenant_id = $1 AND idempotency_key = $2)""",
+                       WHERE run_id = $3 OR (tenant_id = $1 AND idempotency_key = $2) OR continues = $4""",
                     created.tenant_id,
                     idempotency_key,
                     uuid.UUID(created.run_id),
+                    uuid.UUID(continued.continues) if continued is not None else None,
                 )
             assert existing is not None, "a conflicting insert implies the row exists"
             if str(existing["run_id"]) == created.run_id:
@@ -228,7 +237,9 @@ class RunStore:
         row = await retrying(
             lambda: self._pool.fetchrow(
                 """SELECT run_id, tenant_id, resource, case_id, goal, planner, status, stop_reason, detail, result,
-                          plan, created_at, updated_at, finished_at, last_seq, pruned_at
+                          plan, created_at, updated_at, finished_at, last_seq, pruned_at, tools, continues,
+                          (SELECT later.run_id FROM runs later WHERE later.continues = runs.run_id)
+                            AS continued_by
                    FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]""",
                 key,
                 principal.tenant_id,

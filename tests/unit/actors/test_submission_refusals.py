@@ -37,6 +37,11 @@ ERRORS = {
     },
     Submission.UNAVAILABLE: {"message": "connection refused"},
     Submission.SHUTTING_DOWN: None,
+    Submission.RUN_NOT_FOUND: None,
+    Submission.RUN_NOT_FINISHED: {"run_status": "running"},
+    Submission.RUN_NOT_CONTINUABLE: {"run_status": "completed", "stop_reason": None},
+    Submission.HISTORY_PRUNED: None,
+    Submission.ALREADY_CONTINUED: None,
 }
 ANSWERED = {
     Submission.RESOURCE_NOT_FOUND: (404, "case-not-found", None),
@@ -52,14 +57,18 @@ ANSWERED = {
     Submission.BUDGET_ABOVE_LIMIT: (422, "budget-above-limit", None),
     Submission.UNAVAILABLE: (503, "database-unavailable", "5"),
     Submission.SHUTTING_DOWN: (503, "shutting-down", "1"),
+    Submission.RUN_NOT_FOUND: (404, "run-not-found", None),
+    Submission.RUN_NOT_FINISHED: (409, "run-not-finished", None),
+    Submission.RUN_NOT_CONTINUABLE: (409, "run-not-continuable", None),
+    Submission.HISTORY_PRUNED: (410, "history-pruned", None),
+    Submission.ALREADY_CONTINUED: (409, "run-already-continued", None),
 }
 """Each refusal's HTTP status, problem type and ``Retry-After``, as the API has always answered them."""
 
 
 def refused(outcome: Submission) -> SubmitResult:
-    return SubmitResult(
-        outcome, run_id="run-9" if outcome is Submission.IDEMPOTENCY_CONFLICT else None, error=ERRORS[outcome]
-    )
+    names_a_run = outcome in (Submission.IDEMPOTENCY_CONFLICT, Submission.ALREADY_CONTINUED)
+    return SubmitResult(outcome, run_id="run-9" if names_a_run else None, error=ERRORS[outcome])
 
 
 def problem_of(submitted: SubmitResult, *, visible: bool = True) -> Problem:
