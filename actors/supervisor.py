@@ -240,18 +240,23 @@ class RunSupervisor:
 
     async def submit(self, request: RunRequest) -> SubmitResult:
         service = await self._current()
-        # Each server has been tried once (bounded by its connect timeout): the run sees what is offered.
-        await self._catalogue.first_attempt.wait()
-        if self._catalogue.unreachable:  # one more try now: a server that came up since is offered at once
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._catalogue.retry_unlisted(), SUBMIT_RELIST_WAIT_S)
+        await self._offering()
         return await service.submit(request)
 
     async def continue_run(self, request: ContinueRequest) -> SubmitResult:
-        """Continue a run that stopped (``RunService.continue_run``), once its servers have been tried."""
+        """Continue a run that stopped (``RunService.continue_run``)."""
         service = await self._current()
-        await self._catalogue.first_attempt.wait()
+        await self._offering()
         return await service.continue_run(request)
+
+    async def _offering(self) -> None:
+        """Before a run is admitted: each server has been tried once (bounded by its connect timeout), so the
+        run sees what is offered, and one that was unreachable is tried once more (a server that came up since
+        — the one a stopped run is continued for — is offered at once)."""
+        await self._catalogue.first_attempt.wait()
+        if self._catalogue.unreachable:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._catalogue.retry_unlisted(), SUBMIT_RELIST_WAIT_S)
 
     async def contracts(self) -> dict[str, ToolContract]:
         """The tools offered now, by name (the API's and the CLI's views read recording modes from them)."""

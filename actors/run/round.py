@@ -123,6 +123,13 @@ class RoundExecution:
             fields,
         )
 
+    def _observe(self, output: Any) -> None:
+        """Add the values ``output`` shows to those later nodes' observed-bound arguments may name."""
+        found = observed_values([output], self._observed_fields)
+        self._observed = {
+            name: self._observed.get(name, frozenset()) | values for name, values in found.items()
+        }
+
     async def run(self) -> Interruption | None:
         """Execute until nothing more can run; ``None`` when the round drained, else why it stopped."""
         cancelled = asyncio.create_task(self._cancel.wait())
@@ -347,6 +354,8 @@ class RoundExecution:
                             source_run_id=step.source_run_id,
                         )
                     )
+                    if step.source_run_id is not None:  # an earlier run's output: this run sees it only now
+                        self._observe(state.carried[ready.fingerprint].output)
                 case Call():
                     events.append(_dispatched(step, at))
                     calls.append((self._call_for(state, step), context.catalogue[step.tool], step))
@@ -470,10 +479,7 @@ class RoundExecution:
             span.end()
         times = {"started_at": outcome.started_at, "finished_at": outcome.finished_at}
         if error is None:
-            found = observed_values([outcome.output], self._observed_fields)
-            self._observed = {
-                name: self._observed.get(name, frozenset()) | values for name, values in found.items()
-            }
+            self._observe(outcome.output)
             return NodeSucceeded(at=now(), node_id=node_id, output=outcome.output, **times)
         if contract.operation is not None:  # a write is never tried again: its operation said how it ended
             if error.code == OPERATION_EXPIRED:

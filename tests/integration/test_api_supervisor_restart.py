@@ -75,11 +75,12 @@ def serve_api() -> Iterator[Any]:
 
     started: list[tuple[BackgroundServer, str]] = []
 
-    def start(config: Any) -> str:
+    def start(config: Any, *, ready: str = "/readyz") -> str:
+        """The API's URL once ``ready`` answers 200 (``/healthz`` for one whose toolset server is down)."""
         http = BackgroundServer().start(create_app(config), timeout_s=60)
         started.append((http, config.supervisor_name))
         # In service once ready, as behind a load balancer: its supervisor has listed its tools.
-        wait_until_ok(http.url + "/readyz", within_s=60)
+        wait_until_ok(http.url + ready, within_s=60)
         return http.url
 
     yield start

@@ -5,12 +5,16 @@ records."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
-from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, RunningToolServer, auth
-from tests.integration.test_api_supervisor_restart import serve_api  # noqa: F401 - a fixture
+from actors.launch.background_server import BackgroundServer
+from actors.toolsets.config import shipped_toolsets
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, OTHER_KEY, RunningToolServer, auth
+from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import (
     ACT,
     DRAFT,
@@ -18,10 +22,14 @@ from tests.integration.test_operations import (
     decide,
     finished,
     operations,
+    own_api,
+    problem,
     sent,
     wait_for,
     waiting,
 )
+from tests.integration.test_toolsets_supervisor import merged, unreachable_toolsets
+from tests.integration.toy_mcp_server import http_app
 
 SNAPSHOT = "caseops_get_case_snapshot"
 
@@ -96,3 +104,176 @@ def test_a_run_stopped_on_a_rejected_send_continues_without_drafting_again_and_s
     assert continued_event["by"] == "person:tenant-demo/dev-demo"
     assert continued_event["answers"][-1]["answer"] == "the certificate is overdue now"
     assert [operation["tool"] for operation in continued_event["operations"]] == [DRAFT]
+
+
+ECHO_AFTER_CASE = {
+    "nodes": [
+        {"id": "case", "tool": SNAPSHOT, "args": {"case_id": "C-102"}},
+        {"id": "echo", "tool": "echo", "args": {"text": {"$ref": "case", "pointer": "/case_id"}}},
+    ]
+}
+
+
+def test_a_run_stopped_by_a_server_that_was_down_continues_once_it_is_back_calling_nothing_twice(
+    ray_cluster: None,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    """The toy server is listed, then goes down: the run's caseops read succeeds, its echo finds nobody there
+    and the run stops. Once the server is back on its address, the continuation calls the echo only."""
+    toy = BackgroundServer(host="127.0.0.1").start(http_app(), timeout_s=30)
+    tools: RunningToolServer = start_tool_server()
+    toolsets = merged(shipped_toolsets(tools.url), unreachable_toolsets(toy.url + "/mcp"))
+    base = serve_api(api_config(scratch_dsn, tools.url, token_key, toolsets=toolsets))  # both listed
+    toy.stop()
+    try:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            body = {"case_id": "C-102", "plan": ECHO_AFTER_CASE, "planner": "outputs"}
+            created = client.post("/runs", json=body, headers=auth(DEMO_KEY))
+            assert created.status_code == 201, created.text
+            first = created.json()["run_id"]
+            stopped = wait_for(client, first, finished, within_s=120)
+            first_nodes = nodes(client, first)
+            assert stopped["status"] in ("stopped", "needs_human"), stopped
+            assert (first_nodes["case"]["status"], first_nodes["echo"]["status"]) == ("succeeded", "failed")
+            assert tools.server.calls == {SNAPSHOT: 1}
+
+            toy = BackgroundServer(host="127.0.0.1", port=toy.port).start(http_app(), timeout_s=30)
+            continued = continue_run(client, first)
+            assert continued.status_code == 201, continued.text
+            second = continued.json()["run_id"]
+            done = wait_for(client, second, finished)
+            second_nodes = nodes(client, second)
+    finally:
+        toy.stop()
+
+    assert (done["status"], done["stop_reason"]) == ("completed", None), done
+    assert tools.server.calls == {SNAPSHOT: 1}  # the read that succeeded was not made again
+    assert (second_nodes["case"]["status"], second_nodes["case"]["reused_from_run"]) == ("reused", first)
+    assert second_nodes["echo"]["status"] == "succeeded"
+    assert done["result"]["outputs"]["echo"]["text"] == "C-102"
+
+
+def test_what_a_continuation_may_not_do_is_refused_with_a_specific_problem(client: httpx.Client) -> None:
+    live = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
+    wait_for(client, live, waiting)
+    completed = client.post("/runs", json={"case_id": "C-102"}, headers=auth(DEMO_KEY)).json()["run_id"]
+    wait_for(client, completed, finished)
+    stopped = stopped_run(client)
+    unknown = "00000000-0000-4000-8000-000000000000"
+
+    try:
+        assert problem(continue_run(client, live)) == (409, "run-not-finished")
+        assert problem(continue_run(client, completed)) == (409, "run-not-continuable")
+        assert problem(continue_run(client, stopped, budgets={"deadline_s": -1})) == (422, "invalid-request")
+        assert problem(continue_run(client, stopped, budgets={"max_nodes": 9_000})) == (
+            422,
+            "budget-above-limit",
+        )
+        assert problem(continue_run(client, stopped, answer="\x00")) == (422, "invalid-request")
+        assert problem(continue_run(client, stopped, tenant_id="tenant-other")) == (422, "invalid-request")
+        assert problem(continue_run(client, stopped, resource={"case_id": "C-103"})) == (
+            422,
+            "invalid-request",
+        )
+        # Another tenant's run is not found, exactly as an unknown one is.
+        theirs = continue_run(client, stopped, key=OTHER_KEY)
+        nobodys = continue_run(client, unknown, key=OTHER_KEY)
+        assert problem(theirs) == problem(nobodys) == (404, "run-not-found")
+        assert {**theirs.json(), "instance": None} == {**nobodys.json(), "instance": None}
+        assert problem(continue_run(client, "not-a-uuid")) == (404, "run-not-found")
+        assert client.get(f"/runs/{stopped}", headers=auth(DEMO_KEY)).json()["continued_by"] is None
+    finally:
+        client.post(f"/runs/{live}/cancel", headers=auth(DEMO_KEY))
+
+
+def stopped_run(client: httpx.Client) -> str:
+    """A C-102 run stopped by its node budget: its plan's four nodes fit, the documents it resolves do not."""
+    body = {"case_id": "C-102", "budgets": {"max_nodes": 4}}
+    created = client.post("/runs", json=body, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    run_id: str = created.json()["run_id"]
+    run = wait_for(client, run_id, finished)
+    assert run["status"] == "stopped", (run["stop_reason"], run["detail"])
+    return run_id
+
+
+def test_a_run_continued_twice_at_once_has_one_continuation_and_a_continuation_continues_too(
+    client: httpx.Client, tool_server: RunningToolServer
+) -> None:
+    calls_before = dict(tool_server.server.calls)
+    first = stopped_run(client)
+
+    def continue_once(_: int) -> httpx.Response:
+        with httpx.Client(base_url=str(client.base_url), timeout=60) as other:
+            return continue_run(other, first, budgets={"max_nodes": 4})
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(continue_once, range(4)))
+    assert sorted(answer.status_code for answer in answers) == [200, 200, 200, 201], [a.text for a in answers]
+    [second] = {answer.json()["run_id"] for answer in answers}
+    assert problem(continue_run(client, first, budgets={"max_nodes": 3})) == (409, "run-already-continued")
+    assert continue_run(client, first, budgets={"max_nodes": 3}).json()["run_id"] == second
+    stopped_again = wait_for(client, second, finished)
+    assert stopped_again["stop_reason"] == "NODE_BUDGET_EXHAUSTED", stopped_again  # still too few
+
+    third = continue_run(client, second, budgets={"max_nodes": 64})
+    assert third.status_code == 201, third.text
+    done = wait_for(client, third.json()["run_id"], finished)
+    calls = {tool: count - calls_before.get(tool, 0) for tool, count in tool_server.server.calls.items()}
+
+    assert (done["status"], done["continues"]) == ("completed", second), (done["stop_reason"], done["detail"])
+    chain = [client.get(f"/runs/{run}", headers=auth(DEMO_KEY)).json() for run in (first, second)]
+    assert [run["continued_by"] for run in chain] == [second, done["run_id"]]
+    # Every call made across the three runs is a node that succeeded by calling: nothing was called twice.
+    made = [called_nodes(nodes(client, run)) for run in (first, second, done["run_id"])]
+    assert sum(calls.values()) == sum(made), (calls, made)
+    assert made[1] == 0, "the second run reused the first's reads and stopped where it did"
+
+
+def called_nodes(listed: dict[str, dict[str, Any]]) -> int:
+    return sum(1 for node in listed.values() if node["status"] == "succeeded" and node["children"] is None)
+
+
+def test_a_supervisor_killed_mid_continuation_loses_nothing_and_calls_nothing_again(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    import ray
+
+    base, tools, supervisor = own_api(start_tool_server, scratch_dsn, token_key, serve_api)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        first = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
+        wait_for(client, first, waiting)
+        rejected = operations(client, first)[SEND]
+        assert decide(client, first, rejected, "reject", APPROVER_KEY).status_code == 200
+        wait_for(client, first, finished)
+        first_calls = called(nodes(client, first))
+
+        continued = continue_run(client, first)
+        assert continued.status_code == 201, continued.text
+        second = continued.json()["run_id"]
+        ray.kill(supervisor, no_restart=False)  # wherever the continuation is: Ray starts another
+
+        wait_for(client, second, waiting, within_s=120)  # recovered, and asking for the send again
+        send = operations(client, second)[SEND]
+        approved = decide(client, second, send, "approve", APPROVER_KEY)
+        while approved.status_code == 503:  # the supervisor is starting again: as documented, retry after
+            time.sleep(float(approved.headers["retry-after"]))
+            approved = decide(client, second, send, "approve", APPROVER_KEY)
+        assert approved.status_code == 200, approved.text
+        done = wait_for(client, second, finished)
+        recorded = [event["kind"] for event in events(client, second)]
+
+    assert (done["status"], done["stop_reason"]) == ("completed", None), done
+    assert tools.server.calls == {**{tool: 1 for tool in first_calls}, SEND: 1}  # nothing called twice
+    assert (sent(dsn, rejected), sent(dsn, send)) == (0, 1)
+    assert recorded[:2] == ["run_created", "run_continued"]
+    assert recorded.count("run_continued") == 1
+    assert "run_recovered" in recorded  # it was live when its supervisor died: another took it over
