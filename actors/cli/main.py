@@ -364,6 +364,45 @@ def cancel(
         console.print(f"run {run_id} had already finished ({body['status']}); nothing to cancel")
 
 
+@app.command("continue")
+def continue_run(
+    run_id: Annotated[str, typer.Argument(help="The run to continue: one that stopped or needs a person.")],
+    goal: Annotated[str | None, typer.Option(help="A new goal (default: the run's own).")] = None,
+    answer: Annotated[
+        str | None, typer.Option(help="What the planner is told about why the run stopped, as your answer.")
+    ] = None,
+    budget: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=VALUE, e.g. deadline_s=600: a budget of the continuation, within the server's limit "
+            "(repeat for more)."
+        ),
+    ] = None,
+    url: Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")] = "http://127.0.0.1:8000",
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="RAYDAG_API_KEY", help="An API key of the run's tenant.", show_default=False),
+    ] = None,
+) -> None:
+    """Continue a stopped run through the HTTP API: a new run over the same resource that reuses every read
+    that succeeded and never executes a write twice (docs/PEOPLE.md)."""
+    budgets: dict[str, Any] = {}
+    for item in budget or ():
+        name, _, value = item.partition("=")
+        try:
+            budgets[name.strip()] = json.loads(value)
+        except ValueError:
+            errors.print(f"[red]--budget {escape(item)}:[/red] give NAME=NUMBER, e.g. deadline_s=600")
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+    body = {
+        key: value
+        for key, value in {"goal": goal, "answer": answer, "budgets": budgets or None}.items()
+        if value is not None
+    }
+    continued = api_request("POST", url, f"/runs/{run_id}/continue", api_key, body)
+    console.print(f"run {continued['run_id']} continues run {run_id} ({continued['status']})")
+
+
 @app.command()
 def serve(toolsets: ToolsetsOption = None) -> None:
     """Run the HTTP API (Ray Serve) and the MCP server in the foreground until SIGINT or SIGTERM."""

@@ -38,7 +38,7 @@ from actors.run.approvals import (
     decide_plan,
     resolve,
 )
-from actors.run.submission import DEFAULT_GOAL, RunRequest, Submission, SubmitResult
+from actors.run.submission import DEFAULT_GOAL, ContinueRequest, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
 from actors.store.operations import Operation, OperationStore
 from actors.store.questions import QuestionStore
@@ -165,6 +165,30 @@ class Raydag:
             review=review,
         )
         submitted = ray.get(self._runtime.supervisor.submit.remote(request))
+        if submitted.outcome not in (Submission.CREATED, Submission.REPLAYED):
+            raise RunRefused(submitted.outcome, submitted.error)
+        assert submitted.run_id is not None
+        return str(submitted.run_id)
+
+    def continue_run(
+        self,
+        run_id: str,
+        *,
+        goal: str | None = None,
+        answer: str | None = None,
+        budgets: BudgetRequest | None = None,
+    ) -> str:
+        """Continue a run that stopped or needs a person, and return the continuation's id: a new run over
+        the same resource that reuses every read that succeeded and takes the writes over by id (a succeeded
+        one never executes again). ``goal`` replaces the run's; ``answer`` is shown to the planner with who
+        gave it; ``budgets`` may exceed the earlier run's within the limits. Continuing a run again returns
+        the same continuation; ``RunRefused`` says why a run cannot be continued (docs/PEOPLE.md)."""
+        import ray
+
+        request = ContinueRequest(
+            principal=self._principal(), run_id=run_id, goal=goal, answer=answer, budgets=budgets
+        )
+        submitted = ray.get(self._runtime.supervisor.continue_run.remote(request))
         if submitted.outcome not in (Submission.CREATED, Submission.REPLAYED):
             raise RunRefused(submitted.outcome, submitted.error)
         assert submitted.run_id is not None

@@ -13,7 +13,7 @@ import httpx
 
 from actors.launch.background_server import BackgroundServer
 from actors.toolsets.config import shipped_toolsets
-from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, OTHER_KEY, RunningToolServer, auth
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, OTHER_KEY, RunningToolServer, auth, raydag_cli
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import (
     ACT,
@@ -277,3 +277,54 @@ def test_a_supervisor_killed_mid_continuation_loses_nothing_and_calls_nothing_ag
     assert recorded[:2] == ["run_created", "run_continued"]
     assert recorded.count("run_continued") == 1
     assert "run_recovered" in recorded  # it was live when its supervisor died: another took it over
+
+
+def test_a_send_left_unknown_when_its_run_stopped_is_reconciled_by_the_continuation_never_sent_again(
+    client: httpx.Client, dsn: str, simulated: RunningToolServer
+) -> None:
+    created = client.post("/runs", json={**ACT, "budgets": {"deadline_s": 8}}, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    first = created.json()["run_id"]
+    wait_for(client, first, waiting)
+    send = operations(client, first)[SEND]
+    simulated.server.simulate(stall_after_commit={SEND: 1})  # it sends, and the answer never comes
+    calls_before = simulated.server.calls.get(SEND, 0)
+    assert decide(client, first, send, "approve", APPROVER_KEY).status_code == 200
+    stopped = wait_for(client, first, finished, within_s=60)
+    assert (stopped["status"], stopped["stop_reason"]) == ("stopped", "DEADLINE_EXCEEDED"), stopped
+    assert sent(dsn, send) == 1
+
+    continued = continue_run(client, first, budgets={"deadline_s": 120})
+    assert continued.status_code == 201, continued.text
+    done = wait_for(client, continued.json()["run_id"], finished, within_s=90)
+    settled = operations(client, first)[SEND]
+
+    assert (done["status"], done["stop_reason"]) == ("completed", None), done
+    assert sent(dsn, send) == 1
+    assert simulated.server.calls.get(SEND, 0) - calls_before == 1  # reconciled by a read, not sent again
+    assert settled["state"] == "succeeded"
+    assert [step["to"] for step in settled["history"]][-2:] == ["unknown", "succeeded"]
+    assert done["result"]["document_request"]["request_id"] == settled["output"]["request_id"]
+
+
+def test_raydag_continue_continues_a_stopped_run_and_says_why_it_cannot_continue_another(
+    client: httpx.Client,
+) -> None:
+    url = str(client.base_url)
+    first = stopped_run(client)
+
+    continued = raydag_cli(
+        "continue", first, "--budget", "max_nodes=64", "--answer", "resolve it", url=url, key=DEMO_KEY
+    )
+    malformed = raydag_cli("continue", first, "--budget", "max_nodes", url=url, key=DEMO_KEY)
+
+    assert continued.returncode == 0, continued.stderr
+    second = continued.stdout.split()[1]
+    assert continued.stdout.strip().startswith(f"run {second} continues run {first}")
+    done = wait_for(client, second, finished)
+    assert done["status"] == "completed", done
+    again = raydag_cli("continue", second, url=url, key=DEMO_KEY)
+    assert again.returncode == 2
+    assert "run-not-continuable" in again.stderr
+    assert malformed.returncode == 2
+    assert "give NAME=NUMBER" in malformed.stderr

@@ -253,3 +253,57 @@ async def outbox_rows(dsn: str, key: str) -> list[str]:
         return [row["request_id"] for row in rows]
     finally:
         await connection.close()
+
+
+CONTINUING_SCRIPT = """\
+import json, time
+import ray
+import raydag
+
+SEND = "caseops_send_document_request"
+
+
+def awaiting_send(rd, run_id):
+    deadline = time.monotonic() + 120
+    while not (sends := [op for op in rd.operations(run_id) if op["tool"] == SEND and op["state"] == "awaiting_approval"]):
+        assert time.monotonic() < deadline, rd.operations(run_id)
+        time.sleep(0.2)
+    return sends[0]
+
+
+ray.init()
+with raydag.start() as rd:
+    first = rd.submit(resource={"case_id": "C-103"}, stage="act")
+    rejected = awaiting_send(rd, first)
+    rd.reject(first, rejected["operation_id"], rejected["args_hash"], by="approver", note="not yet")
+    stopped = rd.wait(first, timeout_s=120)
+    second = rd.continue_run(first, answer="send it now")
+    again = rd.continue_run(first, answer="send it now")
+    send = awaiting_send(rd, second)
+    rd.approve(second, send["operation_id"], send["args_hash"], by="approver")
+    run = rd.wait(second, timeout_s=120)
+    try:
+        rd.continue_run(second)
+        refused = None
+    except raydag.RunRefused as error:
+        refused = error.outcome.value
+    print(json.dumps({"stopped": stopped.status, "same": again == second, "status": run.status,
+                      "refused": refused, "rejected": rejected["operation_id"], "sent": send["operation_id"]}))
+"""
+
+
+def test_a_script_continues_a_run_a_person_stopped_and_the_write_is_sent_once(
+    dsn: str, tmp_path: Path
+) -> None:
+    returncode, stdout, stderr = run_script(CONTINUING_SCRIPT, dsn, tmp_path)
+
+    assert returncode == 0, stderr[-3000:]
+    answer = json.loads(stdout.strip().splitlines()[-1])
+    assert (answer["stopped"], answer["same"], answer["status"], answer["refused"]) == (
+        "needs_human",
+        True,
+        "completed",
+        "run_not_continuable",
+    )
+    assert asyncio.run(outbox_rows(dsn, answer["rejected"])) == []
+    assert len(asyncio.run(outbox_rows(dsn, answer["sent"]))) == 1
