@@ -265,7 +265,8 @@ SEND = "caseops_send_document_request"
 
 def awaiting_send(rd, run_id):
     deadline = time.monotonic() + 120
-    while not (sends := [op for op in rd.operations(run_id) if op["tool"] == SEND and op["state"] == "awaiting_approval"]):
+    waits = lambda op: op["tool"] == SEND and op["state"] == "awaiting_approval"
+    while not (sends := [op for op in rd.operations(run_id) if waits(op)]):
         assert time.monotonic() < deadline, rd.operations(run_id)
         time.sleep(0.2)
     return sends[0]
