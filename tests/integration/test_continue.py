@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import httpx
 from actors.launch.background_server import BackgroundServer
 from actors.toolsets.config import shipped_toolsets
 from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, OTHER_KEY, RunningToolServer, auth, raydag_cli
+from tests.integration.headless import Chromium
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import (
     ACT,
@@ -29,6 +31,7 @@ from tests.integration.test_operations import (
     waiting,
 )
 from tests.integration.test_toolsets_supervisor import merged, unreachable_toolsets
+from tests.integration.test_viewer import view_url
 from tests.integration.toy_mcp_server import http_app
 
 SNAPSHOT = "caseops_get_case_snapshot"
@@ -328,3 +331,30 @@ def test_raydag_continue_continues_a_stopped_run_and_says_why_it_cannot_continue
     assert "run-not-continuable" in again.stderr
     assert malformed.returncode == 2
     assert "give NAME=NUMBER" in malformed.stderr
+
+
+def test_the_viewer_links_a_continuation_and_its_run_both_ways_and_says_whose_output_it_reused(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    first = stopped_run(client)
+    continued = continue_run(client, first, budgets={"max_nodes": 64})
+    assert continued.status_code == 201, continued.text
+    second = continued.json()["run_id"]
+    wait_for(client, second, finished)
+    assert nodes(client, second)["case"]["status"] == "reused", nodes(client, first)
+    link = "document.querySelector('[data-continues] a')"
+    back = "document.querySelector('[data-continued-by] a')"
+    reused_row = "document.querySelector('[data-ledger-node=\"case\"]')"
+
+    with Chromium(tmp_path / "chromium") as browser:
+        browser.open(view_url(str(client.base_url), second))
+        browser.wait_for(f"document.body.dataset.ready === 'true' && {link} !== null")
+        shown = browser.evaluate(f"{link}.textContent")
+        reuse = browser.evaluate(f"{reused_row}.textContent")
+        browser.evaluate(f"{link}.click()")  # the key stays in the tab: the earlier run opens as it is
+        browser.wait_for(f"location.pathname.endsWith('/runs/{first}/view') && {back} !== null")
+        shown_back = browser.evaluate(f"{back}.textContent")
+
+    assert shown == first
+    assert f"reused the output of case of run {first[:8]}" in reuse
+    assert shown_back == second
