@@ -13,8 +13,9 @@ import ray
 
 from actors.calls.call import ExecutorKind, ToolExecutor
 from actors.calls.exchange import DEFAULT_CALLERS
-from actors.calls.executors import CallerPoolExecutor, build_executor
+from actors.calls.executors import PlacedCallers, build_executor
 from actors.calls.live_catalogue import LiveCatalogue
+from actors.calls.mcp.discovery import ServerUnreachable, discover
 from actors.observe.ray_metrics import RayRunMetrics
 from actors.observe.tracing import configure_tracing
 from actors.run.service import RunService
@@ -28,7 +29,8 @@ from actors.run.submission import (
 )
 from actors.store.database import create_pool
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
-from actors.toolsets.config import HttpServer, Toolsets, load_toolsets, shipped_toolsets
+from actors.toolsets.config import HttpServer, StdioServer, Toolsets, load_toolsets, shipped_toolsets
+from actors.toolsets.listing import ServerListing
 from dag.budget import Budgets
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
@@ -88,6 +90,9 @@ class SupervisorConfig:
         return WebhookSink(self.outbox_webhook_url) if self.outbox_webhook_url else LogSink()
 
 
+PLACED_CALLER_START_S = 15.0
+"""How much longer than its connect timeout a placed server's first listing waits: for its caller's process to
+start on a node that offers the resources it names."""
 SUBMIT_RELIST_WAIT_S = 1.0
 """How long a submission waits for a fresh listing of servers not listed yet (within the API's deadline)."""
 
@@ -111,13 +116,51 @@ class RunSupervisor:
         self._owner = ray.get_runtime_context().get_actor_name() or "raydag-supervisor"
         self._service: RunService | None = None
         self._executor: ToolExecutor | None = None
-        self._catalogue = LiveCatalogue(config.effective_toolsets(), token_for=self._listing_token)
+        self._catalogue = LiveCatalogue(config.effective_toolsets(), lister=self._list)
         self._listing: asyncio.Task[None] | None = None
         self._health = ToolHealth()  # tool health is a fact about the tools, shared by every run
         self._lock = asyncio.Lock()
         # Async actors construct on their event loop: start owning runs now, not at the first call, so a
         # restarted supervisor resumes its runs even if nobody calls it.
         self._booting = asyncio.get_running_loop().create_task(self._boot())
+
+    async def _list(self, spec: HttpServer | StdioServer) -> ServerListing:
+        """What ``spec``'s server lists now: asked here, or — for a server placed on some nodes only — by one of
+        its callers there (a stdio server's command may exist only on those nodes)."""
+        executor = self._tool_executor()
+        if not (isinstance(executor, PlacedCallers) and executor.placed(spec.name)):
+            return await discover(spec, token_for=self._listing_token)
+        token = (
+            self._listing_token(spec)
+            if isinstance(spec, HttpServer) and spec.auth.mode == "raydag-token"
+            else None
+        )
+        assert spec.placement is not None, "a placed server names its placement"
+        patience = spec.timeouts.connect_s + PLACED_CALLER_START_S
+        try:
+            return await asyncio.wait_for(executor.list_tools(spec.name, token), patience)
+        except TimeoutError:
+            wanted = sorted(spec.placement.resources)
+            reason = f"no caller on a node offering {wanted} answered within {patience:g}s"
+            raise ServerUnreachable(spec.name, reason) from None
+        except ServerUnreachable:
+            raise
+        except ray.exceptions.RayError as exc:
+            raise ServerUnreachable(spec.name, f"its caller failed: {type(exc).__name__}") from None
+
+    def _tool_executor(self) -> ToolExecutor:
+        """How this supervisor's calls run (``SupervisorConfig.tool_executor``), built on first use, on the
+        actor's event loop."""
+        if self._executor is None:
+            self._executor = build_executor(
+                self._config.tool_executor,
+                self._catalogue.contracts,
+                callers=self._config.tool_callers,
+                name_prefix=f"{self._owner}-tool-caller",
+                namespace=NAMESPACE,
+                servers=self._catalogue.servers,
+            )
+        return self._executor
 
     def _listing_token(self, spec: HttpServer) -> str:
         """A token to list a ``raydag-token`` server with: the supervisor's own, for no run."""
@@ -142,7 +185,7 @@ class RunSupervisor:
             log.exception("the supervisor could not start its background work; it will on the next call")
             return
         try:  # ready when its tool callers are: the first run's calls then start together
-            if isinstance(self._executor, CallerPoolExecutor):
+            if isinstance(self._executor, PlacedCallers):
                 await self._executor.ready()
         except Exception:
             log.exception("the supervisor's tool callers did not start; calls will wait for them")
@@ -154,14 +197,6 @@ class RunSupervisor:
                 config = self._config
                 # Its connections show in pg_stat_activity under its actor name.
                 pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=self._owner)
-                self._executor = build_executor(
-                    config.tool_executor,
-                    self._catalogue.contracts,
-                    callers=config.tool_callers,
-                    name_prefix=f"{self._owner}-tool-caller",
-                    namespace=NAMESPACE,
-                    servers=self._catalogue.servers,
-                )
                 planners = load_planners((*self._toolset_planners(), *config.planners), config.openai)
                 toolset_planner = next(
                     (
@@ -173,7 +208,7 @@ class RunSupervisor:
                 )
                 self._service = RunService(
                     pool=pool,
-                    executor=self._executor,
+                    executor=self._tool_executor(),
                     catalogue=self._catalogue.contracts,
                     servers={spec.name: spec for spec in self._catalogue.servers},
                     withdrawn=self._catalogue.withdrawn,
@@ -297,9 +332,27 @@ class RunSupervisor:
             "owner": self._owner,
             "pid": os.getpid(),
             "worker_id": ray.get_runtime_context().get_worker_id(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "active_runs": service.active_runs(),
             "toolsets": self._catalogue.status(),
         }
+
+    async def callers(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        """Each of its caller actors, by name, as it answers ``ping`` (its node and process among it), or why it
+        did not within ``timeout_s``; none when calls run as tasks or in this process."""
+        executor = self._tool_executor()
+        if not isinstance(executor, PlacedCallers):
+            return {}
+        handles = executor.handles()
+
+        async def ping(handle: Any) -> Any:
+            try:
+                return await asyncio.wait_for(handle.ping.remote(), timeout_s)
+            except (TimeoutError, ray.exceptions.RayError) as exc:
+                return {"error": type(exc).__name__}
+
+        answers = await asyncio.gather(*(ping(handle) for handle in handles.values()))
+        return dict(zip(handles, answers, strict=True))
 
     async def drain(self, grace_s: float = 10.0) -> Drained:
         """Before the process stops: refuse new runs, let the calls in flight land for up to ``grace_s``,
@@ -313,11 +366,24 @@ class RunSupervisor:
         return await service.adopt_orphans()
 
 
-def get_or_create_supervisor(config: SupervisorConfig, *, name: str, detached: bool) -> Any:
+def supervisor_names(name: str, count: int) -> tuple[str, ...]:
+    """The names of a deployment's ``count`` supervisors: ``name``, then ``name-1`` … ``name-(count-1)`` (one
+    supervisor keeps the name it always had, so its runs are its own again after an upgrade)."""
+    if count < 1:
+        raise ValueError("a deployment needs at least one supervisor")
+    return (name, *(f"{name}-{index}" for index in range(1, count)))
+
+
+def get_or_create_supervisor(
+    config: SupervisorConfig, *, name: str, detached: bool, spread: tuple[int, int] | None = None
+) -> Any:
     """The named supervisor actor in namespace ``raydag``, created on first use.
 
     Async and multiplexed: one actor drives many runs concurrently (``max_concurrency``) without a CPU of
-    its own; Ray restarts it if its process dies.
+    its own; Ray restarts it if its process dies. ``spread`` = (its index, how many the deployment has): the
+    i-th of a deployment's supervisors prefers the i-th of the cluster's live nodes, so that they land on
+    different nodes (Ray's ``SPREAD`` is best effort: the callers the first one starts meanwhile can draw the
+    second onto the same node); the preference is soft, so a supervisor whose node is gone starts elsewhere.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -327,10 +393,32 @@ def get_or_create_supervisor(config: SupervisorConfig, *, name: str, detached: b
         "max_concurrency": 1000,
         "max_restarts": -1,
         "max_task_retries": 0,
+        "scheduling_strategy": _placement(spread),
     }
+    if not isinstance(options["scheduling_strategy"], str):
+        # Ray places an actor that asks for nothing wherever it likes, whatever node it prefers: a sliver of
+        # a CPU makes the preference count.
+        options["num_cpus"] = PLACED_CPUS
     if detached:
         options["lifetime"] = "detached"
     return ray.remote(RunSupervisor).options(**options).remote(config)
+
+
+PLACED_CPUS = 0.001
+"""What a supervisor placed on a node of its own asks for (``get_or_create_supervisor``'s ``spread``)."""
+
+
+def _placement(spread: tuple[int, int] | None) -> Any:
+    """Where a supervisor goes: the i-th live node (softly) when the deployment has more than one supervisor and
+    the cluster more than one node; else wherever Ray's ``SPREAD`` puts it."""
+    if spread is None or spread[1] < 2:
+        return "SPREAD"
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    alive = sorted(node["NodeID"] for node in ray.nodes() if node.get("Alive"))  # type: ignore[no-untyped-call]
+    if len(alive) < 2:
+        return "SPREAD"
+    return NodeAffinitySchedulingStrategy(node_id=alive[spread[0] % len(alive)], soft=True)
 
 
 def _path_of(planner: object) -> str:

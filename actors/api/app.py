@@ -41,11 +41,11 @@ from actors.api import (
     install_problem_handlers,
     problem_responses,
     raise_for_submission,
-    submissions,
 )
 from actors.api.operations import operations_router
 from actors.api.questions import questions_router
 from actors.api.reviews import reviews_router
+from actors.api.supervisors import Supervisors
 from actors.api.viewer import viewer_router
 from actors.api.views import event_view, load_state, nodes_view, run_view
 from actors.launch.hosting import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, HostedServer, hosted
@@ -64,11 +64,11 @@ from actors.run.submission import (
 from actors.store.database import create_pool
 from actors.store.operations import OperationStore
 from actors.store.questions import QuestionStore
-from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, Line, deadline, within
+from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, deadline, within
 from actors.store.reviews import ReviewStore
 from actors.store.runs import MAX_SEQ, RunStore
 from actors.store.setup import prepare_database
-from actors.supervisor import SupervisorConfig, get_or_create_supervisor
+from actors.supervisor import SupervisorConfig, get_or_create_supervisor, supervisor_names
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE
@@ -103,6 +103,8 @@ class ApiConfig:
     supervisor: SupervisorConfig
     api_keys: dict[str, ApiKeyGrant]
     supervisor_name: str
+    supervisors: int = 1
+    """How many supervisors share the deployment's runs (``RAYDAG_SUPERVISORS``): new runs go to each in turn."""
     tool_latency_ms: int = 0
     max_body_bytes: int = 2 * 1024 * 1024
     mcp_allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
@@ -115,6 +117,10 @@ class ApiConfig:
     @property
     def pool_size(self) -> int:
         return self.supervisor.pool_size
+
+    @property
+    def supervisor_names(self) -> tuple[str, ...]:
+        return supervisor_names(self.supervisor_name, self.supervisors)
 
     @classmethod
     def from_settings(cls, settings: Settings, dsn: str) -> ApiConfig:
@@ -130,6 +136,7 @@ class ApiConfig:
             ),
             api_keys=settings.api_key_grants(),
             supervisor_name=settings.supervisor_name,
+            supervisors=settings.supervisors,
             tool_latency_ms=settings.tool_latency_ms,
             mcp_allowed_hosts=hosts,
             mcp_allowed_origins=origins,
@@ -251,8 +258,7 @@ class _AppState:
     operations: OperationStore = field(init=False)
     reviews: ReviewStore = field(init=False)
     questions: QuestionStore = field(init=False)
-    supervisor: Any = field(init=False)
-    submissions: Line = field(default_factory=submissions)
+    supervisors: Supervisors = field(init=False)
 
 
 def tool_server_for(config: ApiConfig, toolsets: Toolsets) -> HostedServer | None:
@@ -289,11 +295,18 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
         state.operations = OperationStore(pool)
         state.reviews = ReviewStore(pool)
         state.questions = QuestionStore(pool)
-        state.supervisor = get_or_create_supervisor(
-            config.supervisor, name=config.supervisor_name, detached=True
+        state.supervisors = Supervisors(
+            {
+                name: get_or_create_supervisor(
+                    config.supervisor, name=name, detached=True, spread=(index, len(config.supervisor_names))
+                )
+                for index, name in enumerate(config.supervisor_names)
+            }
         )
         # A supervisor that outlived an earlier deployment adopts this one's configuration for new runs.
-        await state.supervisor.reconfigure.remote(config.supervisor)
+        await asyncio.gather(
+            *(handle.reconfigure.remote(config.supervisor) for _, handle in state.supervisors.all())
+        )
         try:
             async with tool_server.lifespan() if tool_server else contextlib.nullcontext():
                 yield
@@ -356,14 +369,25 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
 
     @app.get("/readyz", responses={**HEALTH_RESPONSES, **problem_responses(503)})
     async def readyz() -> dict[str, Any]:
-        """Readiness: PostgreSQL and the supervisor both answer within ``READY_TIMEOUT_S``; 503 otherwise."""
+        """Readiness: PostgreSQL and every supervisor answer within ``READY_TIMEOUT_S``; 503 otherwise. The
+        first supervisor is ``supervisor`` in ``checks``, any other ``supervisor:NAME``."""
         answers: dict[str, Any] = {}
+        keys = ["supervisor", *(f"supervisor:{name}" for name in state.supervisors.names[1:])]
 
-        async def ping() -> None:
-            answers["supervisor"] = await state.supervisor.ping.remote()
+        def ping(key: str, handle: Any) -> Callable[[], Awaitable[None]]:
+            async def answer() -> None:
+                answers[key] = await handle.ping.remote()
 
-        database, supervisor = await asyncio.gather(_check(state.store.ping), _check(ping))
-        checks = {"database": database, "supervisor": supervisor}
+            return answer
+
+        database, *supervisors = await asyncio.gather(
+            _check(state.store.ping),
+            *(
+                _check(ping(key, handle))
+                for key, (_, handle) in zip(keys, state.supervisors.all(), strict=True)
+            ),
+        )
+        checks = {"database": database, **dict(zip(keys, supervisors, strict=True))}
         toolsets: dict[str, Any] = answers.get("supervisor", {}).get("toolsets", {})
         servers: dict[str, Any] = toolsets.get("servers", {})
         failing = [name for name, check in checks.items() if not check["ok"]]
@@ -414,9 +438,8 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             stage=body.stage,
             review=body.review == "plan",
         )
-        submitted: SubmitResult = await ask(
-            lambda: state.supervisor.submit.remote(request), line=state.submissions
-        )
+        supervisor, line = state.supervisors.next()
+        submitted: SubmitResult = await ask(lambda: supervisor.submit.remote(request), line=line)
         span = trace.get_current_span()
         if submitted.run_id is not None:
             span.set_attribute("raydag.run_id", submitted.run_id)
@@ -427,15 +450,17 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             and await state.store.run_row(principal, submitted.run_id) is not None
         )
         raise_for_submission(submitted, conflicting_run_visible=conflicting_run_visible)
-        return await accepted(principal, submitted, wait)
+        return await accepted(principal, submitted, wait, supervisor)
 
-    async def accepted(principal: Principal, submitted: SubmitResult, wait: float) -> JSONResponse:
+    async def accepted(
+        principal: Principal, submitted: SubmitResult, wait: float, supervisor: Any
+    ) -> JSONResponse:
         """The run a request created (201) or replayed (200), once it has ended or ``wait`` seconds passed."""
         run_id = submitted.run_id
         assert run_id is not None
         if wait > 0:
             try:
-                await ask(lambda: state.supervisor.wait.remote(run_id, wait), within_s=wait + WAIT_GRACE_S)
+                await ask(lambda: supervisor.wait.remote(run_id, wait), within_s=wait + WAIT_GRACE_S)
             except Problem:
                 log.warning("the supervisor stopped answering while run %s was awaited", run_id)
             with deadline(REQUEST_DEADLINE_S):  # the wait was legitimate: the read gets a budget of its own
@@ -466,7 +491,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
     async def get_nodes(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
         row = await history_or_410(principal, run_id)
         run = str(row["run_id"])
-        contracts = await ask(lambda: state.supervisor.contracts.remote())
+        contracts = await ask(lambda: state.supervisors.any.contracts.remote())
         return nodes_view(await load_state(state.store, run), contracts, await state.store.ledger(run))
 
     @app.get("/runs/{run_id}/events", responses=problem_responses(401, 404, 410, 422, 503))
@@ -481,7 +506,8 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
     async def cancel_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
         """Cancel a live run; cancelling a finished run changes nothing and says so."""
         row = await run_or_404(principal, run_id)
-        outcome: Cancellation = await ask(lambda: state.supervisor.cancel.remote(str(row["run_id"])))
+        owner = state.supervisors.owning(row["owner"])  # only the run's owner can stop its calls
+        outcome: Cancellation = await ask(lambda: owner.cancel.remote(str(row["run_id"])))
         if outcome is Cancellation.NOT_OWNED:
             raise Problem(
                 409, "run-not-owned", "the run is live but no supervisor drives it now; retry shortly"
@@ -519,11 +545,10 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             budgets=body.budgets,
             trace=carrier(),
         )
-        submitted: SubmitResult = await ask(
-            lambda: state.supervisor.continue_run.remote(request), line=state.submissions
-        )
+        supervisor, line = state.supervisors.next()
+        submitted: SubmitResult = await ask(lambda: supervisor.continue_run.remote(request), line=line)
         raise_for_submission(submitted, conflicting_run_visible=True)
-        return await accepted(principal, submitted, wait)
+        return await accepted(principal, submitted, wait, supervisor)
 
     # The operation ledger (/runs/{id}/operations…): a run's writes, and a person's decisions on them.
     app.include_router(

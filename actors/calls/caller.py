@@ -173,11 +173,14 @@ class ToolCaller:
             await connections.aclose()
 
     async def ping(self) -> dict[str, Any]:
-        """Its process, the calls it is making now and those it has taken, the exchanges they came in (and the
-        most calls one handed over), and its stdio servers."""
+        """Its process and Ray node, the calls it is making now and those it has taken, the exchanges they came
+        in (and the most calls one handed over), and its stdio servers."""
         stdio = self._connections.stdio_status() if self._connections is not None else {}
+        import ray
+
         return {
             "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "in_flight": self._in_flight,
             "calls": self._calls,
             "exchanges": self._exchanges,

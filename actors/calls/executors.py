@@ -15,7 +15,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, assert_never
@@ -33,6 +33,7 @@ from dag.contracts import ToolCatalogue
 
 if TYPE_CHECKING:
     from actors.toolsets.config import HttpServer, StdioServer
+    from actors.toolsets.listing import ServerListing
 
 
 def build_executor(
@@ -50,6 +51,12 @@ def build_executor(
     Ray task (by URL and token); a stdio server needs a long-lived process to own it, and a server with
     credentials of its own needs them read in the calling process: both need ``callers`` or ``supervisor``.
     """
+    placing = [server.name for server in servers if server.placement is not None]
+    if placing and kind is not ExecutorKind.CALLERS:
+        raise ValueError(
+            f"servers {placing} name a placement, which only RAYDAG_TOOL_EXECUTOR=callers honours: their calls "
+            "must be made on the nodes they name"
+        )
     match kind:
         case ExecutorKind.TASKS:
             needing = [server.name for server in servers if not _reachable_from_a_task(server)]
@@ -60,11 +67,11 @@ def build_executor(
                 )
             return RayToolExecutor(catalogue)
         case ExecutorKind.CALLERS:
-            pool = CallerPoolExecutor(
+            placed = PlacedCallers.of(
                 catalogue, size=callers, name_prefix=name_prefix, namespace=namespace, servers=servers
             )
-            pool.start()
-            return pool
+            placed.start()
+            return placed
         case ExecutorKind.SUPERVISOR:
             inline = InlineExecutor(catalogue, servers=servers)
             inline.start()
@@ -174,10 +181,11 @@ class CallerPoolExecutor:
         name_prefix: str = "raydag-tool-caller",
         namespace: str = "raydag",
         servers: Sequence[HttpServer | StdioServer] = (),
+        resources: Mapping[str, float] | None = None,
     ) -> None:
         """``servers``: the toolset servers calls may name; each caller starts its own stdio servers.
         ``max_concurrency``: the calls each caller makes at once (its share of ``CALLS_IN_FLIGHT`` unless
-        given)."""
+        given). ``resources``: the custom Ray resources each caller takes (its servers' ``placement``)."""
         if size < 1 or (max_concurrency is not None and max_concurrency < 1):
             raise ValueError("a caller pool needs at least one caller, each allowed at least one call")
         self._catalogue = catalogue
@@ -196,6 +204,7 @@ class CallerPoolExecutor:
         self._tickets = itertools.count(1)
         self._lanes = {name: _Lane() for name in self._names}
         self._receiving: set[asyncio.Task[None]] = set()
+        self._resources = dict(resources or {})
 
     @property
     def names(self) -> list[str]:
@@ -231,12 +240,21 @@ class CallerPoolExecutor:
                     max_concurrency=EXCHANGES_PER_CALLER,
                     max_restarts=-1,
                     max_task_retries=0,  # retries are the supervisor's decision
+                    # Over the cluster's nodes, not all beside the supervisor; only where a node offers what
+                    # the servers' placement names.
+                    scheduling_strategy="SPREAD",
+                    resources=self._resources,
                 )
                 .remote(self._servers, calls_at_once=self._max_concurrency)
             )
             self._started[name] = handle.start.remote()  # its stdio servers start now, not on the first call
             caller = self._callers[name] = handle
         return caller
+
+    async def list_tools(self, server: str, token: str | None) -> ServerListing:
+        """What ``server`` lists now, asked of a caller of this pool (where the server may run)."""
+        listing: ServerListing = await self._caller(self._pick()).list_tools.remote(server, token)
+        return listing
 
     async def run(self, call: ToolCall) -> ToolOutcome:
         name = self._pick()
@@ -336,6 +354,79 @@ class CallerPoolExecutor:
 
     def _rest(self, name: str) -> None:
         self._resting[name] = time.monotonic() + CALLER_REST_S
+
+
+class PlacedCallers:
+    """Caller pools by placement: a pool of its own (``<prefix>-<server>-<i>``) for each server whose
+    ``placement`` limits the nodes it may run on, the shared pool for the others. A call goes to the pool of
+    its tool's server; a stdio server starts only in its own pool's callers."""
+
+    def __init__(self, shared: CallerPoolExecutor, placed: Mapping[str, CallerPoolExecutor]) -> None:
+        self._shared = shared
+        self._placed = dict(placed)
+
+    @classmethod
+    def of(
+        cls,
+        catalogue: ToolCatalogue,
+        *,
+        size: int,
+        name_prefix: str,
+        namespace: str,
+        servers: Sequence[HttpServer | StdioServer],
+    ) -> PlacedCallers:
+        shared = CallerPoolExecutor(
+            catalogue,
+            size=size,
+            name_prefix=name_prefix,
+            namespace=namespace,
+            servers=[server for server in servers if server.placement is None],
+        )
+        placed = {
+            server.name: CallerPoolExecutor(
+                catalogue,
+                size=size,
+                name_prefix=f"{name_prefix}-{server.name}",
+                namespace=namespace,
+                servers=(server,),
+                resources=server.placement.resources,
+            )
+            for server in servers
+            if server.placement is not None
+        }
+        return cls(shared, placed)
+
+    @property
+    def pools(self) -> list[CallerPoolExecutor]:
+        return [self._shared, *self._placed.values()]
+
+    @property
+    def names(self) -> list[str]:
+        return [name for pool in self.pools for name in pool.names]
+
+    def handles(self) -> dict[str, Any]:
+        """Every caller started so far, by name."""
+        return {name: pool._caller(name) for pool in self.pools for name in pool.names}
+
+    def placed(self, server: str) -> bool:
+        """Whether ``server``'s calls (and listings) are made only by callers on the nodes it names."""
+        return server in self._placed
+
+    def start(self) -> None:
+        for pool in self.pools:
+            pool.start()
+
+    async def ready(self, timeout_s: float = 30.0) -> None:
+        """Every caller up. A placed pool no node can host yet is not waited for: its calls wait for a node."""
+        await self._shared.ready(timeout_s)
+        for pool in self._placed.values():
+            pool.start()
+
+    async def list_tools(self, server: str, token: str | None) -> ServerListing:
+        return await self._placed[server].list_tools(server, token)
+
+    async def run(self, call: ToolCall) -> ToolOutcome:
+        return await self._placed.get(call.server or "", self._shared).run(call)
 
 
 class InlineExecutor:

@@ -599,7 +599,7 @@ def _submit(
         plan=plan,
         idempotency_key=key,
     )
-    result: SubmitResult = ray.get(runtime.supervisor.submit.remote(request))
+    result: SubmitResult = ray.get(runtime.next_supervisor().submit.remote(request))
     return result
 
 

@@ -4,11 +4,13 @@ toolsets declare one and ``RAYDAG_MCP_URL`` names none), Ray, supervisor."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from actors.observe.tracing import configure_tracing
 from actors.run.submission import Drained
 from actors.store.database import embedded_postgres
 from actors.store.setup import prepare_database
-from actors.supervisor import NAMESPACE, SupervisorConfig, get_or_create_supervisor
+from actors.supervisor import NAMESPACE, SupervisorConfig, get_or_create_supervisor, supervisor_names
 from actors.toolsets.config import Toolsets, load_toolsets
 from dag.tokens import TaskTokens
 
@@ -33,9 +35,29 @@ class Runtime:
     dsn: str
     mcp_url: str
     token_key: bytes
-    supervisor: Any
+    supervisors: tuple[Any, ...]
+    """This process's supervisors (``RAYDAG_SUPERVISORS``): new runs go to each in turn."""
     tool_server: HostedServer | None
     toolsets: Toolsets
+    _turns: Iterator[Any] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_turns", itertools.cycle(self.supervisors))
+
+    @property
+    def supervisor(self) -> Any:
+        """The first supervisor: what any of them answers alike (the tools offered, whether a run ended)."""
+        return self.supervisors[0]
+
+    def next_supervisor(self) -> Any:
+        """The supervisor a new run goes to: each in turn."""
+        return next(self._turns)
+
+    def in_turn(self) -> list[Any]:
+        """Every supervisor once, the next in turn first: where to ask again when one is unavailable."""
+        first = self.next_supervisor()
+        start = self.supervisors.index(first)
+        return [*self.supervisors[start:], *self.supervisors[:start]]
 
 
 @contextmanager
@@ -141,17 +163,21 @@ def local_runtime(
         stack.enter_context(local_ray(dashboard=dashboard))
         declared = _declared(settings, toolsets, mcp_url)
         config = supervisor_config(settings, dsn=dsn, mcp_url=mcp_url, token_key=token_key, toolsets=declared)
-        supervisor = get_or_create_supervisor(
-            config, name=f"{settings.supervisor_name}-cli-{os.getpid()}", detached=False
+        names = supervisor_names(f"{settings.supervisor_name}-cli-{os.getpid()}", settings.supervisors)
+        supervisors = tuple(
+            get_or_create_supervisor(config, name=name, detached=False, spread=(index, len(names)))
+            for index, name in enumerate(names)
         )
-        stack.callback(_kill, supervisor)
+        for supervisor in supervisors:
+            stack.callback(_kill, supervisor)
         import ray
 
-        ray.get(supervisor.ping.remote())  # up and warm: the first run's independent calls start together
+        # Up and warm: the first run's independent calls start together.
+        ray.get([supervisor.ping.remote() for supervisor in supervisors])
         try:
-            yield Runtime(settings, dsn, mcp_url, token_key, supervisor, tool_server, declared)
+            yield Runtime(settings, dsn, mcp_url, token_key, supervisors, tool_server, declared)
         except KeyboardInterrupt:  # SIGINT or SIGTERM (actors.launch.shutdown)
-            hand_over(supervisor, settings.stop_grace_s)  # while the tool server is still up
+            hand_over_all(supervisors, settings.stop_grace_s)  # while the tool server is still up
             raise
 
 
@@ -200,6 +226,12 @@ def hand_over(supervisor: Any, grace_s: float) -> Drained | None:
         log.warning("the supervisor did not hand its runs over: %s", exc)
         return None
     return drained
+
+
+def hand_over_all(supervisors: Sequence[Any], grace_s: float) -> None:
+    """``hand_over`` by every supervisor at once: the grace period is spent once, not once each."""
+    with ThreadPoolExecutor(max(1, len(supervisors))) as pool:
+        list(pool.map(lambda supervisor: hand_over(supervisor, grace_s), supervisors))
 
 
 def _kill(actor: Any) -> None:

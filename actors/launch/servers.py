@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from actors.launch.local import database, hand_over, local_ray
+from actors.launch.local import database, hand_over_all, local_ray
 from actors.launch.ports import SERVE_SETUP_HOOK, PortTaken, bind_exclusively, ensure_exclusive, ensure_free
 from actors.launch.settings import Settings
 from actors.launch.shutdown import Interrupted, Steps, catch_stop_signals, interrupted, stop_descendants
-from actors.supervisor import NAMESPACE
+from actors.supervisor import NAMESPACE, supervisor_names
 
 if TYPE_CHECKING:
     from actors.launch.hosting import HostedServer, HostedToolset
@@ -197,16 +197,20 @@ def tool_server_beside(settings: Settings, dsn: str) -> Iterator[str]:
 
 
 def _hand_over_runs(settings: Settings) -> None:
+    """Every supervisor of the deployment hands its runs over, all at once (each within the grace period)."""
     import ray
 
-    try:
-        supervisor = ray.get_actor(settings.supervisor_name, namespace=NAMESPACE)
-    except ValueError:
-        return  # the application never started one: nothing to hand over
-    hand_over(supervisor, settings.stop_grace_s)
-    # It is detached and would outlive this process in a cluster it joined, refusing runs: the next raydag
-    # serve then gets a supervisor of the same name anew, which resumes the runs handed over.
-    ray.kill(supervisor, no_restart=True)
+    running = []
+    for name in supervisor_names(settings.supervisor_name, settings.supervisors):
+        try:
+            running.append(ray.get_actor(name, namespace=NAMESPACE))
+        except ValueError:
+            continue  # the application never started this one: nothing to hand over
+    hand_over_all(running, settings.stop_grace_s)
+    for supervisor in running:
+        # Detached, it would outlive this process in a cluster it joined, refusing runs: the next raydag
+        # serve gets a supervisor of the same name anew, which resumes the runs handed over.
+        ray.kill(supervisor, no_restart=True)
 
 
 def _stop_serve(*, app: bool, serve_too: bool) -> None:

@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     max_nodes: int = Field(default=Budgets().max_nodes, ge=1, le=NODES_CAP)
     max_fanout: int = Field(default=Budgets().max_fanout, ge=0, le=NODES_CAP)
     supervisor_name: str = "raydag-supervisor"
+    supervisors: int = Field(default=1, ge=1, le=64)
+    """How many supervisors share the deployment's runs: ``RAYDAG_SUPERVISOR_NAME``, then ``…-1``, ``…-2``. New runs
+    go to each in turn; each run has one owner at a time (its lease), and a dead one's runs are taken over."""
     dashboard: bool = True
     """Whether ``raydag serve`` starts the Ray dashboard (port 8265) with its local Ray."""
     db_pool_size: int = Field(default=4, ge=1, le=50)

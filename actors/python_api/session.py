@@ -56,6 +56,10 @@ _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 
+RESTART_POLL_S = 0.25
+"""How often ``wait`` asks again while every supervisor is restarting."""
+
+
 class RunRefused(RaydagError):
     """The supervisor started no run: ``outcome`` says why (an invalid plan, an unknown case, ...)."""
 
@@ -116,16 +120,14 @@ class Raydag:
 
     def tools(self) -> dict[str, ToolContract]:
         """The tools offered now, by name (those of servers listed so far)."""
-        import ray
 
-        contracts: dict[str, ToolContract] = ray.get(self._runtime.supervisor.contracts.remote())
+        contracts: dict[str, ToolContract] = self._answer(lambda supervisor: supervisor.contracts.remote())
         return contracts
 
     def toolsets(self) -> dict[str, Any]:
         """Each toolset server's state, as ``/readyz`` shows it."""
-        import ray
 
-        status: dict[str, Any] = ray.get(self._runtime.supervisor.toolsets.remote())
+        status: dict[str, Any] = self._answer(lambda supervisor: supervisor.toolsets.remote())
         return status
 
     def _principal(self) -> Principal:
@@ -151,7 +153,6 @@ class Raydag:
         stage that acts (caseops' ``act``) offers writes, each waiting for its approval (``approve``). With
         ``review``, each round's plan waits for a person's yes (``reviews``, ``approve_plan``) before any of
         it runs; a tenant's policy may require it."""
-        import ray
 
         request = RunRequest(
             principal=self._principal(),
@@ -160,11 +161,12 @@ class Raydag:
             planner=planner,
             plan=plan,
             budgets=budgets,
-            idempotency_key=idempotency_key,
+            # A key of its own when none is given: asked again of another supervisor, it is one run still.
+            idempotency_key=idempotency_key or f"script:{uuid.uuid4()}",
             stage=stage,
             review=review,
         )
-        submitted = ray.get(self._runtime.supervisor.submit.remote(request))
+        submitted: SubmitResult = self._answer(lambda supervisor: supervisor.submit.remote(request))
         if submitted.outcome not in (Submission.CREATED, Submission.REPLAYED):
             raise RunRefused(submitted.outcome, submitted.error)
         assert submitted.run_id is not None
@@ -183,26 +185,45 @@ class Raydag:
         one never executes again). ``goal`` replaces the run's; ``answer`` is shown to the planner with who
         gave it; ``budgets`` may exceed the earlier run's within the limits. Continuing a run again returns
         the same continuation; ``RunRefused`` says why a run cannot be continued (docs/PEOPLE.md)."""
-        import ray
 
         request = ContinueRequest(
             principal=self._principal(), run_id=run_id, goal=goal, answer=answer, budgets=budgets
         )
-        submitted = ray.get(self._runtime.supervisor.continue_run.remote(request))
+        submitted: SubmitResult = self._answer(lambda supervisor: supervisor.continue_run.remote(request))
         if submitted.outcome not in (Submission.CREATED, Submission.REPLAYED):
             raise RunRefused(submitted.outcome, submitted.error)
         assert submitted.run_id is not None
         return str(submitted.run_id)
 
+    def _answer(self, ask: Callable[[Any], Any]) -> Any:
+        """A supervisor's answer to ``ask(supervisor)``, asking the next one when a supervisor is unavailable
+        (restarting after its process or node was lost). Only for what may be asked twice: a submission with
+        its idempotency key, a continuation, a wait."""
+        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+        unavailable: Exception | None = None
+        for supervisor in self._runtime.in_turn():
+            try:
+                return ray.get(ask(supervisor))
+            except (ActorDiedError, ActorUnavailableError) as exc:
+                unavailable = exc
+        assert unavailable is not None, "a runtime has at least one supervisor"
+        raise unavailable
+
     def wait(self, run_id: str, timeout_s: float = 300.0) -> Run:
         """The run once it has ended; ``TimeoutError`` if it has not within ``timeout_s``."""
-        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
 
         deadline = time.monotonic() + timeout_s
-        while not ray.get(self._runtime.supervisor.wait.remote(run_id, min(1.0, timeout_s))):
+        while True:
+            try:
+                if self._answer(lambda supervisor: supervisor.wait.remote(run_id, min(1.0, timeout_s))):
+                    return self.get(run_id)
+            except (ActorDiedError, ActorUnavailableError):  # every supervisor is starting again
+                time.sleep(RESTART_POLL_S)
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} has not ended within {timeout_s:g}s")
-        return self.get(run_id)
 
     def get(self, run_id: str) -> Run:
         """The run as it is now, with its nodes."""

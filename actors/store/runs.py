@@ -237,7 +237,7 @@ class RunStore:
         row = await retrying(
             lambda: self._pool.fetchrow(
                 """SELECT run_id, tenant_id, resource, case_id, goal, planner, status, stop_reason, detail, result,
-                          plan, created_at, updated_at, finished_at, last_seq, pruned_at, tools, continues,
+                          plan, created_at, updated_at, finished_at, last_seq, pruned_at, tools, continues, owner,
                           (SELECT later.run_id FROM runs later WHERE later.continues = runs.run_id)
                             AS continued_by
                    FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]""",

@@ -282,6 +282,28 @@ class FromEnv(_Strict):
     redacted from the server's errors, outputs and stderr). ``false`` for a plain setting such as a path."""
 
 
+RAY_RESOURCE = r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$"
+_BUILT_IN_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+
+
+class Placement(_Strict):
+    """Which Ray nodes may host the server's callers (and so a stdio server's process): those offering every
+    custom resource named, in at least the amount named (``ray start --resources '{"files-host": 1}'``). A
+    caller takes that much of it while it lives; a small amount lets many callers share a node."""
+
+    resources: dict[str, float] = Field(min_length=1, max_length=8)
+
+    @field_validator("resources")
+    @classmethod
+    def _custom(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, amount in value.items():
+            if not re.match(RAY_RESOURCE, name) or name in _BUILT_IN_RESOURCES:
+                raise ValueError(f"{name!r} is not a custom Ray resource name")
+            if not 0 < amount <= 1_000:
+                raise ValueError(f"{name!r}: an amount above 0 and at most 1000, not {amount}")
+        return value
+
+
 class _Server(_Strict):
     name: str = Field(pattern=SERVER_NAME)
     protocol: ProtocolEra = "auto"
@@ -297,6 +319,8 @@ class _Server(_Strict):
     resource_check: ResourceCheckSpec | None = None
     """Who may run over which resource, asked before a run that would use this server's tools is created;
     ``None``: the policy alone decides (each call is still checked against the run's resource)."""
+    placement: Placement | None = None
+    """The nodes its calls may be made from (``tool_executor: callers``); ``None``: any node, callers spread."""
 
     @field_validator("resource_check")
     @classmethod

@@ -73,21 +73,22 @@ def serve_api() -> Iterator[Any]:
 
     from actors.api.app import create_app
 
-    started: list[tuple[BackgroundServer, str]] = []
+    started: list[tuple[BackgroundServer, tuple[str, ...]]] = []
 
     def start(config: Any, *, ready: str = "/readyz") -> str:
         """The API's URL once ``ready`` answers 200 (``/healthz`` for one whose toolset server is down)."""
         http = BackgroundServer().start(create_app(config), timeout_s=60)
-        started.append((http, config.supervisor_name))
+        started.append((http, config.supervisor_names))
         # In service once ready, as behind a load balancer: its supervisor has listed its tools.
         wait_until_ok(http.url + ready, within_s=60)
         return http.url
 
     yield start
-    for http, supervisor in started:
+    for http, supervisors in started:
         http.stop()
-        with contextlib.suppress(ValueError):  # a test may have killed it for good already
-            ray.kill(ray.get_actor(supervisor, namespace=NAMESPACE), no_restart=True)
+        for supervisor in supervisors:
+            with contextlib.suppress(ValueError):  # a test may have killed it for good already
+                ray.kill(ray.get_actor(supervisor, namespace=NAMESPACE), no_restart=True)
 
 
 async def count_runs(dsn: str, idempotency_key: str) -> int:

@@ -1,0 +1,92 @@
+"""Many supervisors, one owner per run: a deployment's runs spread over its supervisors, every read and decision
+works whichever owns a run, a cancellation reaches the owner, and a supervisor gone for good loses none of its
+runs. Effects are counted where they happen (caseops' outbox, the tool server's calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from actors.supervisor import NAMESPACE, supervisor_names
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, RunningToolServer, auth
+from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
+from tests.integration.test_operations import (
+    ACT,
+    SEND,
+    decide,
+    finished,
+    operations,
+    problem,
+    run_owner,
+    sent,
+    wait_for,
+    waiting,
+)
+
+
+def test_supervisor_names_keep_the_first_name_and_number_the_others() -> None:
+    assert supervisor_names("raydag-supervisor", 1) == ("raydag-supervisor",)
+    assert supervisor_names("sup", 3) == ("sup", "sup-1", "sup-2")
+
+
+def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    import ray
+
+    tools: RunningToolServer = start_tool_server()
+    # Leases of 3 s: a dead supervisor's runs lapse to the other in seconds, not the default 15.
+    config = replace(api_config(scratch_dsn, tools.url, token_key, lease_s=3.0), supervisors=2)
+    first, second = config.supervisor_names
+    base = serve_api(config)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        runs = []
+        for _ in range(4):  # each waits for a person to approve its send: live, and owned
+            created = client.post("/runs", json=ACT, headers=auth(DEMO_KEY))
+            assert created.status_code == 201, created.text
+            runs.append(created.json()["run_id"])
+        for run_id in runs:
+            wait_for(client, run_id, waiting)
+        owners = {run_id: asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in runs}
+        assert set(owners.values()) == {first, second}, owners  # spread, each run with one owner
+
+        # A cancellation reaches the run's owner, whichever supervisor that is.
+        [cancelled] = [run_id for run_id in runs if owners[run_id] == second][:1]
+        answer = client.post(f"/runs/{cancelled}/cancel", headers=auth(DEMO_KEY))
+        assert (answer.status_code, answer.json()["cancel"]) == (200, "cancelled"), answer.text
+        live = [run_id for run_id in runs if run_id != cancelled]
+
+        ray.kill(ray.get_actor(second, namespace=NAMESPACE), no_restart=True)  # gone for good
+        not_ready = client.get("/readyz")
+        assert not_ready.status_code == 503, not_ready.text
+        assert not_ready.json()["checks"][f"supervisor:{second}"]["ok"] is False
+
+        deadline = time.monotonic() + 60
+        while {asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in live} != {first}:
+            assert time.monotonic() < deadline, "the survivor never took the dead supervisor's runs over"
+            time.sleep(0.25)
+        sends = {run_id: operations(client, run_id)[SEND] for run_id in live}
+        for run_id, send in sends.items():
+            assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+        ended = {run_id: wait_for(client, run_id, finished) for run_id in live}
+        refused_cancel = client.post(f"/runs/{live[0]}/cancel", headers=auth(DEMO_KEY))
+
+    assert {run["status"] for run in ended.values()} == {"completed"}, ended
+    assert [sent(dsn, send) for send in sends.values()] == [1, 1, 1]  # each write executed once
+    assert tools.server.calls.get(SEND, 0) == 3
+    assert refused_cancel.json()["cancel"] == "already_finished"
+    assert problem(client_get_unknown(base)) == (404, "run-not-found")
+
+
+def client_get_unknown(base: str) -> httpx.Response:
+    with httpx.Client(base_url=base, timeout=30) as client:
+        return client.get("/runs/00000000-0000-4000-8000-000000000000", headers=auth(DEMO_KEY))
