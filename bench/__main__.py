@@ -24,6 +24,7 @@ BENCHMARKS = {
     "shipped-cpu": "bench.shipped_cpu",
     "layer": "bench.layer_timeline",
     "effects": "bench.effects",
+    "scale": "bench.scale",
 }
 """Each benchmark's module; imported only when it runs, after ``--smoke`` has chosen its sizes."""
 

@@ -31,6 +31,7 @@ TABLES = {
     "shipped-cpu": ["Shipped runtime, CPU per node by process"],
     "layer": ["A layer's timeline"],
     "effects": ["A write beside a read", "Appends per run, by arm"],
+    "scale": ["Scale: supervisors side by side"],
 }
 """The headings of the tables each benchmark prints (the start of each ``### `` line)."""
 

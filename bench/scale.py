@@ -1,0 +1,242 @@
+"""Scale: one supervisor against two and four, side by side in one run, at 32 and 128 clients through Serve.
+
+One process brings up a fresh database, a local Ray as ``raydag serve`` starts it, Serve on loopback and the
+caseops tool server in a process of its own (as ``raydag serve`` ships it). For each level of clients, each arm
+(``BENCH_SCALE_SUPERVISORS``, default ``1,2,4``) in turn, alternating the order from one round to the next
+(``BENCH_SCALE_ROUNDS``): the app is deployed with that many supervisors (``RAYDAG_SUPERVISORS``), warmed up,
+then ``BENCH_SCALE_SECONDS`` of closed-loop clients each posting ``POST /runs?wait=60`` for C-102.
+
+Measured per arm: runs/s and latency as the clients saw them; CPU by process from the window's start to its
+last answer (every supervisor counted as "supervisors"); and PostgreSQL's own work — the CPU of the
+database's backends and the transactions it committed (``pg_stat_database.xact_commit``: each transition an
+append of one statement, each read one) — per tool call the window dispatched (``tool_ledger``). On two cores
+more supervisors cannot add throughput: what this shows is what they cost (CPU per run) and what is shared
+(PostgreSQL's work per call, the figure that sizes a cluster's database).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import asyncpg
+
+from actors.launch.settings import DEV_API_KEYS
+from actors.supervisor import NAMESPACE, SupervisorConfig
+from bench._cpu import CpuMeter, machine_busy
+from bench._harness import tool_server_process
+from bench._load import Attempt, drained, error_reasons, one_run, percentile, run_clients
+from bench._smoke import sized
+from bench.load import _role, serve_runtime
+from dag.budget import Budgets
+from tests.loopback import wait_until_ok
+
+LEVELS = sized(
+    tuple(int(level) for level in os.environ.get("BENCH_SCALE_CLIENTS", "32,128").split(",")), (2,)
+)
+ARMS = sized(tuple(int(arm) for arm in os.environ.get("BENCH_SCALE_SUPERVISORS", "1,2,4").split(",")), (1, 2))
+ROUNDS = sized(int(os.environ.get("BENCH_SCALE_ROUNDS", "2")), 1)
+SECONDS = sized(float(os.environ.get("BENCH_SCALE_SECONDS", "20")), 1.0)
+WARMUP_S = sized(float(os.environ.get("BENCH_SCALE_WARMUP_S", "5")), 0.0)
+DRAIN_S = 120.0
+ROLES = (
+    "supervisors",
+    "Serve replica",
+    "Serve proxy",
+    "tool server process",
+    "tool calls",
+    "Ray daemons",
+    "PostgreSQL",
+)
+
+
+@dataclass
+class Arm:
+    supervisors: int
+    clients: int
+    attempts: list[Attempt]
+    window: tuple[float, float]
+    wall_s: float
+    cpu_s: dict[str, float]
+    commits: int
+    calls: int
+    busy_before: float
+
+    def successes(self) -> list[Attempt]:
+        return [attempt for attempt in self.attempts if attempt.error is None]
+
+    def runs_per_s(self) -> float:
+        start, end = self.window
+        return sum(1 for attempt in self.successes() if attempt.answered <= end) / (end - start)
+
+    def cpu_ms_per_run(self, role: str | None = None) -> float:
+        runs = max(1, len(self.successes()))
+        used = sum(self.cpu_s.values()) if role is None else self.cpu_s.get(role, 0.0)
+        return used * 1000 / runs
+
+
+def _classify(tool_server_pid: int, process: Any, title: str) -> str:
+    role = _role(tool_server_pid, process, title)
+    return "supervisors" if role == "supervisor" else role
+
+
+def _deploy(dsn: str, base_url: str, mcp_url: str, key: bytes, name: str, supervisors: int) -> list[Any]:
+    """The app, as shipped, with ``supervisors`` supervisors of its own; their handles once it answers."""
+    import ray
+    from ray import serve
+
+    from actors.api.app import ApiConfig, Scaling, build_app
+
+    config = ApiConfig(
+        supervisor=SupervisorConfig(dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets()),
+        api_keys=dict(DEV_API_KEYS),
+        supervisor_name=name,
+        supervisors=supervisors,
+    )
+    serve.run(build_app(config, Scaling()), name="raydag", route_prefix="/", blocking=False)
+    wait_until_ok(base_url + "/readyz", within_s=120)
+    return [ray.get_actor(each, namespace=NAMESPACE) for each in config.supervisor_names]
+
+
+async def _database_work(dsn: str, since: datetime) -> tuple[int, int]:
+    """Transactions the database has committed so far, and the tool calls dispatched since ``since``."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        commits: int = await connection.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        calls: int = await connection.fetchval(
+            "SELECT count(*) FROM tool_ledger WHERE dispatched_at >= $1", since
+        )
+        return commits, calls
+    finally:
+        await connection.close()
+
+
+async def _arm(
+    dsn: str, base_url: str, handles: list[Any], supervisors: int, clients: int, cpu: CpuMeter
+) -> Arm:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=90) as http:
+        for _ in range(sized(3, 1)):
+            await one_run(http)
+    await run_clients(base_url, clients, WARMUP_S)
+    for handle in handles:
+        await drained(handle, DRAIN_S)
+    busy_before = machine_busy()
+    since = datetime.now(UTC)
+    commits_before, _ = await _database_work(dsn, since)
+    started = time.perf_counter()
+    with cpu.measure() as used:
+        attempts, start, end = await run_clients(base_url, clients, SECONDS)
+    wall_s = time.perf_counter() - started
+    commits_after, calls = await _database_work(dsn, since)
+    for handle in handles:
+        await drained(handle, DRAIN_S)
+    return Arm(
+        supervisors=supervisors,
+        clients=clients,
+        attempts=attempts,
+        window=(start, end),
+        wall_s=wall_s,
+        cpu_s=dict(used),
+        commits=commits_after - commits_before,
+        calls=calls,
+        busy_before=busy_before,
+    )
+
+
+def _measure() -> list[Arm]:
+    from contextlib import ExitStack
+
+    import ray
+
+    measured: list[Arm] = []
+    with ExitStack() as stack:
+        dsn, base_url = stack.enter_context(serve_runtime())
+        key = secrets.token_bytes(32)
+        mcp_url, tool_server_pid = stack.enter_context(tool_server_process(dsn, key))
+        cpu = CpuMeter(dsn.rsplit("/", 1)[1].split("?")[0], 0, classify=partial(_classify, tool_server_pid))
+        for round_ in range(ROUNDS):
+            for clients in LEVELS:
+                order = ARMS if round_ % 2 == 0 else tuple(reversed(ARMS))  # the load drifts: alternate
+                for supervisors in order:
+                    name = f"raydag-scale-{supervisors}-{clients}-{round_}"
+                    handles = _deploy(dsn, base_url, mcp_url, key, name, supervisors)
+                    arm = asyncio.run(_arm(dsn, base_url, handles, supervisors, clients, cpu))
+                    for handle in handles:
+                        ray.kill(handle)
+                    measured.append(arm)
+                    errors = dict(error_reasons(arm.attempts))
+                    print(
+                        f"[{supervisors} supervisors × {clients}] {arm.runs_per_s():.1f} runs/s, "
+                        f"{arm.cpu_ms_per_run():.0f} ms CPU/run, errors {errors}",
+                        flush=True,
+                    )
+    return measured
+
+
+def _median(arms: list[Arm], value: Any) -> float:
+    return float(statistics.median(value(arm) for arm in arms))
+
+
+def _report(arms: list[Arm]) -> None:
+    grouped: dict[tuple[int, int], list[Arm]] = defaultdict(list)
+    for arm in arms:
+        grouped[(arm.clients, arm.supervisors)].append(arm)
+    print(f"\n### Scale: supervisors side by side ({SECONDS:g} s per arm, {ROUNDS} rounds, medians)\n")
+    print(
+        "| clients | supervisors | runs/s | p50 ms | p99 ms | errors | CPU ms/run | "
+        + " | ".join(ROLES)
+        + " | PostgreSQL CPU ms/call | PostgreSQL transactions/call | cores busy |"
+    )
+    print("|---|---|---|---|---|---|---|" + "---|" * len(ROLES) + "---|---|---|")
+    for (clients, supervisors), group in sorted(grouped.items()):
+        latencies = [attempt.latency_ms for arm in group for attempt in arm.successes()]
+        errors = sum(len(arm.attempts) - len(arm.successes()) for arm in group)
+        roles = " | ".join(
+            f"{_median(group, lambda arm, r=role: arm.cpu_ms_per_run(r)):.1f}" for role in ROLES
+        )
+        pg_cpu = _median(group, lambda arm: arm.cpu_s.get("PostgreSQL", 0.0) * 1000 / max(1, arm.calls))
+        pg_commits = _median(group, lambda arm: arm.commits / max(1, arm.calls))
+        cores = _median(group, lambda arm: sum(arm.cpu_s.values()) / arm.wall_s)
+        print(
+            f"| {clients} | {supervisors} | {_median(group, Arm.runs_per_s):.1f} "
+            f"| {percentile(latencies, 0.5):.0f} | {percentile(latencies, 0.99):.0f} | {errors} "
+            f"| {_median(group, Arm.cpu_ms_per_run):.1f} | {roles} | {pg_cpu:.2f} | {pg_commits:.2f} | {cores:.2f} |"
+        )
+    print("\nCPU per run against one supervisor, the same clients (× of the one-supervisor arm):\n")
+    for clients in LEVELS:
+        base = grouped.get((clients, 1))
+        if not base:
+            continue
+        one = _median(base, Arm.cpu_ms_per_run)
+        ratios = ", ".join(
+            f"{supervisors}: {_median(grouped[(clients, supervisors)], Arm.cpu_ms_per_run) / one:.2f}×"
+            for supervisors in ARMS
+            if (clients, supervisors) in grouped
+        )
+        print(f"- {clients} clients: {ratios}")
+    reasons: dict[str, int] = defaultdict(int)
+    for arm in arms:
+        for reason, count in error_reasons(arm.attempts).items():
+            reasons[f"{arm.supervisors} supervisors × {arm.clients}: {reason}"] += count
+    if reasons:
+        print("\nErrors by reason:\n")
+        for reason, count in sorted(reasons.items()):
+            print(f"- {reason}: {count}")
+    busy = ", ".join(f"{arm.supervisors}×{arm.clients}: {arm.busy_before:.0%}" for arm in arms)
+    print(f"\nMachine busy just before each measured window (anyone's processes): {busy}.")
+
+
+def main() -> None:
+    _report(_measure())
