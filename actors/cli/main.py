@@ -64,6 +64,15 @@ ToolsetsOption = Annotated[
     ),
 ]
 
+ReviewOption = Annotated[
+    bool,
+    typer.Option(
+        "--review",
+        help="Each plan waits for a person's yes, quoting its hash, before any of it runs (through the API on "
+        "this database: raydag reviews approve; docs/PEOPLE.md). A tenant's policy may require it anyway.",
+    ),
+]
+
 
 def _settings(toolsets: Path | None = None) -> Settings:
     """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``; a malformed toolsets file is
@@ -151,6 +160,7 @@ def run(
         ),
     ] = None,
     toolsets: ToolsetsOption = None,
+    review: ReviewOption = False,
 ) -> None:
     """Run one case (or any resource) to completion and print its result (usable as a `ray job submit`
     entrypoint)."""
@@ -169,6 +179,7 @@ def run(
                 key=idempotency_key,
                 planner=planner,
                 plan=proposal,
+                review=review,
             )
     except KeyboardInterrupt as stop:
         raise typer.Exit(_stopped(interrupted(stop))) from None
@@ -204,6 +215,7 @@ def batch(
         ),
     ] = None,
     toolsets: ToolsetsOption = None,
+    review: ReviewOption = False,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
     from rich.text import Text
@@ -242,7 +254,9 @@ def batch(
                 case_id: str,
             ) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
                 about = {key: case_id}
-                submitted = _submit(runtime, principal, resource=about, goal=None, key=None, planner=planner)
+                submitted = _submit(
+                    runtime, principal, resource=about, goal=None, key=None, planner=planner, review=review
+                )
                 refusal = _refusal(submitted, resource=about, tenant=tenant)
                 if refusal is not None:
                     return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
@@ -539,15 +553,23 @@ def _run_case(
     key: str | None,
     planner: str | None,
     plan: dict[str, Any] | None = None,
+    review: bool = False,
 ) -> dict[str, Any]:
     principal = _operator(tenant, runtime.toolsets)
-    submitted = _submit(runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan)
+    submitted = _submit(
+        runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan, review=review
+    )
     refusal = _refusal(submitted, resource=resource, tenant=tenant)
     if refusal is not None:
         message, code = refusal
         errors.print(message)
         raise typer.Exit(code)
     assert submitted.run_id is not None
+    if review:
+        errors.print(
+            f"run {submitted.run_id}: each plan waits for a person's yes (raydag reviews list "
+            f"{submitted.run_id} --url … against an API on this database)"
+        )
     try:
         return _await_report(runtime, principal, submitted.run_id)
     except KeyboardInterrupt as signalled:
@@ -586,6 +608,7 @@ def _submit(
     key: str | None,
     planner: str | None,
     plan: dict[str, Any] | None = None,
+    review: bool = False,
 ) -> SubmitResult:
     import ray
 
@@ -598,6 +621,7 @@ def _submit(
         planner=planner,
         plan=plan,
         idempotency_key=key,
+        review=review,
     )
     result: SubmitResult = ray.get(runtime.next_supervisor().submit.remote(request))
     return result
