@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+import httpx
 import pytest
 
 from actors.launch.ports import can_bind_beside
 from tests.conftest import REPO, TEST_HOME
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, auth
+from tests.integration.test_plan_review import decide, reviews
 from tests.loopback import free_port, wait_until_ok
 
 RAYDAG = str(Path(sys.executable).parent / "raydag")
@@ -332,3 +340,51 @@ def test_a_malformed_toolsets_file_stops_the_command_naming_file_line_and_field(
     assert done.returncode == 2
     assert f"{toolsets}:8: servers[0].tools.echo.risk:" in done.stderr.replace("\n", "")
     assert "Traceback" not in done.stderr
+
+
+def test_raydag_run_review_waits_for_a_person_approving_through_the_api_on_its_database(
+    client: httpx.Client, dsn: str, tmp_path: Path
+) -> None:
+    """``raydag run --review`` (a job on a cluster, say) runs its own supervisor over the deployment's database;
+    a person approves through the API on that database. Nothing is dispatched before."""
+
+    async def newest_cli_run(since: float) -> str | None:
+        connection = await asyncpg.connect(dsn)
+        try:
+            found: str | None = await connection.fetchval(
+                """SELECT run_id::text FROM runs WHERE subject LIKE 'cli:%' AND created_at >= to_timestamp($1)
+                   ORDER BY created_at DESC LIMIT 1""",
+                since,
+            )
+            return found
+        finally:
+            await connection.close()
+
+    started = time.time()
+    process = subprocess.Popen(
+        [RAYDAG, "run", "C-102", "--review", "--json"],
+        cwd=tmp_path,
+        env=environment(tmp_path / "home", RAYDAG_DATABASE_URL=dsn),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while (run_id := asyncio.run(newest_cli_run(started))) is None or not reviews(client, run_id):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the run never asked for its review"
+            time.sleep(0.25)
+        [review] = reviews(client, run_id)
+        nodes = client.get(f"/runs/{run_id}/nodes", headers=auth(DEMO_KEY)).json()
+        assert {node["status"] for node in nodes} == {"pending"}, nodes  # nothing ran before the yes
+        assert decide(client, run_id, review, "approve", APPROVER_KEY).status_code == 200
+        stdout, stderr = process.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # its own Ray included: nothing stays behind
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, stderr[-3000:]
+    report = json.loads(stdout)
+    assert (report["run"]["run_id"], report["run"]["status"]) == (run_id, "completed")
+    assert f"run {run_id}: each plan waits for a person's yes" in stderr
