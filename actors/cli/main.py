@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from actors.api.views import read_report
-from actors.cli.approvals import api_request, approvals
+from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request, approvals
 from actors.cli.questions import questions
 from actors.cli.report import (
     EXIT_BAD_INPUT,
@@ -362,11 +362,8 @@ def prune(
 @app.command()
 def cancel(
     run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
-    url: Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")] = "http://127.0.0.1:8000",
-    api_key: Annotated[
-        str | None,
-        typer.Option(envvar="RAYDAG_API_KEY", help="An API key of the run's tenant.", show_default=False),
-    ] = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
 ) -> None:
     """Cancel a live run through the HTTP API; cancelling a finished run changes nothing and says so."""
     body = api_request(
@@ -392,11 +389,8 @@ def continue_run(
             "(repeat for more)."
         ),
     ] = None,
-    url: Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")] = "http://127.0.0.1:8000",
-    api_key: Annotated[
-        str | None,
-        typer.Option(envvar="RAYDAG_API_KEY", help="An API key of the run's tenant.", show_default=False),
-    ] = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
 ) -> None:
     """Continue a stopped run through the HTTP API: a new run over the same resource that reuses every read
     that succeeded and never executes a write twice (docs/PEOPLE.md)."""
