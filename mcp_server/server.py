@@ -189,8 +189,9 @@ class ToolServer:
         # PostgreSQL itself could lose only the last fraction of a second of them.
         self._backend.pool = await asyncpg.create_pool(
             config.dsn,
-            min_size=1,
+            min_size=0,  # an idle server holds no connection; one idle a minute is closed
             max_size=config.pool_size,
+            max_inactive_connection_lifetime=60.0,
             server_settings={"synchronous_commit": "off", "application_name": APPLICATION_NAME},
             reset=_rollback_only,
         )

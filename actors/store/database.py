@@ -112,14 +112,21 @@ async def keep_session(connection: asyncpg.Connection) -> None:
     """
 
 
+IDLE_CONNECTION_S = 60.0
+"""How long a pooled connection may stay idle before the pool closes it: an idle process holds none, and the
+connections a burst opened are given back to PostgreSQL's ``max_connections`` a minute after it."""
+
+
 async def create_pool(dsn: str, *, max_size: int, application_name: str = "raydag") -> asyncpg.Pool:
-    """A pool for this process's event loop, of at most ``max_size`` connections; json/jsonb columns read and
-    write Python values. ``application_name`` is what ``pg_stat_activity`` shows for its connections. A
-    released connection costs no round trip (``keep_session``)."""
+    """A pool for this process's event loop, of at most ``max_size`` connections, none kept while idle
+    (``IDLE_CONNECTION_S``); json/jsonb columns read and write Python values. ``application_name`` is what
+    ``pg_stat_activity`` shows for its connections. A released connection costs no round trip
+    (``keep_session``)."""
     pool = await asyncpg.create_pool(
         dsn,
-        min_size=1,
+        min_size=0,
         max_size=max_size,
+        max_inactive_connection_lifetime=IDLE_CONNECTION_S,
         init=_init_connection,
         reset=keep_session,
         server_settings={"application_name": application_name},

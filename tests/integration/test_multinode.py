@@ -53,6 +53,7 @@ def run_cluster(dsn: str, folder: Path) -> dict[str, Any]:
         RAYDAG_DATABASE_URL=dsn,
         RAYDAG_SUPERVISORS="2",
         RAYDAG_TOOL_CALLERS="2",
+        RAYDAG_DB_POOL_SIZE="2",  # beside the rest of the suite, within PostgreSQL's 100 connections
         RAYDAG_LEASE_S="3",
         RAYDAG_TOOL_LATENCY_MS="1000",  # calls are still out when a node goes
     )
