@@ -20,10 +20,12 @@ class RetryPolicy:
 
     base_s: float = 0.1
     cap_s: float = 2.0
-    runtime_attempts: int = 8
+    runtime_attempts: int = 40
     """How often a node is tried again after failures of raydag's own machinery (a dead worker, a recovered
-    supervisor). They do not use up the tool's attempts, but a call that kills its worker every time must
-    still end."""
+    supervisor, a caller whose node was lost). They do not use up the tool's attempts, but a call that kills
+    its worker every time must still end. Forty, most of them ``cap_s`` apart (~40 s), outlast what a lost
+    Ray node takes: the cluster's notice of it (~15–20 s of missed health checks) and its callers' restart
+    on another node; a run's deadline still bounds them."""
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0, min(self.cap_s, self.base_s * 2 ** (attempt - 1)))

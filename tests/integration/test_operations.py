@@ -373,11 +373,12 @@ def test_two_live_supervisors_recovering_a_dead_ones_send_execute_it_once(
     tools: RunningToolServer = start_tool_server()
     # Leases of 3 s: the dead owner's run lapses to the others in seconds, not the default 15.
     first, *others = [api_config(scratch_dsn, tools.url, token_key, lease_s=3.0) for _ in range(3)]
+    survivors = [serve_api(config) for config in others]  # both live, listing and sweeping, before the death
     base = serve_api(first)
     with httpx.Client(base_url=base, timeout=30) as client:
         run_id, send = send_out_unanswered(client, dsn, tools)
-    survivors = [serve_api(config) for config in others]  # both live, listing and sweeping, before the death
-    ray.kill(ray.get_actor(first.supervisor_name, namespace=NAMESPACE), no_restart=True)  # gone for good
+    # Gone for good at once: before its own call's time limit could let it settle the send itself.
+    ray.kill(ray.get_actor(first.supervisor_name, namespace=NAMESPACE), no_restart=True)
     with httpx.Client(base_url=survivors[0], timeout=30) as survivor:
         run = wait_for(survivor, run_id, finished, within_s=180)
 
