@@ -98,6 +98,20 @@ class Answered:
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """What a continuation carries over from the runs it continues (``RunContinued``)."""
+
+    continues: str
+    by: str
+    outputs: Mapping[str, CarriedOutput]
+    operations: Mapping[tuple[str, str], str]
+
+
+_NOTHING_CARRIED: Mapping[str, CarriedOutput] = {}
+_NO_OPERATIONS: Mapping[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
 class RunState:
     run_id: str
     principal: Principal
@@ -151,14 +165,31 @@ class RunState:
     reviewed_calls: frozenset[str] = frozenset()
     """The call signatures (``dag.review.call_signature``) of every node a person approved: a replan repeating
     one does not wait again."""
-    continues: str | None = None
-    """The earlier run this one continues (``RunContinued``)."""
-    continued_by: str | None = None
-    """Who continued it: ``person:TENANT/SUBJECT``."""
-    carried: Mapping[str, CarriedOutput] = field(default_factory=dict)
-    """The reads that succeeded in the earlier runs of the chain, by fingerprint: reused, never called again."""
-    carried_operations: Mapping[tuple[str, str], str] = field(default_factory=dict)
-    """(tool, arguments hash) → the earlier run's operation this run takes over when it proposes that write."""
+    continuation: Continuation | None = None
+    """What the run it continues lends it (``RunContinued``); ``None`` for a run that continues none. One
+    field, not four: the reducer copies every field of the state on every event."""
+
+    @property
+    def continues(self) -> str | None:
+        """The earlier run this one continues."""
+        return self.continuation.continues if self.continuation is not None else None
+
+    @property
+    def continued_by(self) -> str | None:
+        """Who continued it: ``person:TENANT/SUBJECT``."""
+        return self.continuation.by if self.continuation is not None else None
+
+    @property
+    def carried(self) -> Mapping[str, CarriedOutput]:
+        """The reads that succeeded in the earlier runs of the chain, by fingerprint: reused, never called
+        again."""
+        return self.continuation.outputs if self.continuation is not None else _NOTHING_CARRIED
+
+    @property
+    def carried_operations(self) -> Mapping[tuple[str, str], str]:
+        """(tool, arguments hash) → the earlier run's operation this run takes over when it proposes that
+        write."""
+        return self.continuation.operations if self.continuation is not None else _NO_OPERATIONS
 
     @property
     def plan(self) -> Plan | None:
@@ -276,12 +307,15 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         case RunContinued():
             if state.status is not RunStatus.PENDING or state.round or state.continues is not None:
                 raise EventRefused(event.kind, "run_continued may only follow run_created")
+            continuation = Continuation(
+                continues=event.continues,
+                by=event.by,
+                outputs={output.fingerprint: output for output in event.outputs},
+                operations={(op.tool, op.args_hash): op.operation_id for op in event.operations},
+            )
             return _evolve(
                 state,
-                continues=event.continues,
-                continued_by=event.by,
-                carried={output.fingerprint: output for output in event.outputs},
-                carried_operations={(op.tool, op.args_hash): op.operation_id for op in event.operations},
+                continuation=continuation,
                 answers=tuple(Answered(item.question, item.answer, item.by) for item in event.answers),
             )
         case PlanningStarted():
