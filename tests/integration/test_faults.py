@@ -222,7 +222,9 @@ async def test_the_tools_database_stopped_alone_makes_calls_wait_for_it_and_give
 
     assert (state.status, state.result) == (reference.status, reference.result), state.detail
     codes = {(row["error"] or {}).get("code") for row in ledger if row["status"] == "failed"}
-    assert "UPSTREAM_UNAVAILABLE" in codes  # the outage was seen, and ridden out
+    # The outage was seen, and ridden out: as the tool's own error when its query met the stopped database, or
+    # as the server's 503 when its token-replay check met it first (which of the two comes first is timing).
+    assert codes & {"UPSTREAM_UNAVAILABLE", "HTTP_503"}, codes
     failed = [row for row in ledger if row["status"] == "failed"]
     assert len(failed) > len({row["node_id"] for row in failed})  # the circuit probed during the outage …
     assert all(state.nodes[row["node_id"]].status is NodeStatus.SUCCEEDED for row in failed)  # … and waited
