@@ -96,10 +96,23 @@ class Line:
         self._free = turns
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._outage = False
+        self._outage_seen_at: float | None = None
         self._resource = resource
         self._slot = slot
         self._unavailable = unavailable
         self._busy = busy
+
+    def probe(self) -> None:
+        """One caller is about to try the resource again during an outage: the outage counts as seen now, so
+        that those choosing between lines pass this one over until the probe is answered or refused."""
+        if self._outage:
+            self._outage_seen_at = time.monotonic()
+
+    @property
+    def outage_seen_at(self) -> float | None:
+        """When (``time.monotonic()``) a holder last found the resource unreachable, if no one was answered
+        since."""
+        return self._outage_seen_at
 
     @asynccontextmanager
     async def turn(self, what: str) -> AsyncIterator[None]:
@@ -116,9 +129,11 @@ class Line:
 
     def answered(self) -> None:
         self._outage = False
+        self._outage_seen_at = None
 
     def unreachable(self) -> None:
         self._outage = True
+        self._outage_seen_at = time.monotonic()
         while self._waiting:
             waiter = self._waiting.popleft()
             if not waiter.done():

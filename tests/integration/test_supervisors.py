@@ -70,6 +70,19 @@ def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them
         assert not_ready.status_code == 503, not_ready.text
         assert not_ready.json()["checks"][f"supervisor:{second}"]["ok"] is False
 
+        # New runs: the dead supervisor is found by one submission at most (a 503 its client retries), then
+        # passed over; the others go to the one alive.
+        submitted = [
+            client.post("/runs", json={"case_id": "C-102"}, headers=auth(DEMO_KEY)) for _ in range(4)
+        ]
+        refused = [answer for answer in submitted if answer.status_code != 201]
+        assert len(refused) <= 1, [answer.text for answer in submitted]
+        for answer in refused:
+            assert problem(answer) == (503, "supervisor-unavailable"), answer.text
+            assert answer.headers["retry-after"]
+        reads = [answer.json()["run_id"] for answer in submitted if answer.status_code == 201]
+        assert {asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in reads} == {first}
+
         deadline = time.monotonic() + 60
         while {asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in live} != {first}:
             assert time.monotonic() < deadline, "the survivor never took the dead supervisor's runs over"
@@ -77,10 +90,11 @@ def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them
         sends = {run_id: operations(client, run_id)[SEND] for run_id in live}
         for run_id, send in sends.items():
             assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
-        ended = {run_id: wait_for(client, run_id, finished) for run_id in live}
+        ended = {run_id: wait_for(client, run_id, finished) for run_id in [*live, *reads]}
         refused_cancel = client.post(f"/runs/{live[0]}/cancel", headers=auth(DEMO_KEY))
 
     assert {run["status"] for run in ended.values()} == {"completed"}, ended
+    assert len(ended) >= 6
     assert [sent(dsn, send) for send in sends.values()] == [1, 1, 1]  # each write executed once
     assert tools.server.calls.get(SEND, 0) == 3
     assert refused_cancel.json()["cancel"] == "already_finished"

@@ -12,6 +12,7 @@ from ray.exceptions import ActorUnavailableError
 
 from actors.api import Problem, ask, submissions
 from actors.api import _outcomes as outcomes
+from actors.api.supervisors import PROBE_AFTER_S, Supervisors, next_in_turn
 from actors.store import resilience
 from actors.store.resilience import deadline
 
@@ -107,3 +108,39 @@ async def test_a_line_that_does_not_move_for_the_queue_limit_is_busy_not_unavail
     assert busy.value.headers["Retry-After"] == str(outcomes.SUPERVISOR_RETRY_AFTER_S)
     release.set()
     assert await asyncio.gather(*holders) == ["created"] * outcomes.SUBMISSIONS_AT_ONCE
+
+
+def test_new_runs_go_to_each_supervisor_in_turn_past_one_in_an_outage() -> None:
+    names = ("s", "s-1", "s-2")
+    answering = dict.fromkeys(names)
+    assert [next_in_turn(names, turn, answering, now=100.0) for turn in range(4)] == [0, 1, 2, 0]
+    out = {**answering, "s-1": 99.0}  # its last submission found it dead a second ago
+    assert [next_in_turn(names, turn, out, now=100.0) for turn in range(3)] == [0, 2, 2]
+    # Once the outage is PROBE_AFTER_S old a run tries it again, so that its recovery is noticed.
+    assert next_in_turn(names, 1, out, now=99.0 + PROBE_AFTER_S) == 1
+    # Every one out: the turn stands (its run gets a 503 with Retry-After, and its client retries).
+    assert next_in_turn(names, 1, dict.fromkeys(names, 99.0), now=100.0) == 1
+
+
+async def test_a_supervisor_found_dead_is_passed_over_and_tried_again_by_one_run_alone() -> None:
+    supervisors = Supervisors({"s": "first", "s-1": "second"})
+    first, line = supervisors.next()
+    assert first == "first"
+
+    async def dead() -> str:
+        raise ActorUnavailableError("the actor is restarting", None)
+
+    with pytest.raises(Problem):
+        await ask(dead, within_s=1, line=line)
+    assert [supervisors.next()[0] for _ in range(3)] == ["second"] * 3
+
+    line.probe()  # as next() does once the outage is old: the outage counts as seen again now
+    assert line.outage_seen_at is not None
+    assert [supervisors.next()[0] for _ in range(2)] == ["second"] * 2
+
+    async def alive() -> str:
+        return "created"
+
+    assert await ask(alive, within_s=1, line=line) == "created"  # the probe is answered: the outage ends
+    assert line.outage_seen_at is None
+    assert [supervisors.next()[0] for _ in range(2)] == ["first", "second"]
