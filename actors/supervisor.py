@@ -334,6 +334,7 @@ class RunSupervisor:
             "worker_id": ray.get_runtime_context().get_worker_id(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "active_runs": service.active_runs(),
+            "waiting_runs": service.waiting_runs(),  # of those, the ones waiting for a turn to be driven
             "toolsets": self._catalogue.status(),
         }
 

@@ -5,11 +5,13 @@ what it found as one JSON object, and the test decides.
 
 What it does: where the supervisors and their callers were placed; runs over the shipped caseops server and a
 stdio server that only one worker may host; then runs with calls in flight while the worker hosting a
-supervisor is removed (its raylet killed); then runs while every supervisor is killed at once. The caseops
-server is hosted in this process (on the head's machine), so its count of answers by run and node survives
-every fault.
+supervisor is removed (its raylet killed); then runs while every supervisor is killed at once; then a
+supervisor killed for good while the other is overloaded (runs waiting for a turn). Through the faults,
+clients of the run API (Ray Serve, its replica and proxy on the head) submit and read runs and keep every 5xx
+they are answered. The caseops server is hosted in this process (on the head's machine), so its count of
+answers by run and node survives every fault.
 
-    python multinode_script.py '{"ports": [gcs, agent], "toolsets": PATH}'
+    python multinode_script.py '{"ports": [gcs, agent, api], "toolsets": PATH}'
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import time
+import uuid
 from typing import Any
 
 CASE = {"case_id": "C-102"}
+DEMO_KEY = "dev-key-tenant-demo"
+"""A documented dev key (``RAYDAG_API_KEYS`` unset, on loopback): tenant-demo, every caseops scope."""
 ECHO_PLAN = {"nodes": [{"id": "echo", "tool": "echo", "args": {"text": "placed"}}]}
 
 
@@ -29,7 +35,7 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     spec = json.loads(sys.argv[1])
-    gcs_port, agent_port = spec["ports"]
+    gcs_port, agent_port, api_port = spec["ports"]
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -49,15 +55,16 @@ def main() -> None:
     nodes = {"head": cluster.head_node.node_id, **{name: node.node_id for name, node in workers.items()}}
     facts: dict[str, Any] = {"nodes": nodes}
     try:
-        run(cluster, workers, spec["toolsets"], facts)
+        run(cluster, workers, spec["toolsets"], api_port, facts)
     finally:
         print(json.dumps(facts), flush=True)
         ray.shutdown()
         cluster.shutdown()
 
 
-def run(cluster: Any, workers: dict[str, Any], toolsets: str, facts: dict[str, Any]) -> None:
+def run(cluster: Any, workers: dict[str, Any], toolsets: str, api_port: int, facts: dict[str, Any]) -> None:
     import ray
+    from ray import serve
 
     import raydag
 
@@ -77,24 +84,168 @@ def run(cluster: Any, workers: dict[str, Any], toolsets: str, facts: dict[str, A
         facts["placed"] = [summary(rd.wait(run_id, 180)) for run_id in placed]
         facts["owners"] = owners(runtime.dsn, fault_free)
 
-        # 2. A worker hosting a supervisor (and callers) removed while its runs have calls in flight.
-        victim = next(name for name, node in workers.items() if node.node_id in facts["supervisors"])
-        removed = [rd.submit(resource=CASE) for _ in range(6)]
-        wait_for_calls(rd, removed)
-        cluster.remove_node(workers[victim], allow_graceful=False)
-        facts["removed_node"] = victim
-        facts["removed"] = [summary(rd.wait(run_id, 300)) for run_id in removed]
+        # The run API over the same supervisors; its clients keep at it through every fault below.
+        clients = Clients(serve_api(runtime, api_port))
+        clients.start()
+        try:
+            # 2. A worker hosting a supervisor (and callers) removed while its runs have calls in flight.
+            victim = next(name for name, node in workers.items() if node.node_id in facts["supervisors"])
+            removed = [rd.submit(resource=CASE) for _ in range(6)]
+            wait_for_calls(rd, removed)
+            cluster.remove_node(workers[victim], allow_graceful=False)
+            facts["removed_node"] = victim
+            facts["removed"] = [summary(rd.wait(run_id, 300)) for run_id in removed]
 
-        # 3. Every supervisor killed at once while their runs have calls in flight; Ray starts them again.
-        restarted = [rd.submit(resource=CASE) for _ in range(4)]
-        wait_for_calls(rd, restarted)
-        for supervisor in supervisors:
-            ray.kill(supervisor, no_restart=False)
-        facts["restarted"] = [summary(rd.wait(run_id, 300)) for run_id in restarted]
+            # 3. Every supervisor killed at once while their runs have calls in flight; Ray starts them again.
+            restarted = [rd.submit(resource=CASE) for _ in range(4)]
+            wait_for_calls(rd, restarted)
+            for supervisor in supervisors:
+                ray.kill(supervisor, no_restart=False)
+            facts["restarted"] = [summary(rd.wait(run_id, 300)) for run_id in restarted]
 
-        everything = [*fault_free, *removed, *restarted]
+            # 4. One supervisor killed for good while the other is overloaded: more runs than it drives at
+            # once (RAYDAG_MAX_ACTIVE_RUNS), some waiting for a turn. The survivor takes the dead one's over.
+            survivor, doomed = supervisors
+            overloaded = [rd.submit(resource=CASE) for _ in range(10)]
+            facts["survivor_load"] = wait_for_load(survivor)
+            ray.kill(doomed, no_restart=True)
+            facts["overloaded"] = [summary(rd.wait(run_id, 300)) for run_id in overloaded]
+            facts["overloaded_owners"] = owners(runtime.dsn, overloaded)
+            facts["survivor"] = ray.get(survivor.ping.remote())["owner"]
+        finally:
+            clients.stop()
+            serve.shutdown()
+        facts["http"] = [summary(rd.wait(run_id, 300)) for run_id in clients.created]
+        facts["http_answers"] = dict(clients.answers)
+        facts["http_errors"] = clients.errors
+
+        everything = [*fault_free, *removed, *restarted, *overloaded, *clients.created]
         facts["events"] = events(runtime.dsn, everything)
         facts["answered"] = dict(runtime.tool_server.answered)
+
+
+def serve_api(runtime: Any, port: int) -> str:
+    """The run API under Ray Serve, over ``runtime``'s supervisors: its proxy and replica on the head (a client
+    needs an address that stays), the supervisors where they are. Its URL once ``/readyz`` answers 200."""
+    import httpx
+    import ray
+    from ray import serve
+
+    from actors.api.app import ApiConfig, RunAPI
+    from actors.launch.local import supervisor_config
+
+    settings = runtime.settings
+    config = ApiConfig(
+        supervisor=supervisor_config(
+            settings,
+            dsn=runtime.dsn,
+            mcp_url=runtime.mcp_url,
+            token_key=runtime.token_key,
+            toolsets=runtime.toolsets,
+        ),
+        api_keys=settings.api_key_grants(),
+        supervisor_name=ray.get(runtime.supervisor.ping.remote())["owner"],
+        supervisors=len(runtime.supervisors),
+    )
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    on_head = {"num_cpus": 0, "resources": {"raydag-head": 0.001}}
+    serve.run(
+        RunAPI.options(num_replicas=1, ray_actor_options=on_head).bind(config, False),  # type: ignore[attr-defined]
+        name="raydag",
+        route_prefix="/",
+        blocking=False,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(base + "/readyz", timeout=5).status_code == 200:
+                return base
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("the run API never became ready")
+        time.sleep(0.5)
+
+
+class Clients:
+    """A client of the run API in a thread of its own: it submits a run every few seconds (a 503 retried with
+    the same Idempotency-Key once its Retry-After has passed) and reads every run it created, keeping how often
+    each status was answered and every 5xx whole (status, problem type, Retry-After)."""
+
+    RUNS = 8
+    EVERY_S = 3.0
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.created: list[str] = []
+        self.answers: dict[int, int] = {}
+        self.errors: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="api-clients", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        import httpx
+
+        key: str | None = None
+        next_submission = 0.0
+        with httpx.Client(
+            base_url=self.base, headers={"Authorization": f"Bearer {DEMO_KEY}"}, timeout=30
+        ) as http:
+            while not self._stop.is_set():
+                if len(self.created) < self.RUNS and time.monotonic() >= next_submission:
+                    key = key or str(uuid.uuid4())
+                    answer = self._send(http, "POST", "/runs", json=CASE, headers={"Idempotency-Key": key})
+                    if answer is not None and answer.status_code in (200, 201):
+                        self.created.append(answer.json()["run_id"])
+                        key, next_submission = None, time.monotonic() + self.EVERY_S
+                    elif answer is not None and answer.status_code == 503:
+                        retry_after = float(answer.headers.get("retry-after") or 1)
+                        next_submission = time.monotonic() + min(retry_after, 2.0)
+                for run_id in list(self.created):
+                    self._send(http, "GET", f"/runs/{run_id}")
+                self._stop.wait(0.5)
+
+    def _send(self, http: Any, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            answer = http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:  # no answer at all: as much a failure as a 5xx
+            self.errors.append({"request": f"{method} {path}", "status": None, "error": type(exc).__name__})
+            return None
+        self.answers[answer.status_code] = self.answers.get(answer.status_code, 0) + 1
+        if answer.status_code >= 500:
+            body = answer.json() if answer.headers.get("content-type") == "application/problem+json" else {}
+            self.errors.append(
+                {
+                    "request": f"{method} {path}",
+                    "status": answer.status_code,
+                    "type": body.get("type"),
+                    "retry_after": answer.headers.get("retry-after"),
+                    "text": answer.text[:300],
+                }
+            )
+        return answer
+
+
+def wait_for_load(supervisor: Any, within_s: float = 60) -> dict[str, Any]:
+    """The supervisor's ping once it owns runs waiting for a turn to be driven (or ``within_s`` has passed)."""
+    import ray
+
+    deadline = time.monotonic() + within_s
+    while True:
+        answer: dict[str, Any] = ray.get(supervisor.ping.remote())
+        if answer["waiting_runs"] > 0 or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.05)
 
 
 def summary(run: Any) -> dict[str, Any]:

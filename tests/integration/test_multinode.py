@@ -1,7 +1,8 @@
 """raydag on a real multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head and two
 workers on loopback ports of their own), in a process of its own (``multinode_script.py``): supervisors and
 callers spread over the nodes, a server placed on the one node that may host it, and a node removed mid-run —
-or every supervisor killed at once — changes no answer and re-runs nothing that succeeded. Calls are counted
+or every supervisor killed at once, or one killed for good while the other is overloaded — changes no answer,
+re-runs nothing that succeeded, and gets no 5xx from the run API but a 503 with Retry-After. Calls are counted
 by the caseops server itself (its answers by run and node)."""
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def toolsets_file(folder: Path) -> Path:
 
 
 def run_cluster(dsn: str, folder: Path) -> dict[str, Any]:
-    spec = {"ports": [free_port(), free_port()], "toolsets": str(toolsets_file(folder))}
+    spec = {"ports": [free_port(), free_port(), free_port()], "toolsets": str(toolsets_file(folder))}
     env = environment(
         folder / "home",
         RAYDAG_DATABASE_URL=dsn,
@@ -55,6 +56,7 @@ def run_cluster(dsn: str, folder: Path) -> dict[str, Any]:
         RAYDAG_TOOL_CALLERS="2",
         RAYDAG_DB_POOL_SIZE="2",  # beside the rest of the suite, within PostgreSQL's 100 connections
         RAYDAG_LEASE_S="3",
+        RAYDAG_MAX_ACTIVE_RUNS="3",  # a supervisor given more runs than that is overloaded: they wait
         RAYDAG_TOOL_LATENCY_MS="1000",  # calls are still out when a node goes
     )
     env.pop("RAY_ADDRESS", None)  # the script's cluster is its own
@@ -98,7 +100,7 @@ def test_a_three_node_cluster_spreads_the_work_and_a_lost_node_changes_no_answer
 
     # Every run ends with the fault-free answer, through a lost node and a restart of every supervisor.
     [expected] = {json.dumps(run["result"], sort_keys=True) for run in facts["fault_free"]}
-    for phase in ("fault_free", "removed", "restarted"):
+    for phase in ("fault_free", "removed", "restarted", "overloaded", "http"):
         for run in facts[phase]:
             assert (run["status"], json.dumps(run["result"], sort_keys=True)) == ("completed", expected), (
                 phase,
@@ -106,6 +108,16 @@ def test_a_three_node_cluster_spreads_the_work_and_a_lost_node_changes_no_answer
                 run["stop_reason"],
                 run["failed"],
             )
+
+    # The survivor had runs waiting for a turn when the other was killed for good, and took its runs over.
+    assert facts["survivor_load"]["waiting_runs"] > 0, facts["survivor_load"]
+    assert set(facts["overloaded_owners"].values()) == {facts["survivor"]}, facts["overloaded_owners"]
+
+    # The run API's clients, through all of it: runs created and read; no 5xx but a 503 saying when to retry.
+    assert facts["http"], facts["http_answers"]
+    assert facts["http_answers"].get("200", 0) > 0, facts["http_answers"]
+    for error in facts["http_errors"]:
+        assert (error["status"], bool(error.get("retry_after"))) == (503, True), facts["http_errors"]
 
     # Nothing was called that raydag did not dispatch, and it dispatches again only what has not succeeded
     # (the transition table): a node's answers are at most its recorded dispatches — a first call, a retry
