@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -48,30 +49,39 @@ class Attempt:
         return (self.answered - self.sent) * 1000
 
 
-async def one_run(http: httpx.AsyncClient) -> Attempt:
-    """A C-102 run through the API; only a run that came back ``completed`` is a success."""
+async def one_run(
+    http: httpx.AsyncClient, body: Mapping[str, Any] = CASE, headers: Mapping[str, str] = HEADERS
+) -> Attempt:
+    """A run through the API (C-102 unless ``body`` says otherwise); only a run that came back ``completed``
+    is a success."""
     sent = time.time()
     try:
-        response = await http.post("/runs", params={"wait": WAIT_S}, json=CASE, headers=HEADERS)
+        response = await http.post("/runs", params={"wait": WAIT_S}, json=dict(body), headers=dict(headers))
     except httpx.HTTPError as exc:
         return Attempt(sent, time.time(), f"client: {type(exc).__name__}", None)
     answered = time.time()
     try:
-        body: Any = response.json()
+        answer: Any = response.json()
     except ValueError:
-        body = {}
+        answer = {}
     if response.status_code != 201:
-        slug = str(body.get("type", "")).rsplit("/", 1)[-1] if isinstance(body, dict) else ""
+        slug = str(answer.get("type", "")).rsplit("/", 1)[-1] if isinstance(answer, dict) else ""
         return Attempt(sent, answered, f"HTTP {response.status_code} {slug}".strip(), None)
-    run_id = body.get("run_id")
-    if body.get("status") != "completed":
-        reason = body.get("stop_reason") or "still running after the wait"
-        return Attempt(sent, answered, f"run {body.get('status')}: {reason}", run_id)
+    run_id = answer.get("run_id")
+    if answer.get("status") != "completed":
+        reason = answer.get("stop_reason") or "still running after the wait"
+        return Attempt(sent, answered, f"run {answer.get('status')}: {reason}", run_id)
     return Attempt(sent, answered, None, run_id)
 
 
-async def run_clients(base_url: str, clients: int, seconds: float) -> tuple[list[Attempt], float, float]:
-    """``clients`` loops, each posting a run after the previous one answered, for ``seconds``.
+async def run_clients(
+    base_url: str,
+    clients: int,
+    seconds: float,
+    body: Mapping[str, Any] = CASE,
+    headers: Mapping[str, str] = HEADERS,
+) -> tuple[list[Attempt], float, float]:
+    """``clients`` loops, each posting a run (``one_run``) after the previous one answered, for ``seconds``.
 
     Returns every attempt started in the window (those still going at its end are awaited) and the window's
     start and end (``time.time``).
@@ -85,7 +95,7 @@ async def run_clients(base_url: str, clients: int, seconds: float) -> tuple[list
 
         async def loop() -> None:
             while time.time() < until:
-                attempts.append(await one_run(http))
+                attempts.append(await one_run(http, body, headers))
 
         await asyncio.gather(*(loop() for _ in range(clients)))
     return attempts, started, started + seconds

@@ -4,7 +4,10 @@ One process brings up a fresh database, a local Ray as ``raydag serve`` starts i
 caseops tool server in a process of its own (as ``raydag serve`` ships it). For each level of clients, each arm
 (``BENCH_SCALE_SUPERVISORS``, default ``1,2,4``) in turn, alternating the order from one round to the next
 (``BENCH_SCALE_ROUNDS``): the app is deployed with that many supervisors (``RAYDAG_SUPERVISORS``), warmed up,
-then ``BENCH_SCALE_SECONDS`` of closed-loop clients each posting ``POST /runs?wait=60`` for C-102.
+then ``BENCH_SCALE_SECONDS`` of closed-loop clients each posting ``POST /runs?wait=60`` for C-102. Then, per
+arm and round, a wide DAG: ``BENCH_SCALE_WIDE_CLIENTS`` closed-loop clients each posting a plan of
+``BENCH_SCALE_WIDE_NODES`` independent ``bench_wait`` calls that answer at once (up to 64 at a time), for
+``BENCH_SCALE_WIDE_SECONDS``: nodes/s through the whole deployment, and the CPU and PostgreSQL work per node.
 
 Measured per arm: runs/s and latency as the clients saw them; CPU by process from the window's start to its
 last answer (every supervisor counted as "supervisors"); and PostgreSQL's own work — the CPU of the
@@ -25,18 +28,21 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
+from importlib import resources
 from typing import Any
 
 import asyncpg
+import yaml
 
-from actors.launch.settings import DEV_API_KEYS
+from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
 from actors.supervisor import NAMESPACE, SupervisorConfig
+from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, parse_toolsets
 from bench._cpu import CpuMeter, machine_busy
-from bench._harness import tool_server_process
-from bench._load import Attempt, drained, error_reasons, one_run, percentile, run_clients
+from bench._harness import LIMITS, tool_server_process
+from bench._load import CASE, HEADERS, Attempt, drained, error_reasons, one_run, percentile, run_clients
 from bench._smoke import sized
+from bench._synthetic import BENCH_WAIT, SCOPE, lattice
 from bench.load import _role, serve_runtime
-from dag.budget import Budgets
 from tests.loopback import wait_until_ok
 
 LEVELS = sized(
@@ -46,6 +52,17 @@ ARMS = sized(tuple(int(arm) for arm in os.environ.get("BENCH_SCALE_SUPERVISORS",
 ROUNDS = sized(int(os.environ.get("BENCH_SCALE_ROUNDS", "2")), 1)
 SECONDS = sized(float(os.environ.get("BENCH_SCALE_SECONDS", "20")), 1.0)
 WARMUP_S = sized(float(os.environ.get("BENCH_SCALE_WARMUP_S", "5")), 0.0)
+WIDE_NODES = sized(int(os.environ.get("BENCH_SCALE_WIDE_NODES", "64")), 4)
+WIDE_CLIENTS = sized(int(os.environ.get("BENCH_SCALE_WIDE_CLIENTS", "4")), 1)
+WIDE_SECONDS = sized(float(os.environ.get("BENCH_SCALE_WIDE_SECONDS", "15")), 1.0)
+WIDE_KEY = "bench-scale-wide"
+"""The API key of the wide DAG's clients: tenant-demo, with the benchmark tool's scope."""
+WIDE = {
+    **CASE,
+    "planner": "outputs",
+    "plan": lattice(WIDE_NODES, 1, ms=0).plan(),
+    "budgets": {"max_nodes": WIDE_NODES, "max_parallel": 64},
+}
 DRAIN_S = 120.0
 ROLES = (
     "supervisors",
@@ -82,10 +99,26 @@ class Arm:
         used = sum(self.cpu_s.values()) if role is None else self.cpu_s.get(role, 0.0)
         return used * 1000 / runs
 
+    def nodes_per_s(self) -> float:
+        """For a wide arm: the DAGs' nodes that completed within the window, per second."""
+        return self.runs_per_s() * WIDE_NODES
+
 
 def _classify(tool_server_pid: int, process: Any, title: str) -> str:
     role = _role(tool_server_pid, process, title)
     return "supervisors" if role == "supervisor" else role
+
+
+def _toolsets(mcp_url: str) -> Toolsets:
+    """The shipped caseops toolset, with the benchmark's ``bench_wait`` (which the tool server also serves)."""
+    package, name = SHIPPED_TOOLSETS.split(":")
+    declared = yaml.safe_load(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+    declared["servers"][0]["tools"][BENCH_WAIT.name] = {
+        "scope": SCOPE,
+        "risk": "read_only",
+        "run_bound": {"case_id": "case_id"},
+    }
+    return parse_toolsets(yaml.safe_dump(declared), "bench-scale.yaml", {"RAYDAG_MCP_URL": mcp_url})
 
 
 def _deploy(dsn: str, base_url: str, mcp_url: str, key: bytes, name: str, supervisors: int) -> list[Any]:
@@ -96,8 +129,13 @@ def _deploy(dsn: str, base_url: str, mcp_url: str, key: bytes, name: str, superv
     from actors.api.app import ApiConfig, Scaling, build_app
 
     config = ApiConfig(
-        supervisor=SupervisorConfig(dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets()),
-        api_keys=dict(DEV_API_KEYS),
+        supervisor=SupervisorConfig(
+            dsn=dsn, mcp_url=mcp_url, token_key=key, limits=LIMITS, toolsets=_toolsets(mcp_url)
+        ),
+        api_keys={
+            **DEV_API_KEYS,
+            WIDE_KEY: ApiKeyGrant(tenant_id="tenant-demo", subject="bench", scopes=(SCOPE,)),
+        },
         supervisor_name=name,
         supervisors=supervisors,
     )
@@ -122,14 +160,24 @@ async def _database_work(dsn: str, since: datetime) -> tuple[int, int]:
 
 
 async def _arm(
-    dsn: str, base_url: str, handles: list[Any], supervisors: int, clients: int, cpu: CpuMeter
+    dsn: str,
+    base_url: str,
+    handles: list[Any],
+    supervisors: int,
+    clients: int,
+    cpu: CpuMeter,
+    *,
+    wide: bool = False,
 ) -> Arm:
+    """One measured window of ``clients`` closed-loop clients: C-102 runs, or (``wide``) wide DAGs."""
     import httpx
 
+    body, headers = (WIDE, {"Authorization": f"Bearer {WIDE_KEY}"}) if wide else (CASE, HEADERS)
+    seconds = WIDE_SECONDS if wide else SECONDS
     async with httpx.AsyncClient(base_url=base_url, timeout=90) as http:
         for _ in range(sized(3, 1)):
-            await one_run(http)
-    await run_clients(base_url, clients, WARMUP_S)
+            await one_run(http, body, headers)
+    await run_clients(base_url, clients, WARMUP_S, body, headers)
     for handle in handles:
         await drained(handle, DRAIN_S)
     busy_before = machine_busy()
@@ -137,7 +185,7 @@ async def _arm(
     commits_before, _ = await _database_work(dsn, since)
     started = time.perf_counter()
     with cpu.measure() as used:
-        attempts, start, end = await run_clients(base_url, clients, SECONDS)
+        attempts, start, end = await run_clients(base_url, clients, seconds, body, headers)
     wall_s = time.perf_counter() - started
     commits_after, calls = await _database_work(dsn, since)
     for handle in handles:
@@ -155,12 +203,14 @@ async def _arm(
     )
 
 
-def _measure() -> list[Arm]:
+def _measure() -> tuple[list[Arm], list[Arm]]:
+    """The C-102 arms, and the wide DAG's."""
     from contextlib import ExitStack
 
     import ray
 
     measured: list[Arm] = []
+    wide: list[Arm] = []
     with ExitStack() as stack:
         dsn, base_url = stack.enter_context(serve_runtime())
         key = secrets.token_bytes(32)
@@ -182,7 +232,20 @@ def _measure() -> list[Arm]:
                         f"{arm.cpu_ms_per_run():.0f} ms CPU/run, errors {errors}",
                         flush=True,
                     )
-    return measured
+            order = ARMS if round_ % 2 == 0 else tuple(reversed(ARMS))
+            for supervisors in order:
+                name = f"raydag-scale-{supervisors}-wide-{round_}"
+                handles = _deploy(dsn, base_url, mcp_url, key, name, supervisors)
+                arm = asyncio.run(_arm(dsn, base_url, handles, supervisors, WIDE_CLIENTS, cpu, wide=True))
+                for handle in handles:
+                    ray.kill(handle)
+                wide.append(arm)
+                errors = dict(error_reasons(arm.attempts))
+                print(
+                    f"[{supervisors} supervisors, wide] {arm.nodes_per_s():.0f} nodes/s, errors {errors}",
+                    flush=True,
+                )
+    return measured, wide
 
 
 def _median(arms: list[Arm], value: Any) -> float:
@@ -238,5 +301,50 @@ def _report(arms: list[Arm]) -> None:
     print(f"\nMachine busy just before each measured window (anyone's processes): {busy}.")
 
 
+def _report_wide(arms: list[Arm]) -> None:
+    grouped: dict[int, list[Arm]] = defaultdict(list)
+    for arm in arms:
+        grouped[arm.supervisors].append(arm)
+    print(
+        f"\n### Scale: a wide DAG ({WIDE_NODES} independent calls that answer at once, {WIDE_CLIENTS} clients, "
+        f"{WIDE_SECONDS:g} s per arm, medians)\n"
+    )
+    print(
+        "| supervisors | nodes/s | errors | CPU ms/node | supervisors CPU ms/node | tool calls CPU ms/node "
+        "| PostgreSQL CPU ms/node | PostgreSQL transactions/node | cores busy |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for supervisors, group in sorted(grouped.items()):
+        errors = sum(len(arm.attempts) - len(arm.successes()) for arm in group)
+
+        def per_node(arm: Arm, role: str | None = None) -> float:
+            return arm.cpu_ms_per_run(role) / WIDE_NODES
+
+        pg_commits = _median(group, lambda arm: arm.commits / max(1, arm.calls))
+        cores = _median(group, lambda arm: sum(arm.cpu_s.values()) / arm.wall_s)
+        print(
+            f"| {supervisors} | {_median(group, Arm.nodes_per_s):.0f} | {errors} "
+            f"| {_median(group, per_node):.2f} | {_median(group, lambda arm: per_node(arm, 'supervisors')):.2f} "
+            f"| {_median(group, lambda arm: per_node(arm, 'tool calls')):.2f} "
+            f"| {_median(group, lambda arm: per_node(arm, 'PostgreSQL')):.2f} | {pg_commits:.2f} | {cores:.2f} |"
+        )
+    base = grouped.get(1)
+    if base:
+        one = _median(base, Arm.cpu_ms_per_run)
+        ratios = ", ".join(
+            f"{supervisors}: {_median(group, Arm.cpu_ms_per_run) / one:.2f}×"
+            for supervisors, group in sorted(grouped.items())
+        )
+        print(f"\nCPU per node against one supervisor: {ratios}")
+    reasons: dict[str, int] = defaultdict(int)
+    for arm in arms:
+        for reason, count in error_reasons(arm.attempts).items():
+            reasons[f"{arm.supervisors} supervisors: {reason}"] += count
+    for reason, count in sorted(reasons.items()):
+        print(f"- {reason}: {count}")
+
+
 def main() -> None:
-    _report(_measure())
+    measured, wide = _measure()
+    _report(measured)
+    _report_wide(wide)

@@ -31,7 +31,7 @@ TABLES = {
     "shipped-cpu": ["Shipped runtime, CPU per node by process"],
     "layer": ["A layer's timeline"],
     "effects": ["A write beside a read", "Appends per run, by arm"],
-    "scale": ["Scale: supervisors side by side"],
+    "scale": ["Scale: supervisors side by side", "Scale: a wide DAG"],
 }
 """The headings of the tables each benchmark prints (the start of each ``### `` line)."""
 
