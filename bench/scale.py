@@ -99,6 +99,16 @@ class Arm:
         used = sum(self.cpu_s.values()) if role is None else self.cpu_s.get(role, 0.0)
         return used * 1000 / runs
 
+    def errors(self) -> int:
+        return len(self.attempts) - len(self.successes())
+
+    def commits_per_call(self) -> float:
+        """PostgreSQL's transactions per tool call the window dispatched."""
+        return self.commits / max(1, self.calls)
+
+    def cores_busy(self) -> float:
+        return sum(self.cpu_s.values()) / self.wall_s
+
     def nodes_per_s(self) -> float:
         """For a wide arm: the DAGs' nodes that completed within the window, per second."""
         return self.runs_per_s() * WIDE_NODES
@@ -265,17 +275,16 @@ def _report(arms: list[Arm]) -> None:
     print("|---|---|---|---|---|---|---|" + "---|" * len(ROLES) + "---|---|---|")
     for (clients, supervisors), group in sorted(grouped.items()):
         latencies = [attempt.latency_ms for arm in group for attempt in arm.successes()]
-        errors = sum(len(arm.attempts) - len(arm.successes()) for arm in group)
+        errors = sum(arm.errors() for arm in group)
         roles = " | ".join(
             f"{_median(group, lambda arm, r=role: arm.cpu_ms_per_run(r)):.1f}" for role in ROLES
         )
         pg_cpu = _median(group, lambda arm: arm.cpu_s.get("PostgreSQL", 0.0) * 1000 / max(1, arm.calls))
-        pg_commits = _median(group, lambda arm: arm.commits / max(1, arm.calls))
-        cores = _median(group, lambda arm: sum(arm.cpu_s.values()) / arm.wall_s)
         print(
             f"| {clients} | {supervisors} | {_median(group, Arm.runs_per_s):.1f} "
             f"| {percentile(latencies, 0.5):.0f} | {percentile(latencies, 0.99):.0f} | {errors} "
-            f"| {_median(group, Arm.cpu_ms_per_run):.1f} | {roles} | {pg_cpu:.2f} | {pg_commits:.2f} | {cores:.2f} |"
+            f"| {_median(group, Arm.cpu_ms_per_run):.1f} | {roles} | {pg_cpu:.2f} "
+            f"| {_median(group, Arm.commits_per_call):.2f} | {_median(group, Arm.cores_busy):.2f} |"
         )
     print("\nCPU per run against one supervisor, the same clients (× of the one-supervisor arm):\n")
     for clients in LEVELS:
@@ -315,18 +324,16 @@ def _report_wide(arms: list[Arm]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for supervisors, group in sorted(grouped.items()):
-        errors = sum(len(arm.attempts) - len(arm.successes()) for arm in group)
 
         def per_node(arm: Arm, role: str | None = None) -> float:
             return arm.cpu_ms_per_run(role) / WIDE_NODES
 
-        pg_commits = _median(group, lambda arm: arm.commits / max(1, arm.calls))
-        cores = _median(group, lambda arm: sum(arm.cpu_s.values()) / arm.wall_s)
         print(
-            f"| {supervisors} | {_median(group, Arm.nodes_per_s):.0f} | {errors} "
+            f"| {supervisors} | {_median(group, Arm.nodes_per_s):.0f} | {sum(arm.errors() for arm in group)} "
             f"| {_median(group, per_node):.2f} | {_median(group, lambda arm: per_node(arm, 'supervisors')):.2f} "
             f"| {_median(group, lambda arm: per_node(arm, 'tool calls')):.2f} "
-            f"| {_median(group, lambda arm: per_node(arm, 'PostgreSQL')):.2f} | {pg_commits:.2f} | {cores:.2f} |"
+            f"| {_median(group, lambda arm: per_node(arm, 'PostgreSQL')):.2f} "
+            f"| {_median(group, Arm.commits_per_call):.2f} | {_median(group, Arm.cores_busy):.2f} |"
         )
     base = grouped.get(1)
     if base:
