@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -68,3 +72,65 @@ def test_the_serve_config_runs_a_proxy_on_every_node_for_the_local_mcp_url() -> 
 
     assert serve_config["proxy_location"] == "EveryNode"
     assert serve_config["http_options"] == serve_config["http_options"] | {"host": "127.0.0.1", "port": 8000}
+
+
+def run_setup(home: Path, command: str) -> None:
+    completed = subprocess.run(
+        ["bash", "-c", command], env={"HOME": str(home), "PATH": os.defpath}, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+
+
+def test_the_secrets_file_as_documented_reads_in_the_nodes_shell(tmp_path: Path) -> None:
+    # Found by `ray up` on 2026-12-05: unquoted, the JSON of RAYDAG_API_KEYS broke the shell that reads it.
+    documented = (REPO / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    [keys] = [line.strip() for line in documented.splitlines() if line.strip().startswith("RAYDAG_API_KEYS=")]
+    secrets = tmp_path / ".raydag" / "cluster-secrets.env"
+    secrets.parent.mkdir()
+    secrets.write_text(f"{keys}\nRAYDAG_TOKEN_KEY=abc\n", encoding="utf-8")
+    [environment] = [command for command in load()["setup_commands"] if "> ~/.raydag_env" in command]
+    run_setup(tmp_path, environment)
+
+    read = subprocess.run(
+        ["bash", "-c", '. ~/.raydag_env && printf %s "$RAYDAG_API_KEYS"'],
+        env={"HOME": str(tmp_path), "PATH": os.defpath},
+        capture_output=True,
+        text=True,
+    )
+    assert (read.returncode, read.stderr) == (0, ""), read.stderr
+    grants = json.loads(read.stdout)
+    assert grants["<key>"]["tenant_id"] == "tenant-a"
+
+
+def test_ray_starts_with_as_many_open_files_as_the_hard_limit_allows_when_it_is_below_65536() -> None:
+    # Found by `ray up` on 2026-12-05: `ulimit -n 65536` failed under a container's hard limit of 20,000.
+    config = load()
+    for command in config["head_start_ray_commands"] + config["worker_start_ray_commands"]:
+        if "ulimit" not in command:
+            continue
+        raise_limit = re.search(r"\{ ulimit[^}]*\}", command)
+        assert raise_limit is not None, command
+        shell = f"ulimit -Sn 256 && ulimit -Hn 1024 && {raise_limit.group(0)} && ulimit -n"
+        completed = subprocess.run(["bash", "-c", shell], capture_output=True, text=True)
+        assert (completed.returncode, completed.stdout.strip()) == (0, "1024"), completed.stderr
+
+
+def test_the_launchers_own_shells_find_the_projects_ray(tmp_path: Path) -> None:
+    # Found by `ray up` on 2026-12-05: `ray down` runs a bare `ray stop` in the node's login shell, which did not
+    # find the project's `ray`, reported success and left Ray running.
+    ray = tmp_path / "raydag" / ".venv" / "bin" / "ray"
+    ray.parent.mkdir(parents=True)
+    ray.write_text("#!/bin/sh\n", encoding="utf-8")
+    ray.chmod(0o755)
+    [bashrc] = [command for command in load()["setup_commands"] if "~/.bashrc" in command]
+    run_setup(tmp_path, bashrc)
+    run_setup(tmp_path, bashrc)  # `ray up` again adds nothing
+
+    assert (tmp_path / ".bashrc").read_text(encoding="utf-8").count("raydag/.venv/bin") == 1
+    found = subprocess.run(  # as the launcher's command runner does: source ~/.bashrc, then the command
+        ["bash", "-c", "source ~/.bashrc; command -v ray"],
+        env={"HOME": str(tmp_path), "PATH": os.defpath},
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout.strip() == str(ray), found.stderr
