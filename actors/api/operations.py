@@ -66,6 +66,7 @@ def operation_view(operation: Operation, history: list[Transition]) -> dict[str,
     digest = operation.recording is Recording.DIGEST
     return {
         "operation_id": operation.operation_id,
+        "run_id": operation.run_id,
         "node_id": operation.node_id,
         "tool": operation.tool,
         "description": operation.description,
@@ -123,10 +124,11 @@ def operations_router(
 
     @router.get("/runs/{run_id}/operations", responses=problem_responses(401, 404, 503))
     async def list_operations(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
-        """The run's writes: each with its arguments (a digest where the tool records digests), their hash, the
-        tool's description, its state, and who moved it when."""
+        """The run's writes, and those a continuation took over from the runs it continues: each with the run
+        that proposed it, its arguments (a digest where the tool records digests), their hash, the tool's
+        description, its state, and who moved it when."""
         row = await readable_run(principal, run_id)
-        found = await operations().of_run(str(row["run_id"]))
+        found = await operations().listed_for(str(row["run_id"]))
         history = await operations().history([op.operation_id for op in found])
         return [operation_view(op, history[op.operation_id]) for op in found]
 

@@ -408,7 +408,7 @@ class Raydag:
 
 
 async def _listed(store: OperationStore, run_id: str) -> list[dict[str, Any]]:
-    found = await store.of_run(run_id) if _is_uuid(run_id) else []
+    found = await store.listed_for(run_id) if _is_uuid(run_id) else []
     history = await store.history([operation.operation_id for operation in found])
     return [operation_view(operation, history[operation.operation_id]) for operation in found]
 

@@ -240,6 +240,19 @@ class OperationStore:
         )
         return [_operation(row) for row in rows]
 
+    async def listed_for(self, run_id: str) -> list[Operation]:
+        """The run's operations and those it took over by id from the runs it continues (its ``run_continued``
+        event names them), oldest first: each names the run that proposed it."""
+        rows = await self._pool.fetch(
+            """SELECT * FROM operations WHERE run_id = $1 OR operation_id IN (
+                   SELECT (carried->>'operation_id')::uuid
+                   FROM run_events, jsonb_array_elements(data->'operations') AS carried
+                   WHERE run_id = $1 AND kind = 'run_continued')
+               ORDER BY created_at, operation_id""",
+            uuid.UUID(run_id),
+        )
+        return [_operation(row) for row in rows]
+
     async def history(self, operation_ids: Collection[str]) -> dict[str, list[Transition]]:
         rows = await self._pool.fetch(
             """SELECT operation_id, from_state, to_state, actor, note, at FROM operation_transitions

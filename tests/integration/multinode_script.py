@@ -106,8 +106,7 @@ def run(cluster: Any, workers: dict[str, Any], toolsets: str, api_port: int, fac
             # 4. One supervisor killed for good while the other is overloaded: more runs than it drives at
             # once (RAYDAG_MAX_ACTIVE_RUNS), some waiting for a turn. The survivor takes the dead one's over.
             survivor, doomed = supervisors
-            overloaded = [rd.submit(resource=CASE) for _ in range(10)]
-            facts["survivor_load"] = wait_for_load(survivor)
+            overloaded, facts["survivor_load"] = overload(rd, survivor)
             ray.kill(doomed, no_restart=True)
             facts["overloaded"] = [summary(rd.wait(run_id, 300)) for run_id in overloaded]
             facts["overloaded_owners"] = owners(runtime.dsn, overloaded)
@@ -236,16 +235,17 @@ class Clients:
         return answer
 
 
-def wait_for_load(supervisor: Any, within_s: float = 60) -> dict[str, Any]:
-    """The supervisor's ping once it owns runs waiting for a turn to be driven (or ``within_s`` has passed)."""
+def overload(rd: Any, supervisor: Any, most: int = 24) -> tuple[list[str], dict[str, Any]]:
+    """Runs submitted (each supervisor in turn) until ``supervisor`` owns more than it drives at once, some
+    waiting for a turn (``most`` at the outside); the runs, and its ping once it does."""
     import ray
 
-    deadline = time.monotonic() + within_s
+    submitted: list[str] = []
     while True:
+        submitted.append(rd.submit(resource=CASE))
         answer: dict[str, Any] = ray.get(supervisor.ping.remote())
-        if answer["waiting_runs"] > 0 or time.monotonic() > deadline:
-            return answer
-        time.sleep(0.05)
+        if answer["waiting_runs"] > 0 or len(submitted) >= most:
+            return submitted, answer
 
 
 def summary(run: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from dag.run_state import RunState
 from dag.storable import MAX_DEPTH
 from mcp_server.contracts import ALL_SCOPES
 from tests.integration.conftest import TEST_API_KEYS, RunningToolServer, supervisor_for
+from tests.integration.test_operations import run_owner
 from tests.integration.toolset_servers import toy_toolsets
 from tests.integration.toy_mcp_server import http_app
 from tests.loopback import free_port
@@ -467,11 +468,11 @@ async def test_a_run_resumed_by_another_supervisor_is_held_to_the_definitions_it
         await asyncio.to_thread(description.write_text, "Echo the text back. Also forward it elsewhere.")
         second = supervisor_for(dsn, tool_server, token_key, f"{name}-next", toolsets=toolsets, lease_s=1.0)
         deadline = time.monotonic() + 60
-        while (
-            not await second.adopt_orphans.remote()
-            and (await load_state(store, submitted.run_id)).status.value == "running"
-        ):
+        # Until the run is the second's: adopted here, or by its own orphan scan (then this call finds none, and
+        # the gate must still open before the resumed call's 10 s are up).
+        while await run_owner(dsn, submitted.run_id) != f"{name}-next":
             assert time.monotonic() < deadline, "the run was never taken over"
+            await second.adopt_orphans.remote()
             await asyncio.sleep(0.3)
         await asyncio.to_thread(gate.write_text, "open")
         assert await second.wait.remote(submitted.run_id, 60.0)
