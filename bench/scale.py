@@ -39,7 +39,17 @@ from actors.supervisor import NAMESPACE, SupervisorConfig
 from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, parse_toolsets
 from bench._cpu import CpuMeter, machine_busy
 from bench._harness import LIMITS, tool_server_process
-from bench._load import CASE, HEADERS, Attempt, drained, error_reasons, one_run, percentile, run_clients
+from bench._load import (
+    CASE,
+    HEADERS,
+    Attempt,
+    drained,
+    error_reasons,
+    one_run,
+    percentile,
+    phases,
+    run_clients,
+)
 from bench._smoke import sized
 from bench._synthetic import BENCH_WAIT, SCOPE, lattice
 from bench.load import _role, serve_runtime
@@ -86,6 +96,8 @@ class Arm:
     commits: int
     calls: int
     busy_before: float
+    phase_ms: dict[str, list[float]]
+    """Milliseconds per completed run in each of ``bench._load.PHASES`` (admission: "request → run created")."""
 
     def successes(self) -> list[Attempt]:
         return [attempt for attempt in self.attempts if attempt.error is None]
@@ -210,6 +222,7 @@ async def _arm(
         commits=commits_after - commits_before,
         calls=calls,
         busy_before=busy_before,
+        phase_ms=await phases(dsn, attempts),
     )
 
 
@@ -298,6 +311,18 @@ def _report(arms: list[Arm]) -> None:
             if (clients, supervisors) in grouped
         )
         print(f"- {clients} clients: {ratios}")
+    print(
+        "\nAdmission and the start of a run (ms, median / p99 over every round's completed runs): the request until"
+        " the supervisor has recorded the run, and from then until its first call is dispatched:\n"
+    )
+    print("| clients | supervisors | request → run created | created → first dispatch |")
+    print("|---|---|---|---|")
+    for (clients, supervisors), group in sorted(grouped.items()):
+        cells = []
+        for phase in ("request → run created", "created → first dispatch"):
+            values = [value for arm in group for value in arm.phase_ms.get(phase, [])]
+            cells.append(f"{percentile(values, 0.5):.0f} / {percentile(values, 0.99):.0f}" if values else "–")
+        print(f"| {clients} | {supervisors} | {cells[0]} | {cells[1]} |")
     reasons: dict[str, int] = defaultdict(int)
     for arm in arms:
         for reason, count in error_reasons(arm.attempts).items():
