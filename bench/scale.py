@@ -312,8 +312,8 @@ def _report(arms: list[Arm]) -> None:
         )
         print(f"- {clients} clients: {ratios}")
     print(
-        "\nAdmission and the start of a run (ms, median / p99 over every round's completed runs): the request until"
-        " the supervisor has recorded the run, and from then until its first call is dispatched:\n"
+        "\n### Scale: admission and the start of a run (ms, median / p99 over every round's completed runs)\n\n"
+        "The request until the supervisor has recorded the run, and from then until its first call is dispatched:\n"
     )
     print("| clients | supervisors | request → run created | created → first dispatch |")
     print("|---|---|---|---|")

@@ -31,7 +31,11 @@ TABLES = {
     "shipped-cpu": ["Shipped runtime, CPU per node by process"],
     "layer": ["A layer's timeline"],
     "effects": ["A write beside a read", "Appends per run, by arm"],
-    "scale": ["Scale: supervisors side by side", "Scale: a wide DAG"],
+    "scale": [
+        "Scale: supervisors side by side",
+        "Scale: admission and the start of a run",
+        "Scale: a wide DAG",
+    ],
 }
 """The headings of the tables each benchmark prints (the start of each ``### `` line)."""
 
