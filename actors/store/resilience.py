@@ -95,8 +95,8 @@ class Line:
         come within ``QUEUE_S``; ``resource`` and ``slot`` name what they wait for, in their messages."""
         self._free = turns
         self._waiting: deque[asyncio.Future[None]] = deque()
-        self._outage = False
         self._outage_seen_at: float | None = None
+        """When a holder last found the resource unreachable; ``None`` once one is answered (no outage)."""
         self._resource = resource
         self._slot = slot
         self._unavailable = unavailable
@@ -105,7 +105,7 @@ class Line:
     def probe(self) -> None:
         """One caller is about to try the resource again during an outage: the outage counts as seen now, so
         that those choosing between lines pass this one over until the probe is answered or refused."""
-        if self._outage:
+        if self._outage_seen_at is not None:
             self._outage_seen_at = time.monotonic()
 
     @property
@@ -128,11 +128,9 @@ class Line:
             self._give_back()
 
     def answered(self) -> None:
-        self._outage = False
         self._outage_seen_at = None
 
     def unreachable(self) -> None:
-        self._outage = True
         self._outage_seen_at = time.monotonic()
         while self._waiting:
             waiter = self._waiting.popleft()
@@ -145,7 +143,7 @@ class Line:
         if self._free > 0 and not self._waiting:
             self._free -= 1
             return
-        if self._outage:
+        if self._outage_seen_at is not None:
             raise self._unavailable(
                 f"{what}: {self._resource} is unreachable and every {self._slot} is in use"
             )
