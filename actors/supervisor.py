@@ -94,7 +94,8 @@ PLACED_CALLER_START_S = 15.0
 """How much longer than its connect timeout a placed server's first listing waits: for its caller's process to
 start on a node that offers the resources it names."""
 SUBMIT_RELIST_WAIT_S = 1.0
-"""How long a submission waits for a fresh listing of servers not listed yet (within the API's deadline)."""
+"""How long after a fresh listing of servers not listed yet began a submission stops waiting for it (within the
+API's deadline): one that began a second ago and has not answered costs later submissions nothing."""
 
 
 class HandingOver(RaydagError):
@@ -290,8 +291,7 @@ class RunSupervisor:
         — the one a stopped run is continued for — is offered at once)."""
         await self._catalogue.first_attempt.wait()
         if self._catalogue.unreachable:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._catalogue.retry_unlisted(), SUBMIT_RELIST_WAIT_S)
+            await self._catalogue.retry_unlisted(within_s=SUBMIT_RELIST_WAIT_S)
 
     async def contracts(self) -> dict[str, ToolContract]:
         """The tools offered now, by name (the API's and the CLI's views read recording modes from them)."""

@@ -11,7 +11,9 @@ until the operator restarts the supervisor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -39,7 +41,12 @@ class LiveCatalogue:
     """The toolsets' contracts as their servers list them now, and what is wrong with any of them."""
 
     def __init__(
-        self, toolsets: Toolsets, *, token_for: TokenFor | None = None, lister: Lister | None = None
+        self,
+        toolsets: Toolsets,
+        *,
+        token_for: TokenFor | None = None,
+        lister: Lister | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.toolsets = toolsets
         self.contracts: dict[str, ToolContract] = {}
@@ -58,6 +65,8 @@ class LiveCatalogue:
         self.first_attempt = asyncio.Event()
         """Set once every server has been tried once (listed or found unreachable)."""
         self._retrying: asyncio.Future[Any] | None = None
+        self._retry_began = 0.0
+        self._clock = clock
         for spec in toolsets.servers:
             self._mark_unreachable(spec, "not listed yet")
 
@@ -136,16 +145,25 @@ class LiveCatalogue:
                 f"({changes.describe()})",
             )
 
-    async def retry_unlisted(self) -> None:
+    async def retry_unlisted(self, within_s: float | None = None) -> None:
         """Try the servers never listed yet once more, now rather than at their next backoff (a run is
         asking for them); concurrent callers share one attempt, and a caller that stops waiting leaves it
-        running."""
+        running. With ``within_s``, a caller waits only until the attempt is that old: a server that came up
+        answers in milliseconds, and one that has not answered by then is not worth every later caller's wait
+        (a server whose only node is gone holds an attempt for its whole connect timeout)."""
         if self._retrying is None or self._retrying.done():
             unlisted = [spec for spec in self.toolsets.servers if spec.name not in self._pins]
             self._retrying = asyncio.ensure_future(
                 asyncio.gather(*(self._refresh(spec) for spec in unlisted))
             )
-        await asyncio.shield(self._retrying)
+            self._retry_began = self._clock()
+        if within_s is None:
+            await asyncio.shield(self._retrying)
+            return
+        left = self._retry_began + within_s - self._clock()
+        if left > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._retrying), left)
 
     async def keep_listed(self, relist_every_s: float = RELIST_EVERY_S) -> None:
         """Forever: retry unreachable servers with backoff, and re-list every server every ``relist_every_s``."""

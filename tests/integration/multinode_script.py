@@ -28,6 +28,9 @@ CASE = {"case_id": "C-102"}
 DEMO_KEY = "dev-key-tenant-demo"
 """A documented dev key (``RAYDAG_API_KEYS`` unset, on loopback): tenant-demo, every caseops scope."""
 ECHO_PLAN = {"nodes": [{"id": "echo", "tool": "echo", "args": {"text": "placed"}}]}
+OVERLOAD_LATENCY_MS = 1_500
+"""Each caseops call while one supervisor is being overloaded, so a run lasts seconds whatever the machine's load
+(in one CI run, 24 runs submitted one after another each ended before the next came, and none waited for a turn)."""
 
 
 def main() -> None:
@@ -105,9 +108,12 @@ def run(cluster: Any, workers: dict[str, Any], toolsets: str, api_port: int, fac
 
             # 4. One supervisor killed for good while the other is overloaded: more runs than it drives at
             # once (RAYDAG_MAX_ACTIVE_RUNS), some waiting for a turn. The survivor takes the dead one's over.
+            # The caseops server answers slowly meanwhile, so runs stay in flight however fast they are made.
             survivor, doomed = supervisors
+            runtime.tool_server.simulate(latency_ms=OVERLOAD_LATENCY_MS)
             overloaded, facts["survivor_load"] = overload(rd, survivor)
             ray.kill(doomed, no_restart=True)
+            runtime.tool_server.simulate(latency_ms=0)
             facts["overloaded"] = [summary(rd.wait(run_id, 300)) for run_id in overloaded]
             facts["overloaded_owners"] = owners(runtime.dsn, overloaded)
             facts["survivor"] = ray.get(survivor.ping.remote())["owner"]
@@ -235,14 +241,16 @@ class Clients:
         return answer
 
 
-def overload(rd: Any, supervisor: Any, most: int = 24) -> tuple[list[str], dict[str, Any]]:
-    """Runs submitted (each supervisor in turn) until ``supervisor`` owns more than it drives at once, some
-    waiting for a turn (``most`` at the outside); the runs, and its ping once it does."""
+def overload(rd: Any, supervisor: Any, burst: int = 8, most: int = 24) -> tuple[list[str], dict[str, Any]]:
+    """Runs submitted (each supervisor in turn) ``burst`` at a time until ``supervisor`` owns more than it drives
+    at once, some waiting for a turn (``most`` at the outside); the runs, and its ping once it does. In bursts,
+    not one by one: a supervisor whose listing of its servers is still under way (a server's only node lost)
+    takes a second to answer a ping, and runs submitted a second apart never overlap enough."""
     import ray
 
     submitted: list[str] = []
     while True:
-        submitted.append(rd.submit(resource=CASE))
+        submitted.extend(rd.submit(resource=CASE) for _ in range(burst))
         answer: dict[str, Any] = ray.get(supervisor.ping.remote())
         if answer["waiting_runs"] > 0 or len(submitted) >= most:
             return submitted, answer

@@ -145,3 +145,25 @@ async def test_a_caller_that_stops_waiting_leaves_the_retry_running() -> None:
 
     assert lister.asked == 2
     assert list(live.contracts) == ["read_text_file"]
+
+
+async def test_a_caller_waits_for_a_retry_only_while_it_is_young() -> None:
+    now = [0.0]
+    lister = GatedLister(DOWN, LISTED)
+    live = LiveCatalogue(toolsets(), lister=lister, clock=lambda: now[0])
+    lister.gate.set()
+    await live.refresh()
+    lister.gate.clear()
+
+    first = asyncio.ensure_future(live.retry_unlisted(within_s=1.0))
+    await asyncio.sleep(0)
+    assert not first.done()  # the attempt is young: its caller waits for it
+    now[0] = 5.0  # it has hung for five seconds (a server whose node is gone)
+    # A later caller does not wait (the guard only turns a hang into a failure), nor start a second attempt.
+    await asyncio.wait_for(live.retry_unlisted(within_s=1.0), 10)
+
+    lister.gate.set()
+    await first
+
+    assert lister.asked == 2  # the first listing, then the one retry
+    assert list(live.contracts) == ["read_text_file"]  # the attempt itself ran on, and listed the server
