@@ -124,6 +124,7 @@ class StreamingPlanner(Planner, Protocol):
 
     streaming: bool
 
-    def propose_stream(self, context: PlanningContext) -> AsyncIterator[Mapping[str, Any]]:
-        """Each node of the plan (plan format) as soon as it is complete; raises at a malformed tail."""
+    def propose_stream(self, context: PlanningContext) -> AsyncIterator[Mapping[str, Any] | Question]:
+        """Each node of the plan (plan format) as soon as it is complete; raises at a malformed tail. Or, in
+        place of any node, one ``Question`` for a person."""
         ...

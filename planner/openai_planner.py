@@ -93,19 +93,24 @@ class OpenAIPlanner:
         converted: Mapping[str, Any] = from_model_plan(plan)
         return converted
 
-    async def propose_stream(self, context: PlanningContext) -> AsyncIterator[Mapping[str, Any]]:
-        """Plan nodes as the model writes them. The output is the same strict schema, read incrementally."""
+    async def propose_stream(self, context: PlanningContext) -> AsyncIterator[Mapping[str, Any] | Question]:
+        """Plan nodes as the model writes them (the same strict schema, read incrementally), or, once the output
+        is whole, the question the model asked instead of planning."""
         scanner = PlanNodeStream()
         refusal: list[str] = []
+        planned = False
         stream = await self._client.responses.create(
-            **self._request(planner_input(context), PLAN_FORMAT, plan_schema(context.tools)), stream=True
+            **self._request(
+                planner_input(context, may_ask=True), PLAN_FORMAT, plan_schema(context.tools, may_ask=True)
+            ),
+            stream=True,
         )
         async for event in stream:
             match event.type:
                 case "response.output_text.delta":
                     for node in scanner.feed(event.delta):
-                        converted = from_model_plan({"nodes": [node]})["nodes"][0]
-                        yield converted
+                        planned = True
+                        yield from_model_plan({"nodes": [node]})["nodes"][0]
                 case "response.refusal.delta":
                     refusal.append(event.delta)
                 case "response.completed":
@@ -118,6 +123,11 @@ class OpenAIPlanner:
             raise PlannerRefused("".join(refusal)[:2000])
         if not scanner.closed:
             raise PlannerContractViolation("the plan stream ended before the plan was complete")
+        question = scanner.document().get("question")
+        if question is not None:
+            if planned:
+                raise PlannerContractViolation("the model answered with a plan and a question at once")
+            yield Question(str(question))
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
         schema = join_schema(self.result_model.model_json_schema())

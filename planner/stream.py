@@ -1,8 +1,9 @@
 """Plan nodes out of a model's output while it is still being written.
 
-The strict schema makes the output ``{"nodes": [ {...}, {...}, ... ]}``. This scanner finds each element of
-that array the moment its closing brace arrives, so the runtime can validate, authorize and dispatch it
-before the rest of the plan exists.
+The strict schema makes the output ``{"question": null, "nodes": [ {...}, {...}, ... ]}``. This scanner finds
+each element of that array the moment its closing brace arrives, so the runtime can validate, authorize and
+dispatch it before the rest of the plan exists; once the output is whole, ``document`` reads the rest of it
+(the question a model asks instead of planning).
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ class PlanNodeStream:
     def closed(self) -> bool:
         """The whole JSON document has been read."""
         return self._depth == 0 and bool(self._buffer.strip())
+
+    def document(self) -> dict[str, Any]:
+        """The whole output as one object, once ``closed``."""
+        try:
+            whole = json.loads(self._buffer)
+        except json.JSONDecodeError as exc:
+            raise MalformedStream(f"the plan output is not JSON: {exc.msg}") from None
+        if not isinstance(whole, dict):
+            raise MalformedStream("the plan output is not an object")
+        return whole
 
     @staticmethod
     def _element(text: str) -> dict[str, Any]:

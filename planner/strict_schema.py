@@ -162,9 +162,10 @@ def plan_schema(tools: Sequence[ToolSpec], *, may_ask: bool = False) -> dict[str
                 "additionalProperties": False,
             }
         )
-    properties: dict[str, Any] = {"nodes": {"type": "array", "items": {"anyOf": branches}}}
-    if may_ask:
+    properties: dict[str, Any] = {}
+    if may_ask:  # first: a model writes its properties in order, and decides whether to ask before it plans
         properties["question"] = {"anyOf": [{"type": "string"}, {"type": "null"}]}  # cut to 2000 on arrival
+    properties["nodes"] = {"type": "array", "items": {"anyOf": branches}}
     return {
         "type": "object",
         "properties": properties,

@@ -373,11 +373,15 @@ class RunDriver:
         validator = round_validator(state, self._catalogue)
         started = asyncio.Event()
         failure: list[BaseException] = []
+        asked: list[Question] = []
 
         async def consume() -> None:
             complete, detail = True, None
             try:
                 async for raw in planner.propose_stream(context):
+                    if isinstance(raw, Question):  # in place of any node: the run waits for a person
+                        asked.append(raw)
+                        return
                     node = PlanNode.model_validate(raw)
                     validator.add(node)
                     await run.record(
@@ -421,6 +425,10 @@ class RunDriver:
             raise
         finally:
             done_or_started.cancel()
+        if asked:
+            if not await self._out_of_model_budget(run):
+                await self._gate(self._questions).ask(run, asked[0].text, deadline)
+            return None
         if failure:
             error = failure[0]
             if isinstance(error, PlanInvalid):

@@ -370,10 +370,21 @@ async def test_a_reviewed_run_of_a_streaming_planner_shows_the_whole_plan_before
     assert (state.status.value, dict(state.result or {})) == ("completed", C102_RESULT)
 
 
+async def first_question(questions: QuestionStore, run_id: str) -> Any:
+    """The run's first question once it is asked (30 s at most)."""
+    import asyncio
+
+    for _ in range(300):
+        asked = await questions.get(run_id, 1)
+        if asked is not None:
+            return asked
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"run {run_id} asked nothing")
+
+
 async def test_the_model_asks_a_person_and_plans_with_the_answer_shown_as_data_with_its_author(
     supervisor: Any, model: MockModel, store: RunStore, dsn: str
 ) -> None:
-    import asyncio
 
     model.answer_json({"nodes": [], "question": "Which claim form version applies?"})
     model.answer_json(MODEL_PLAN)
@@ -384,12 +395,7 @@ async def test_the_model_asks_a_person_and_plans_with_the_answer_shown_as_data_w
             RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}, planner="openai")
         )
         questions = QuestionStore(pool)
-        for _ in range(300):
-            asked = await questions.get(submitted.run_id, 1)
-            if asked is not None:
-                break
-            await asyncio.sleep(0.1)
-        assert asked is not None
+        asked = await first_question(questions, submitted.run_id)
         await answer_question(
             questions,
             submitted.run_id,
@@ -411,6 +417,89 @@ async def test_the_model_asks_a_person_and_plans_with_the_answer_shown_as_data_w
     assert state.principal == PRINCIPAL  # nothing in an answer is authority
 
 
+def in_pieces(value: Any, pieces: int = 4) -> list[str]:
+    """``value`` as JSON, cut into ``pieces`` deltas of a stream."""
+    text = json.dumps(value)
+    step = -(-len(text) // pieces)
+    return [text[start : start + step] for start in range(0, len(text), step)]
+
+
+async def test_a_streaming_model_asks_a_person_and_nothing_runs_until_the_answer(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    model: MockModel,
+    store: RunStore,
+) -> None:
+
+    import ray
+
+    model.answer(Stream(in_pieces({"question": "Which claim form version applies?", "nodes": []})))
+    model.answer(Stream(in_pieces(MODEL_PLAN)))
+    model.answer_json(FINAL)
+    actor = model_supervisor(dsn, tool_server, token_key, model, streaming=True)
+    pool = await create_pool(dsn, max_size=1)
+    before = sum(tool_server.server.calls.values())
+    try:
+        submitted = await actor.submit.remote(
+            RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}, planner="openai")
+        )
+        questions = QuestionStore(pool)
+        asked = await first_question(questions, submitted.run_id)
+        called_while_asking = sum(tool_server.server.calls.values()) - before
+        await answer_question(
+            questions, submitted.run_id, 1, "the 2026 form", person=Person("tenant-demo", "alice")
+        )
+        assert await actor.wait.remote(submitted.run_id, 60.0)
+        state = await load_state(store, submitted.run_id)
+    finally:
+        await pool.close()
+        ray.kill(actor)
+
+    assert asked.text == "Which claim form version applies?"
+    assert called_while_asking == 0  # counted by the tool server: nothing ran while the question waited
+    assert [request.get("stream") for request in model.requests] == [True, True, None]
+    schema = model.requests[0]["text"]["format"]["schema"]
+    assert list(schema["properties"]) == ["question", "nodes"]  # the model decides to ask before it plans
+    assert '"answered_by": "person:tenant-demo/alice"' in latest_prompt(model.requests[1])
+    assert (state.status.value, dict(state.result or {})) == ("completed", C102_RESULT)
+
+
+async def streamed_then_joined(
+    stream: Stream, dsn: str, tools: RunningToolServer, key: bytes, model: MockModel, store: RunStore
+) -> tuple[Any, list[Any]]:
+    """A run whose streaming model writes ``stream``, then judges it needs a human; its state and events."""
+    import ray
+
+    model.answer(stream)
+    model.answer_json({"decision": "needs_human", "reason": "partial", "result": None, "citations": []})
+    actor = model_supervisor(dsn, tools, key, model, streaming=True)
+    try:
+        state = await run(actor, store)
+    finally:
+        ray.kill(actor)
+    return state, state_events(await store.events(state.run_id))
+
+
+async def test_a_streamed_plan_that_also_asks_breaks_the_planners_contract(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    model: MockModel,
+    store: RunStore,
+) -> None:
+    stream = Stream(in_pieces({"question": "Which form?", "nodes": [C102_PLAN["nodes"][0]]}))
+    state, events = await streamed_then_joined(stream, dsn, tool_server, token_key, model, store)
+
+    completed = next(event for event in events if event.kind == "plan_completed")
+    assert completed.complete is False
+    assert "a plan and a question at once" in (completed.detail or "")
+    assert not [event for event in events if event.kind == "question_asked"]
+    assert state.status.value == "needs_human"  # the joiner judged what the incomplete plan ran
+
+
 async def test_a_stream_with_a_malformed_tail_keeps_what_ran_and_goes_to_the_joiner(
     ray_cluster: None,
     dsn: str,
@@ -419,8 +508,6 @@ async def test_a_stream_with_a_malformed_tail_keeps_what_ran_and_goes_to_the_joi
     model: MockModel,
     store: RunStore,
 ) -> None:
-    import ray
-
     good = json.dumps(C102_PLAN["nodes"][0])
     bad = json.dumps(
         {
@@ -431,15 +518,9 @@ async def test_a_stream_with_a_malformed_tail_keeps_what_ran_and_goes_to_the_joi
             "after": [],
         }
     )
-    model.answer(Stream(['{"nodes": [', good, ", ", bad, "]}"], pace_s=0.05))
-    model.answer_json({"decision": "needs_human", "reason": "partial", "result": None, "citations": []})
-    actor = model_supervisor(dsn, tool_server, token_key, model, streaming=True)
-    try:
-        state = await run(actor, store)
-    finally:
-        ray.kill(actor)
+    stream = Stream(['{"nodes": [', good, ", ", bad, "]}"], pace_s=0.05)
+    state, events = await streamed_then_joined(stream, dsn, tool_server, token_key, model, store)
 
-    events = state_events(await store.events(state.run_id))
     completed = next(event for event in events if event.kind == "plan_completed")
     assert completed.complete is False
     assert "INVALID_NODE_ID" in (completed.detail or "") or "does not match" in (completed.detail or "")

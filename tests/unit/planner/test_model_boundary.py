@@ -145,6 +145,28 @@ def test_the_stream_scanner_is_not_fooled_by_braces_inside_strings() -> None:
     assert not scanner.closed
 
 
+@given(st.integers(min_value=1, max_value=20))
+@settings(max_examples=30, deadline=None)
+def test_a_question_in_place_of_a_plan_is_read_once_the_output_is_whole(size: int) -> None:
+    text = json.dumps({"question": 'Which form: "2025" or {2026}?', "nodes": []})
+    scanner = PlanNodeStream()
+    nodes = []
+    for start in range(0, len(text), size):
+        nodes.extend(scanner.feed(text[start : start + size]))
+
+    assert nodes == []
+    assert scanner.closed
+    assert scanner.document()["question"] == 'Which form: "2025" or {2026}?'
+
+
+def test_an_output_that_is_not_one_object_is_a_malformed_stream() -> None:
+    scanner = PlanNodeStream()
+    scanner.feed('{"nodes": []} {"nodes": []}')
+
+    with pytest.raises(MalformedStream):
+        scanner.document()
+
+
 def test_a_stray_closing_bracket_is_a_malformed_stream() -> None:
     with pytest.raises(MalformedStream):
         PlanNodeStream().feed("]}")
