@@ -173,13 +173,14 @@ def test_a_hundred_faults_in_a_row_duplicate_no_effect_and_lose_none(
     faults = Faults(serve_api(config), dsn, tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE))
 
     endings: Counter[tuple[str, str, str]] = Counter()
-    for index in range(count):
-        kind = rng.choices(KINDS, WEIGHTS)[0]
-        try:
-            state, status = faults.one(kind, rng)
-        except AssertionError as failed:
-            raise AssertionError(f"fault {index} ({kind}) of seed {seed}: {failed}") from None
-        endings[kind, state, status] += 1
+    with faults.client:
+        for index in range(count):
+            kind = rng.choices(KINDS, WEIGHTS)[0]
+            try:
+                state, status = faults.one(kind, rng)
+            except AssertionError as failed:
+                raise AssertionError(f"fault {index} ({kind}) of seed {seed}: {failed}") from None
+            endings[kind, state, status] += 1
     print(sorted(endings.items()))
 
     by_kind: dict[str, set[str]] = {}
