@@ -62,6 +62,20 @@ class Resolution(BaseModel):
     note: str = Field(min_length=1, max_length=2000, description="What was checked, and how")
 
 
+def decision_view(moved: Operation, history: list[Transition]) -> dict[str, Any]:
+    """The operation a person's decision moved, with its history as the decision left it: the run it wakes
+    may move it on (approved → executing) before the history is read, and the answer shows the decision."""
+    made = next(
+        (
+            index
+            for index, step in enumerate(history)
+            if step.to_state is moved.state and step.at == moved.updated_at  # one statement's now()
+        ),
+        len(history) - 1,
+    )
+    return operation_view(moved, history[: made + 1])
+
+
 def operation_view(operation: Operation, history: list[Transition]) -> dict[str, Any]:
     digest = operation.recording is Recording.DIGEST
     return {
@@ -120,7 +134,7 @@ def operations_router(
         except DecisionRefused as refused:
             _refuse(refused.refusal)
         history = await operations().history([moved.operation_id])
-        return operation_view(moved, history[moved.operation_id])
+        return decision_view(moved, history[moved.operation_id])
 
     @router.get("/runs/{run_id}/operations", responses=problem_responses(401, 404, 503))
     async def list_operations(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from actors.api.operations import operation_view
+from actors.api.operations import decision_view, operation_view
 from actors.api.questions import question_view
 from actors.api.reviews import review_view
 from actors.api.views import read_report
@@ -415,7 +415,7 @@ async def _listed(store: OperationStore, run_id: str) -> list[dict[str, Any]]:
 
 async def _shown(store: OperationStore, moved: Operation) -> dict[str, Any]:
     history = await store.history([moved.operation_id])
-    return operation_view(moved, history[moved.operation_id])
+    return decision_view(moved, history[moved.operation_id])
 
 
 def _is_uuid(text: str) -> bool:
