@@ -28,6 +28,7 @@ from actors.run.submission import (
     SubmitResult,
 )
 from actors.store.database import create_pool
+from actors.store.decisions import DecisionWakeups
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets, load_toolsets, shipped_toolsets
 from actors.toolsets.listing import ServerListing
@@ -230,6 +231,8 @@ class RunSupervisor:
                     metrics=RayRunMetrics(),
                     toolsets=self._catalogue.toolsets,
                     max_active_runs=config.max_active_runs,
+                    # One more connection, listening: a person's decision wakes the run waiting on it.
+                    decisions=DecisionWakeups(config.dsn, application_name=f"{self._owner}:decisions"),
                 )
             return self._service
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from actors.run.recorder import RunRecorder, now
 from actors.run.waiting import decided
+from actors.store.decisions import DecisionWakeups
 from actors.store.questions import QuestionStore
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.errors import BudgetExceeded
@@ -27,10 +28,11 @@ MAX_QUESTION_CHARS = 2000
 
 
 class QuestionGate:
-    def __init__(self, store: QuestionStore, *, actor: str) -> None:
+    def __init__(self, store: QuestionStore, *, actor: str, decisions: DecisionWakeups) -> None:
         self._store = store
         self._actor = actor
         """Who expires a question nobody answered: ``supervisor:NAME``."""
+        self._decisions = decisions
 
     async def ask(self, run: RunRecorder, text: str, deadline: datetime) -> None:
         """Record the planner's question, and the run waits for its answer; past ``max_questions`` the run
@@ -66,15 +68,20 @@ class QuestionGate:
         state = run.state
         assert state.question is not None, "a run waits on a question only once one was asked"
         number = state.question[0]
-        question = await decided(
-            lambda: self._store.get(state.run_id, number),
-            awaiting=lambda row: row.state is QuestionState.AWAITING,
-            expires_at=lambda row: row.expires_at,
-            expire=lambda: self._store.settle(state.run_id, number, QuestionState.EXPIRED, by=self._actor),
-            cancel=cancel,
-            handover=handover,
-            what=f"question {number} of run {state.run_id}",
-        )
+        with self._decisions.watching(state.run_id) as woken:
+            question = await decided(
+                lambda: self._store.get(state.run_id, number),
+                awaiting=lambda row: row.state is QuestionState.AWAITING,
+                expires_at=lambda row: row.expires_at,
+                expire=lambda: self._store.settle(
+                    state.run_id, number, QuestionState.EXPIRED, by=self._actor
+                ),
+                cancel=cancel,
+                handover=handover,
+                what=f"question {number} of run {state.run_id}",
+                woken=woken,
+                read_every_s=lambda: self._decisions.read_every_s,
+            )
         if question.state is QuestionState.ANSWERED:
             await run.record(
                 QuestionAnswered(

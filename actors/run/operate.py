@@ -10,14 +10,16 @@ what a reconciling read says) are ``dag.operations``'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from actors.calls.call import ToolOutcome
 from actors.run.recorder import now
+from actors.store.decisions import DecisionWakeups
 from actors.store.operations import Operation, OperationStore
 from dag.contracts import ToolContract
 from dag.events import ErrorKind, NodeError
@@ -62,8 +64,11 @@ class Operate:
     store: OperationStore
     actor: str
     """Who the round's transitions are recorded as (``supervisor:<name>``)."""
+    decisions: DecisionWakeups = field(default_factory=lambda: DecisionWakeups(None))
+    """What wakes an operation waiting on a person when a decision is written (its row is read then, and at
+    least every ``decisions.read_every_s``)."""
     poll_s: float = 0.25
-    """How often a waiting operation reads its row again (a person's decision lands there)."""
+    """How often an operation whose reconciling read found no effect looks again (the call may still land)."""
     reconcile_every_s: float = 5.0
     """How often an unknown operation's reconciling read is tried again while it cannot tell."""
 
@@ -153,6 +158,12 @@ class Operate:
                     expired.append(row.operation_id)
         return expired
 
+    async def expired_of(self, run_id: str) -> set[str]:
+        """The ids of the run's operations that expired (at their deadline, or when the run stopped)."""
+        return {
+            row.operation_id for row in await self.store.of_run(run_id) if row.state is OperationState.EXPIRED
+        }
+
     async def _reread(self, op_id: str) -> Operation:
         row = await self.store.get(op_id)
         assert row is not None, "an operation's row is never deleted"
@@ -178,19 +189,21 @@ class Operate:
 
     async def _await_decision(self, row: Operation) -> Operation | None:
         """Wait for a person's decision, which lands in the row; expire the operation at its deadline."""
-        while True:
-            if row.expires_at is not None and now() >= row.expires_at:
-                return await self.store.move(
-                    row.operation_id,
-                    OperationState.EXPIRED,
-                    actor="deadline",
-                    note="no decision before the operation's deadline",
-                    sources={OperationState.AWAITING_APPROVAL},
-                )
-            await asyncio.sleep(self.poll_s)
-            current = await self._reread(row.operation_id)
-            if current.state is not OperationState.AWAITING_APPROVAL:
-                return current
+        with self.decisions.watching(row.run_id) as woken:
+            while True:
+                if row.expires_at is not None and now() >= row.expires_at:
+                    return await self.store.move(
+                        row.operation_id,
+                        OperationState.EXPIRED,
+                        actor="deadline",
+                        note="no decision before the operation's deadline",
+                        sources={OperationState.AWAITING_APPROVAL},
+                    )
+                left = (row.expires_at - now()).total_seconds() if row.expires_at is not None else None
+                await self._woken(woken, left)
+                current = await self._reread(row.operation_id)
+                if current.state is not OperationState.AWAITING_APPROVAL:
+                    return current
 
     async def _execute(self, row: Operation, spec: OperationSpec, call: CallTool) -> Operation | None:
         """Claim the one execution right, call the tool once, and record what its outcome means."""
@@ -249,13 +262,25 @@ class Operate:
                     await asyncio.sleep(self.poll_s)
                     return None
         waiting(row.operation_id, "outcome unknown: a person may resolve it")
-        deadline = asyncio.get_running_loop().time() + (self.reconcile_every_s if reconcile else float("inf"))
-        while asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(self.poll_s)
-            current = await self._reread(row.operation_id)
-            if current.state is not OperationState.UNKNOWN:
-                return current
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + (self.reconcile_every_s if reconcile else float("inf"))
+        with self.decisions.watching(row.run_id) as woken:
+            while clock() < deadline:
+                await self._woken(woken, deadline - clock())
+                current = await self._reread(row.operation_id)
+                if current.state is not OperationState.UNKNOWN:
+                    return current
         return None
+
+    async def _woken(self, woken: asyncio.Event, within_s: float | None) -> None:
+        """Until ``woken`` (a decision about the run was written), ``within_s`` passes, or it is time to read
+        the row anyway; then ready to be woken again, before the row is read."""
+        wait_s = self.decisions.read_every_s
+        if within_s is not None:
+            wait_s = min(wait_s, within_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), max(0.0, wait_s))
+        woken.clear()
 
 
 async def settle(

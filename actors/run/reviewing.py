@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from actors.run.recorder import RunRecorder, now
 from actors.run.waiting import decided
+from actors.store.decisions import DecisionWakeups
 from actors.store.reviews import Review, ReviewStore
 from dag.events import PlanReviewed, PlanReviewRequested, RunFinished
 from dag.review import REVIEW_WINDOW_S, ReviewState, plan_hash, unreviewed
@@ -20,10 +21,11 @@ from dag.states import RunStatus, StopReason
 
 
 class ReviewGate:
-    def __init__(self, store: ReviewStore, *, actor: str) -> None:
+    def __init__(self, store: ReviewStore, *, actor: str, decisions: DecisionWakeups) -> None:
         self._store = store
         self._actor = actor
         """Who expires a review nobody decided: ``supervisor:NAME``."""
+        self._decisions = decisions
 
     async def hold(
         self, run: RunRecorder, cancel: asyncio.Event, deadline: datetime, handover: asyncio.Event
@@ -55,17 +57,20 @@ class ReviewGate:
                     expires_at=asked.expires_at,
                 )
             )
-        review = await decided(
-            lambda: self._store.get(state.run_id, round_number, quoted),
-            awaiting=lambda row: row.state is ReviewState.AWAITING,
-            expires_at=lambda row: row.expires_at,
-            expire=lambda: self._store.decide(
-                state.run_id, round_number, quoted, ReviewState.EXPIRED, actor=self._actor
-            ),
-            cancel=cancel,
-            handover=handover,
-            what=f"round {round_number}'s plan of run {state.run_id}",
-        )
+        with self._decisions.watching(state.run_id) as woken:
+            review = await decided(
+                lambda: self._store.get(state.run_id, round_number, quoted),
+                awaiting=lambda row: row.state is ReviewState.AWAITING,
+                expires_at=lambda row: row.expires_at,
+                expire=lambda: self._store.decide(
+                    state.run_id, round_number, quoted, ReviewState.EXPIRED, actor=self._actor
+                ),
+                cancel=cancel,
+                handover=handover,
+                what=f"round {round_number}'s plan of run {state.run_id}",
+                woken=woken,
+                read_every_s=lambda: self._decisions.read_every_s,
+            )
         await self._record(run, review, cancelled=cancel.is_set())
 
     async def _record(self, run: RunRecorder, review: Review, *, cancelled: bool) -> None:

@@ -268,14 +268,21 @@ class RoundExecution:
         if operate is None or not self._writes:
             return interruption
         note = "the run stopped before the write executed" if interruption is None else interruption.detail
-        expired = await operate.expire_unexecuted(self._run.state.run_id, note=note)
-        awaiting = [op for op in expired if self._waiting.get(op) == AWAITING_APPROVAL]
-        if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED or not awaiting:
+        run_id = self._run.state.run_id
+        waited = {op for op, why in self._waiting.items() if why == AWAITING_APPROVAL}
+        expired = await operate.expire_unexecuted(run_id, note=note)
+        if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED:
             return interruption
-        return Interruption(
-            StopReason.APPROVAL_EXPIRED,
-            f"{len(awaiting)} operation(s) waited for approval past the run's deadline: {', '.join(awaiting)}",
-        )
+        # Expired here, or by its own waiter at its deadline (the run's) a moment before: it waited past it.
+        awaiting = sorted(waited & ({*expired} | await operate.expired_of(run_id)))
+        if awaiting:
+            return Interruption(
+                StopReason.APPROVAL_EXPIRED,
+                f"{len(awaiting)} operation(s) waited for approval past the run's deadline: {', '.join(awaiting)}",
+            )
+        if self._expired is not None:  # its node landed before the round saw the deadline
+            return Interruption(StopReason.APPROVAL_EXPIRED, self._expired)
+        return interruption
 
     def _wake_in(self, seconds: float) -> None:
         """Run the round's loop again after ``seconds`` (the earliest of several requests wins)."""

@@ -31,6 +31,7 @@ from actors.run.submission import (
     Submission,
     SubmitResult,
 )
+from actors.store.decisions import DecisionWakeups
 from actors.store.operations import Operation, OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import LeaseLost, Leases
@@ -113,9 +114,12 @@ class RunService:
         listed: asyncio.Event | None = None,
         max_active_runs: int = MAX_ACTIVE_RUNS,
         toolset_planner: str | None = None,
+        decisions: DecisionWakeups | None = None,
     ) -> None:
         """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone).
-        ``max_active_runs``: how many runs are driven at once; the others wait their turn, oldest first."""
+        ``max_active_runs``: how many runs are driven at once; the others wait their turn, oldest first.
+        ``decisions`` wakes runs waiting on a person when a decision is written (none: they read their rows
+        every ``POLL_S``)."""
         self._pool = pool
         self._toolsets = toolsets
         self._pins: Mapping[str, str] = pins if pins is not None else {}
@@ -129,6 +133,7 @@ class RunService:
         self._leases = Leases(pool, owner, lease_s)
         self._relay = OutboxRelay(pool, outbox_sink if outbox_sink is not None else LogSink())
         self._lease_s = lease_s
+        self._decisions = decisions if decisions is not None else DecisionWakeups(None)
         self._unavailable_planners = dict(unavailable_planners or {})
         self._toolset_planner = toolset_planner
         """The toolsets' own planner's name: the planner of a run that names none and gives no plan."""
@@ -150,9 +155,11 @@ class RunService:
             servers=servers,
             withdrawn=self._withdrawn,
             pins=self._pins,
-            operate=Operate(self._operations, actor=f"supervisor:{owner}"),
-            review=ReviewGate(ReviewStore(pool), actor=f"supervisor:{owner}"),
-            questions=QuestionGate(QuestionStore(pool), actor=f"supervisor:{owner}"),
+            operate=Operate(self._operations, actor=f"supervisor:{owner}", decisions=self._decisions),
+            review=ReviewGate(ReviewStore(pool), actor=f"supervisor:{owner}", decisions=self._decisions),
+            questions=QuestionGate(
+                QuestionStore(pool), actor=f"supervisor:{owner}", decisions=self._decisions
+            ),
         )
         self._resource_checks = (
             resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
@@ -493,13 +500,15 @@ class RunService:
     # ---------------------------------------------------------------- ownership, in the background
 
     def start_background(self) -> None:
-        """Adopt orphaned runs now and keep doing so, renew this owner's leases, relay the outbox."""
+        """Adopt orphaned runs now and keep doing so, renew this owner's leases, relay the outbox, settle
+        operations no run drives, and listen for people's decisions."""
         period = self._lease_s / 3
         self._background = [
             asyncio.create_task(self._every(period, self.adopt_orphans), name="adopt-orphans"),
             asyncio.create_task(self._every(period, self._renew_leases), name="renew-leases"),
             asyncio.create_task(self._every(1.0, self._relay.relay_once), name="relay-outbox"),
             asyncio.create_task(self._every(SWEEP_S, self.sweep_operations), name="sweep-operations"),
+            asyncio.create_task(self._decisions.keep_listening(), name="listen-for-decisions"),
         ]
 
     async def sweep_operations(self) -> None:

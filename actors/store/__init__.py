@@ -8,6 +8,8 @@
 - ``operations``: the operation ledger's rows (a write's one execution right, docs/EFFECTS.md);
 - ``reviews``: plan reviews' rows (a person's yes to a plan's hash, docs/PEOPLE.md);
 - ``questions``: a planner's questions and a person's answers (docs/PEOPLE.md);
+- ``decisions``: ``DecisionWakeups``: a supervisor's one listening connection, which wakes a run waiting on a
+  person when a decision about it is written (migration 0014's trigger notifies);
 - ``outbox``: terminal events delivered at least once; ``retention``: old events removed;
 - ``resilience``: idempotent statements retried across a dropped connection or a database restart.
 """

@@ -3,6 +3,7 @@ person approved its exact plan. Calls are counted on the tool server's side, nev
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -10,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -121,10 +123,15 @@ def test_a_reviewed_plan_calls_nothing_until_a_person_approves_its_exact_text(ap
     assert tools.server.calls == +made, (tools.server.calls, nodes)
 
 
-def test_a_rejected_plan_calls_nothing_and_the_run_says_who_rejected_it(api: Any) -> None:
-    base, tools, _ = api
+def test_a_rejected_plan_calls_nothing_and_the_run_says_who_rejected_it(api: Any, scratch_dsn: str) -> None:
+    import ray
+
+    base, tools, supervisor = api
     with httpx.Client(base_url=base, timeout=30) as client:
         run_id, review = waiting_review(client)
+        # The run waiting is woken by the decision: its supervisor listens for them on a connection of its own.
+        owner = ray.get(supervisor.ping.remote())["owner"]
+        assert asyncio.run(listening_as(scratch_dsn, f"{owner}:decisions")), owner
         rejected = decide(client, run_id, review, "reject", APPROVER_KEY, note="wrong case")
         assert rejected.status_code == 200, rejected.text
         run = wait_for(client, run_id, finished)
@@ -135,6 +142,20 @@ def test_a_rejected_plan_calls_nothing_and_the_run_says_who_rejected_it(api: Any
     assert "wrong case" in run["detail"]
     assert problem(late) == (409, "review-already-decided")
     assert tools.server.calls == {}
+
+
+async def listening_as(dsn: str, application_name: str) -> bool:
+    """Whether a session named ``application_name`` listens on the database (its last statement a LISTEN)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        found: bool = await connection.fetchval(
+            """SELECT count(*) > 0 FROM pg_stat_activity
+               WHERE datname = current_database() AND application_name = $1 AND query ILIKE 'LISTEN%'""",
+            application_name,
+        )
+        return found
+    finally:
+        await connection.close()
 
 
 def test_a_supervisor_killed_while_a_plan_waits_for_review_loses_nothing_and_runs_it_once(api: Any) -> None:

@@ -4,15 +4,18 @@ review to the one that was."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 
+import asyncpg
 import pytest
 import pytest_asyncio
 
 from actors.run.approvals import Person, ReviewRefused, decide_plan
 from actors.store.database import create_pool
+from actors.store.decisions import LISTENING_READ_EVERY_S, DecisionWakeups
 from actors.store.reviews import Review, ReviewStore
 from actors.store.runs import RunStore
 from dag.budget import Budgets
@@ -121,3 +124,55 @@ async def test_of_ten_people_deciding_one_plan_at_once_one_decides(reviews: tupl
 
     assert sorted(outcomes).count("review-already-decided") == 9
     assert len({"approved", "rejected"} & set(outcomes)) == 1
+
+
+async def listening(wakeups: DecisionWakeups, listens: bool) -> None:
+    """Until ``wakeups`` listens (or, ``listens=False``, has lost its connection), 20 s at most."""
+    for _ in range(400):
+        if (wakeups.read_every_s == LISTENING_READ_EVERY_S) is listens:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the listener never {'listened' if listens else 'lost its connection'}")
+
+
+async def test_a_decision_wakes_the_run_waiting_on_it_and_a_lost_listener_catches_up(
+    reviews: tuple[ReviewStore, str], dsn: str
+) -> None:
+    """Written by any connection (the API's, a script's), a decision wakes its run's waiter through the
+    trigger's notification, not its next read. A listener whose connection is lost connects again, and wakes
+    every waiter to read what it may have missed."""
+    store, run_id = reviews
+    name = f"decisions-{uuid.uuid4().hex[:8]}"
+    wakeups = DecisionWakeups(dsn, application_name=name)
+    listener = asyncio.create_task(wakeups.keep_listening())
+    try:
+        await listening(wakeups, True)
+        asked = await ask(store, run_id, PLAN_A)
+        with wakeups.watching(run_id) as woken, wakeups.watching(str(uuid.uuid4())) as elsewhere:
+            await decide_plan(
+                store,
+                run_id,
+                1,
+                "approve",
+                quoted_hash=asked.plan_hash,
+                person=REVIEWER,
+                policy=TenantPolicy(),
+            )
+            await asyncio.wait_for(woken.wait(), 10)  # the guard turns a missed wake-up into a failure
+            assert not elsewhere.is_set()  # another run's waiter sleeps on
+
+            connection = await asyncpg.connect(dsn)
+            try:
+                await connection.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", name
+                )
+            finally:
+                await connection.close()
+            await listening(wakeups, False)
+            elsewhere.clear()
+            await listening(wakeups, True)
+            assert elsewhere.is_set()  # on connecting again: every waiter reads once
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
