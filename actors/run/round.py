@@ -270,11 +270,11 @@ class RoundExecution:
         note = "the run stopped before the write executed" if interruption is None else interruption.detail
         run_id = self._run.state.run_id
         waited = {op for op, why in self._waiting.items() if why == AWAITING_APPROVAL}
-        expired = await operate.expire_unexecuted(run_id, note=note)
+        await operate.expire_unexecuted(run_id, note=note)
         if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED:
             return interruption
         # Expired here, or by its own waiter at its deadline (the run's) a moment before: it waited past it.
-        awaiting = sorted(waited & ({*expired} | await operate.expired_of(run_id)))
+        awaiting = sorted(waited & await operate.expired_of(run_id))
         if awaiting:
             return Interruption(
                 StopReason.APPROVAL_EXPIRED,

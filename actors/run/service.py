@@ -119,7 +119,7 @@ class RunService:
         """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone).
         ``max_active_runs``: how many runs are driven at once; the others wait their turn, oldest first.
         ``decisions`` wakes runs waiting on a person when a decision is written (none: they read their rows
-        every ``POLL_S``)."""
+        every 250 ms, ``UNHEARD_READ_EVERY_S``)."""
         self._pool = pool
         self._toolsets = toolsets
         self._pins: Mapping[str, str] = pins if pins is not None else {}

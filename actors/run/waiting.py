@@ -12,9 +12,6 @@ from typing import TypeVar
 from actors.run.context import HandedOver
 from actors.run.recorder import now
 
-POLL_S = 0.25
-"""How often a waiting run reads its row when nothing wakes it: what a decision waits, at most, to be seen."""
-
 _Row = TypeVar("_Row")
 
 
@@ -27,16 +24,15 @@ async def decided(
     cancel: asyncio.Event,
     handover: asyncio.Event,
     what: str,
-    woken: asyncio.Event | None = None,
-    read_every_s: Callable[[], float] = lambda: POLL_S,
+    woken: asyncio.Event,
+    read_every_s: Callable[[], float],
 ) -> _Row:
     """The row once it no longer ``awaiting``: decided by a person, or expired by ``expire`` once its deadline
     passed or the run was cancelled (a decision made at that last moment stands). Raises ``HandedOver`` when
     the supervisor stops first: the row stays, and whoever resumes the run waits on it. The row is read again
     when ``woken`` is set (a decision was written: ``DecisionWakeups``), and at least every ``read_every_s()``."""
     while True:
-        if woken is not None:
-            woken.clear()  # before the read: a decision written after it wakes the next wait
+        woken.clear()  # before the read: a decision written after it wakes the next wait
         row = await read()
         assert row is not None, f"{what} was recorded before the run waited on it"
         if awaiting(row) and (cancel.is_set() or now() >= expires_at(row)):
@@ -50,7 +46,7 @@ async def decided(
             raise HandedOver(f"handed over while {what} waits for a person")
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(read_every_s()):
-                await _first(cancel, handover, *((woken,) if woken is not None else ()))
+                await _first(cancel, handover, woken)
 
 
 async def _first(*events: asyncio.Event) -> None:
