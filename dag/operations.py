@@ -173,18 +173,31 @@ def approval_refusal(
         return DecisionRefusal.EXPIRED
     if operation.state is not OperationState.AWAITING_APPROVAL:
         return DecisionRefusal.ALREADY_DECIDED
-    if decider == operation.subject and operation.risk not in policy.self_approval:
+    if _self_decided(operation, decider, policy):
         return DecisionRefusal.SELF_APPROVAL
     return None
 
 
-def resolution_refusal(operation: OperationView, *, quoted_hash: str) -> DecisionRefusal | None:
-    """Why a person may not settle ``operation``'s unknown outcome, or ``None``."""
+def resolution_refusal(
+    operation: OperationView, *, quoted_hash: str, decider: str, policy: TenantPolicy
+) -> DecisionRefusal | None:
+    """Why ``decider`` may not settle ``operation``'s unknown outcome, or ``None``.
+
+    Saying what a write did is a decision about it as much as approving it: the run's own principal settles
+    only the risks its tenant's ``policy`` lets it approve.
+    """
     if quoted_hash != operation.args_hash:
         return DecisionRefusal.HASH_MISMATCH
     if operation.state is not OperationState.UNKNOWN:
         return DecisionRefusal.NOT_UNKNOWN
+    if _self_decided(operation, decider, policy):
+        return DecisionRefusal.SELF_APPROVAL
     return None
+
+
+def _self_decided(operation: OperationView, decider: str, policy: TenantPolicy) -> bool:
+    """Separation of duties: the run's own principal decides only the risks its tenant lets it."""
+    return decider == operation.subject and operation.risk not in policy.self_approval
 
 
 def approval_deadline(now: datetime, spec: OperationSpec, run_deadline: datetime) -> datetime:

@@ -195,6 +195,7 @@ def operations_router(
                 body.outcome,
                 quoted_hash=body.args_hash,
                 person=person,
+                policy=policy_of(principal.tenant_id),
                 note=body.note,
             )
         )

@@ -348,11 +348,19 @@ class Raydag:
     ) -> dict[str, Any]:
         """Settle an operation whose outcome is unknown with what ``by`` found (``succeeded`` or ``failed``)."""
         person = Person(self._tenant, by)
+        policy = self._policy()
 
         async def settle(store: OperationStore) -> dict[str, Any]:
             run = await self._own_run(store, run_id)
             moved = await resolve(
-                store, run, operation_id, found, quoted_hash=args_hash, person=person, note=note
+                store,
+                run,
+                operation_id,
+                found,
+                quoted_hash=args_hash,
+                person=person,
+                policy=policy,
+                note=note,
             )
             return await _shown(store, moved)
 

@@ -97,11 +97,15 @@ async def resolve(
     *,
     quoted_hash: str,
     person: Person,
+    policy: TenantPolicy,
     note: str,
 ) -> Operation:
-    """Settle the run's operation whose outcome is unknown with what ``person`` found (``note``: how)."""
+    """Settle the run's operation whose outcome is unknown with what ``person`` found (``note``: how).
+    ``policy``, the tenant's, says whether the run's own principal may settle it."""
     operation = await operation_of_run(store, run_id, operation_id)
-    refusal = resolution_refusal(operation.view, quoted_hash=quoted_hash)
+    refusal = resolution_refusal(
+        operation.view, quoted_hash=quoted_hash, decider=person.subject, policy=policy
+    )
     if refusal is not None:
         raise DecisionRefused(refusal)
     target = OperationState(found)

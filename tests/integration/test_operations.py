@@ -594,6 +594,9 @@ def test_an_unknown_send_with_no_read_to_reconcile_it_waits_for_a_person_to_reso
             assert time.monotonic() < deadline, operations(client, run_id)[SEND]
             time.sleep(0.1)
         run = wait_for(client, run_id, waiting)  # nothing can tell: it waits for a person
+        # Saying what a write did is deciding it: the run's requester may not, as for an approval.
+        mine = decide(client, run_id, send, "resolve", SELF_APPROVER_KEY, outcome="succeeded", note="n")
+        assert problem(mine) == (403, "operation-self-approval")
         resolved = decide(
             client, run_id, send, "resolve", APPROVER_KEY, outcome="succeeded", note="seen in the mailer"
         )

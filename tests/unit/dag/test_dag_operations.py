@@ -169,13 +169,28 @@ def test_the_runs_own_principal_decides_only_the_risks_its_tenant_allows() -> No
 def test_only_an_unknown_outcome_can_be_resolved_and_only_quoting_its_hash() -> None:
     quoted = arguments_hash(ARGS)
 
-    assert resolution_refusal(view(OperationState.UNKNOWN), quoted_hash=quoted) is None
+    def refusal(operation: OperationView, quoted_hash: str = quoted) -> DecisionRefusal | None:
+        return resolution_refusal(operation, quoted_hash=quoted_hash, decider="p", policy=STRICT)
+
+    assert refusal(view(OperationState.UNKNOWN)) is None
+    assert refusal(view(OperationState.UNKNOWN), "0" * 64) is DecisionRefusal.HASH_MISMATCH
+    assert refusal(view(OperationState.EXECUTING)) is DecisionRefusal.NOT_UNKNOWN
+
+
+def test_the_runs_own_principal_settles_an_unknown_outcome_only_where_it_may_approve() -> None:
+    quoted = arguments_hash(ARGS)
+    mine = view(OperationState.UNKNOWN, subject="me")
+    lenient = TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE}))
+
+    def refusal(policy: TenantPolicy, decider: str = "me") -> DecisionRefusal | None:
+        return resolution_refusal(mine, quoted_hash=quoted, decider=decider, policy=policy)
+
+    assert refusal(STRICT) is DecisionRefusal.SELF_APPROVAL
+    assert refusal(STRICT, decider="someone else") is None
+    assert refusal(lenient) is None  # the same tenant policy as an approval's
     assert (
-        resolution_refusal(view(OperationState.UNKNOWN), quoted_hash="0" * 64)
+        resolution_refusal(mine, quoted_hash="0" * 64, decider="me", policy=STRICT)
         is DecisionRefusal.HASH_MISMATCH
-    )
-    assert (
-        resolution_refusal(view(OperationState.EXECUTING), quoted_hash=quoted) is DecisionRefusal.NOT_UNKNOWN
     )
 
 
