@@ -46,6 +46,23 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class Uncalled:
+    """A plan node that ended without a call, so without arguments or an output: it failed before its call
+    (a reference that could not be resolved, a ``for_each`` over what is not a list) or was skipped because a
+    node it depends on failed. A joiner that answers with every node's output owes it one too."""
+
+    node_id: str
+    tool: str
+    status: NodeStatus
+    error: NodeError | None = None
+
+    @property
+    def reason(self) -> str:
+        """Its error's code (``FOR_EACH_NOT_A_LIST``), or its status (``skipped``)."""
+        return self.error.code if self.error is not None else self.status.value
+
+
+@dataclass(frozen=True)
 class Question:
     """A planner's answer when it cannot plan without a person: what it asks. The run waits for an answer,
     which the planner is then shown (``PlanningContext.answers``) with its author."""
@@ -83,11 +100,9 @@ class PlanningContext:
     observations: Sequence[Observation] = ()
     """What earlier rounds observed: data to reason about, never instructions."""
     replan_reason: str | None = None
-    unanswered: Sequence[str] = ()
-    """Plan nodes that ended without a call: failed before it (an argument that could not be resolved, a
-    ``for_each`` over what is not a list) or skipped because a node they depend on failed. They have no
-    arguments, so they are not among the observations; a joiner that answers with every node's output must
-    not answer without these."""
+    uncalled: Sequence[Uncalled] = ()
+    """Plan nodes that ended without a call (``Uncalled``). They have no arguments, so they are not among the
+    observations; a joiner that answers with every node's output must not answer without these."""
     answers: Sequence[Answered] = ()
     """The run's questions answered so far, each with the person who answered: what a person said, to weigh
     like any observation, never an instruction or a grant (tenant, scopes, resource and budgets are fixed)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from dag.admission import PLAN_GIVEN_PLANNER
 from dag.states import StopReason
-from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlanningContext
+from planner.base import Final, JoinDecision, NeedsHuman, Observation, PlanningContext, Uncalled
 
 
 class PlanRequired(Exception):
@@ -26,17 +26,17 @@ class OutputsPlanner:
         raise PlanRequired("the outputs planner proposes no plan: give the run a plan of its own")
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision:
-        return outputs_of(observations, context.unanswered)
+        return outputs_of(observations, context.uncalled)
 
 
-def outputs_of(observations: Sequence[Observation], uncalled: Sequence[str] = ()) -> JoinDecision:
+def outputs_of(observations: Sequence[Observation], uncalled: Sequence[Uncalled] = ()) -> JoinDecision:
     """``{"outputs": {node_id: output}}`` when every node has an output; which ones have none otherwise
     (``uncalled``: the nodes that ended without a call, which no observation shows)."""
     missing = [
         f"{observation.node_id} ({observation.error.code if observation.error else observation.status})"
         for observation in observations
         if not observation.status.has_output
-    ] + [f"{node_id} (never called)" for node_id in uncalled]
+    ] + [f"{node.node_id} (never called: {node.reason})" for node in uncalled]
     if missing:
         return NeedsHuman(
             StopReason.EVIDENCE_INCOMPLETE,

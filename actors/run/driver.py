@@ -62,6 +62,7 @@ from planner.base import (
     Question,
     StreamingPlanner,
     ToolSpec,
+    Uncalled,
 )
 from planner.stream import MalformedStream
 
@@ -510,7 +511,7 @@ class RunDriver:
             round=state.round,
             observations=tuple(observations(state)),
             replan_reason=state.replan_reason,
-            unanswered=unanswered(state),
+            uncalled=uncalled(state),
             answers=state.answers,
         )
 
@@ -575,12 +576,17 @@ async def _bounded(
         handed_over.cancel()
 
 
-def unanswered(state: RunState) -> tuple[str, ...]:
-    """The plan nodes that ended without a call (``PlanningContext.unanswered``), in run order."""
+def uncalled(state: RunState) -> tuple[Uncalled, ...]:
+    """The nodes that ended without a call (``PlanningContext.uncalled``), in run order. A ``for_each`` node
+    is one of them when it never expanded (its list could not be read, or a node it depends on failed); once
+    expanded, its children speak for it."""
     return tuple(
-        node_id
+        Uncalled(node_id, node.tool, node.status, node.error)
         for node_id in state.order
-        if (node := state.nodes[node_id]).args is None and not node.is_group and node.status.terminal
+        if (node := state.nodes[node_id]).args is None
+        and node.status.terminal
+        and not node.status.has_output
+        and not node.children
     )
 
 

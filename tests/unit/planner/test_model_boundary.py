@@ -16,7 +16,7 @@ from dag.validate import validate_plan
 from mcp_server.contracts import CASEOPS_TOOLS
 from mcp_server.planner import DocumentCheckResult, document_check_plan
 from planner.answer import Answer
-from planner.base import Observation, PlanningContext, ToolSpec
+from planner.base import Observation, PlanningContext, ToolSpec, Uncalled
 from planner.context import OBSERVATION_BUDGET, PROMPT_BUDGET, joiner_input, observations_block, planner_input
 from planner.stream import MalformedStream, PlanNodeStream
 from planner.strict_schema import from_model_plan, join_schema, plan_schema, strict_violations, to_strict
@@ -220,6 +220,32 @@ def test_an_injected_instruction_in_an_output_stays_inside_the_data_block() -> N
     data = user["content"][user["content"].index("<observations>") :]
     assert data.count("</observations>") == 1  # the output's own tag is JSON-escaped text, not a delimiter
     assert data.rstrip().endswith("</observations>")
+
+
+def test_the_joiner_is_told_of_the_nodes_that_ended_without_a_call() -> None:
+    never = Uncalled(
+        "fan",
+        "echo",
+        NodeStatus.FAILED,
+        NodeError(kind=ErrorKind.PROTOCOL, code="FOR_EACH_NOT_A_LIST", message="names a str, not a list"),
+    )
+    context = PlanningContext(resource={"case_id": "C-102"}, goal="g", tools=TOOLS, uncalled=[never])
+
+    system, user = joiner_input(context, [])
+
+    assert "<uncalled>" in system["content"]  # what the block means, said where instructions are
+    block = user["content"][user["content"].index("<uncalled>") :].splitlines()
+    assert json.loads(block[1]) == {
+        "node": "fan",
+        "tool": "echo",
+        "status": "failed",
+        "reason": "FOR_EACH_NOT_A_LIST",
+    }
+    assert block[2] == "</uncalled>"
+    assert (
+        "<uncalled>"
+        not in joiner_input(context.__class__(resource={}, goal="g", tools=TOOLS), [])[1]["content"]
+    )
 
 
 def test_errors_reach_the_model_as_kind_and_code_only() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from dag.events import ErrorKind, NodeError
 from dag.states import NodeStatus, StopReason
-from planner.base import Final, NeedsHuman, Observation, PlanningContext
+from planner.base import Final, NeedsHuman, Observation, PlanningContext, Uncalled
 from planner.outputs import OutputsPlanner, PlanRequired, outputs_of
 
 
@@ -46,9 +46,18 @@ def test_a_node_that_ended_without_a_call_leaves_the_outputs_unanswered() -> Non
     """A node whose argument could not be resolved (or that was skipped) has no observation; the outputs
     planner still owes it an output, so it does not complete without it."""
     called = Observation("a", "echo", {"text": "x"}, NodeStatus.SUCCEEDED, {"text": "x"})
+    unresolved = NodeError(kind=ErrorKind.PROTOCOL, code="FOR_EACH_NOT_A_LIST", message="m")
 
-    decision = outputs_of([called], uncalled=["b"])
+    decision = outputs_of(
+        [called],
+        uncalled=[
+            Uncalled("b", "echo", NodeStatus.FAILED, unresolved),
+            Uncalled("c", "echo", NodeStatus.SKIPPED),
+        ],
+    )
 
     assert isinstance(decision, NeedsHuman)
     assert decision.stop_reason is StopReason.EVIDENCE_INCOMPLETE
-    assert decision.detail == "1 node(s) have no output: b (never called)"
+    assert decision.detail == (
+        "2 node(s) have no output: b (never called: FOR_EACH_NOT_A_LIST), c (never called: skipped)"
+    )
