@@ -44,6 +44,18 @@ def supervisor_unavailable() -> Problem:
     )
 
 
+UNPARSED_BODY = "There was an error parsing the body"
+"""FastAPI's 400 detail for a JSON body its parser raised on other than with a decode error."""
+
+
+def not_json(reason: str, *, position: int | None = None) -> Problem:
+    """400 ``invalid-json``: the body is not JSON at all; ``position`` is the character offset of the fault."""
+    detail = f"the body is not valid JSON: {reason}"
+    if position is None:
+        return Problem(400, "invalid-json", detail)
+    return Problem(400, "invalid-json", f"{detail} at character {position}", position=position)
+
+
 class SupervisorSilent(Exception):
     """The supervisor left a submission unanswered: those in line for it leave at once."""
 
@@ -138,6 +150,9 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
+        unparsed = next((error for error in exc.errors() if error["type"] == "json_invalid"), None)
+        if unparsed is not None:  # FastAPI's location is ("body", character offset): not a JSON pointer
+            return not_json(unparsed["ctx"]["error"], position=unparsed["loc"][1]).response(request.url.path)
         # Locations and messages only: the rejected values (NaN, NUL, anything) are never echoed.
         errors = [
             {"location": "/" + "/".join(str(part) for part in error["loc"]), "message": error["msg"]}
@@ -150,6 +165,8 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and exc.detail == UNPARSED_BODY:  # e.g. an integer of 5,000 digits
+            return not_json("it cannot be read as JSON").response(request.url.path)
         problem = Problem(exc.status_code, "http-error", str(exc.detail), headers=dict(exc.headers or {}))
         return problem.response(request.url.path)
 

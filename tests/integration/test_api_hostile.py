@@ -98,6 +98,31 @@ def test_a_stream_cursor_past_any_sequence_number_is_a_422(
     assert [error["location"] for error in problem["errors"]] == [location]
 
 
+# ------------------------------------------------------------------ A1: a body that is not JSON
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [
+        ('{"case_id": "C-102", "goal": }', 29),
+        ('{"case_id": "C-102"', 19),
+        ("not json", 0),
+        ('{"case_id": "C-102", "budgets": {"max_nodes": ' + "9" * 5000 + "}}", None),  # past int's digits
+    ],
+    ids=["missing-value", "unterminated", "not-json", "five-thousand-digits"],
+)
+async def test_a_body_that_is_not_json_is_a_400_naming_the_position_and_nothing_is_saved(
+    client: httpx.Client, dsn: str, fresh_key: str, text: str, position: int | None
+) -> None:
+    response = post_raw(client, text, **{"Idempotency-Key": fresh_key})
+
+    problem = assert_problem(response, 400, "invalid-json")
+    assert problem.get("position") == position
+    assert problem["detail"].startswith("the body is not valid JSON: ")
+    assert "errors" not in problem  # no location that is not a JSON pointer
+    assert await runs_with_key(dsn, fresh_key) == 0
+
+
 # ------------------------------------------------------------------ A2: numbers JSON cannot carry
 
 
