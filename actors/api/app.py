@@ -491,7 +491,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
     async def get_nodes(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
         row = await history_or_410(principal, run_id)
         run = str(row["run_id"])
-        contracts = await ask(lambda: state.supervisors.any.contracts.remote())
+        contracts = await state.supervisors.ask_any(lambda supervisor: supervisor.contracts.remote())
         return nodes_view(await load_state(state.store, run), contracts, await state.store.ledger(run))
 
     @app.get("/runs/{run_id}/events", responses=problem_responses(401, 404, 410, 422, 503))
@@ -506,8 +506,10 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
     async def cancel_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
         """Cancel a live run; cancelling a finished run changes nothing and says so."""
         row = await run_or_404(principal, run_id)
-        owner = state.supervisors.owning(row["owner"])  # only the run's owner can stop its calls
-        outcome: Cancellation = await ask(lambda: owner.cancel.remote(str(row["run_id"])))
+        # Only the run's owner can stop its calls; if it is gone, another says the run is not its own.
+        outcome: Cancellation = await state.supervisors.ask_any(
+            lambda supervisor: supervisor.cancel.remote(str(row["run_id"])), first=row["owner"]
+        )
         if outcome is Cancellation.NOT_OWNED:
             raise Problem(
                 409, "run-not-owned", "the run is live but no supervisor drives it now; retry shortly"

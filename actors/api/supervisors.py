@@ -1,19 +1,22 @@
 """The deployment's supervisors as one API replica sees them: new runs go to each in turn, a run's own requests
 to the supervisor that owns it.
 
-Any supervisor may answer what is not about one run (the tools offered, a readiness ping); a run's
-cancellation must reach its owner, named by the run's row (its lease). Each supervisor has a line of its own
-for submissions (``submissions``): a busy or restarting one does not hold up new runs bound for another, and
-one whose last submission found it dead or silent is passed over while another answers (``next_in_turn``).
-"""
+Any supervisor may answer what is not about one run (the tools offered, a readiness ping): the first that
+answers does, past those found dead or silent, so that no read depends on one supervisor. A run's
+cancellation goes to its owner, named by the run's row (its lease), and to another if the owner is gone.
+Each supervisor has a line of its own for submissions (``submissions``): a busy or restarting one does not
+hold up new runs bound for another, and one whose last submission found it dead or silent is passed over
+while another answers (``next_in_turn``)."""
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from actors.api._outcomes import submissions
+from actors.api._outcomes import ask, submissions
+from actors.api._problem import Problem
 from actors.store.resilience import Line
 
 
@@ -31,11 +34,6 @@ class Supervisors:
     def names(self) -> tuple[str, ...]:
         return tuple(self._handles)
 
-    @property
-    def any(self) -> Any:
-        """A supervisor for what any of them answers alike (the tools offered)."""
-        return next(iter(self._handles.values()))
-
     def all(self) -> list[tuple[str, Any]]:
         return list(self._handles.items())
 
@@ -50,10 +48,35 @@ class Supervisors:
         line.probe()  # if it is in an outage, this run alone tries it again
         return self._handles[name], line
 
-    def owning(self, owner: str | None) -> Any:
-        """The supervisor named ``owner`` (a run's lease holder); another of this deployment's if it is none
-        of them (the run is being taken over, or has ended: any supervisor says so)."""
-        return self._handles.get(owner or "", self.any)
+    def answering(self, first: str | None = None) -> list[tuple[Any, Line]]:
+        """The supervisors to ask, in order: the one named ``first`` (a run's owner) if it is one of them, then
+        those not found dead or silent, then the others, so that one gone for good costs a request nothing
+        once it has been noticed. A caller reports each answer to its line (``Line.answered`` /
+        ``Line.unreachable``)."""
+        now = time.monotonic()
+        names = sorted(
+            self.names,
+            key=lambda name: (name != first, _in_outage(self._lines[name].outage_seen_at, now)),
+        )
+        return [(self._handles[name], self._lines[name]) for name in names]
+
+    async def ask_any(self, call: Callable[[Any], Awaitable[Any]], *, first: str | None = None) -> Any:
+        """The first answer to ``call(handle)`` (a ``handle.method.remote(...)``) from a supervisor, in the
+        order ``answering(first)`` gives, within the request's deadline; 503 ``supervisor-unavailable`` if
+        none answers. For what any of them answers alike (the tools offered), or what a run's owner answers
+        best and any other answers truly (a cancellation: another says the run is not its own, or finished)."""
+        unavailable: Problem | None = None
+        for handle, line in self.answering(first):
+            try:
+                answer = await ask(functools.partial(call, handle))
+            except Problem as problem:
+                line.unreachable()
+                unavailable = problem
+                continue
+            line.answered()
+            return answer
+        assert unavailable is not None  # a deployment has at least one supervisor
+        raise unavailable
 
 
 PROBE_AFTER_S = 5.0
@@ -69,7 +92,11 @@ def next_in_turn(names: Sequence[str], turn: int, outages: Mapping[str, float | 
     count = len(names)
     for step in range(count):
         index = (turn + step) % count
-        seen_at = outages.get(names[index])
-        if seen_at is None or now - seen_at >= PROBE_AFTER_S:
+        if not _in_outage(outages.get(names[index]), now):
             return index
     return turn % count
+
+
+def _in_outage(seen_at: float | None, now: float) -> bool:
+    """Whether a supervisor found unreachable at ``seen_at`` is still passed over (``PROBE_AFTER_S``)."""
+    return seen_at is not None and now - seen_at < PROBE_AFTER_S

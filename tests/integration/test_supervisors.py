@@ -104,3 +104,43 @@ def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them
 def client_get_unknown(base: str) -> httpx.Response:
     with httpx.Client(base_url=base, timeout=30) as client:
         return client.get("/runs/00000000-0000-4000-8000-000000000000", headers=auth(DEMO_KEY))
+
+
+def test_every_read_is_answered_with_the_first_supervisor_gone_for_good(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    """Issue 35, item 12: the nodes of a run were read with the tools the *first* supervisor offers, so with it
+    gone every ``GET /runs/{id}/nodes`` answered 503 while ``/runs/{id}`` answered 200."""
+    import ray
+
+    tools: RunningToolServer = start_tool_server()
+    config = replace(api_config(scratch_dsn, tools.url, token_key, lease_s=3.0), supervisors=2)
+    first, _ = config.supervisor_names
+    base = serve_api(config)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        created = client.post("/runs", params={"wait": 60}, json={"case_id": "C-102"}, headers=auth(DEMO_KEY))
+        assert created.status_code == 201, created.text
+        run_id = created.json()["run_id"]
+        assert created.json()["status"] == "completed", created.text
+
+        ray.kill(ray.get_actor(first, namespace=NAMESPACE), no_restart=True)  # gone for good
+        reads = {
+            path: [client.get(path, headers=auth(DEMO_KEY)) for _ in range(3)]
+            for path in (f"/runs/{run_id}", f"/runs/{run_id}/nodes", f"/runs/{run_id}/events")
+        }
+        cancelled = client.post(f"/runs/{run_id}/cancel", headers=auth(DEMO_KEY))
+
+    assert {path: [answer.status_code for answer in answers] for path, answers in reads.items()} == {
+        path: [200, 200, 200] for path in reads
+    }
+    nodes = reads[f"/runs/{run_id}/nodes"][-1].json()
+    assert {node["node_id"] for node in nodes} >= {"case", "policy", "docs"}
+    # A finished run has no owner: any supervisor alive says so, not the first one.
+    assert (cancelled.status_code, cancelled.json().get("cancel")) == (200, "already_finished"), (
+        cancelled.text
+    )
