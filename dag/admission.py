@@ -123,10 +123,12 @@ class ResourceUnfit:
 
 @dataclass(frozen=True)
 class PlannerLacksTools:
-    """The planner cannot plan or judge a run without ``missing``, which this run cannot use."""
+    """The planner cannot plan or judge a run without ``missing``, which this run cannot use: not offered to
+    its tenant or stage, or bound to ``lacking``, resource keys the run's resource does not have."""
 
     planner: str
     missing: tuple[str, ...]
+    lacking: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,10 @@ def admit_run(
     reachable = [name for name, keys in unlisted.items() if keys <= resource.keys()]
     missing = offer.planners[chosen] - {*offered, *reachable}
     if missing:
-        return PlannerLacksTools(chosen, tuple(sorted(missing)))
+        lacking = frozenset().union(
+            *(missing_resource_keys(usable[name], resource) for name in missing if name in usable)
+        )
+        return PlannerLacksTools(chosen, tuple(sorted(missing)), tuple(sorted(lacking)))
     # An unlisted server's check still decides who may name the resource: existence must not leak while
     # that server is down.
     checked_by = (planned if planned is not None else offered) + reachable

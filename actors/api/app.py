@@ -150,10 +150,10 @@ ResourceKey = Annotated[
 RunResource = Annotated[
     dict[ResourceKey, Annotated[str, StringConstraints(min_length=1, max_length=MAX_RESOURCE_VALUE_LENGTH)]],
     Field(
-        min_length=1,
         max_length=MAX_RESOURCE_KEYS,
         description='What the run is about, e.g. `{"case_id": "C-102"}` or `{"root": "/srv/reports"}`: '
-        "the keys the tools' run-bound inputs are bound to, each with a string value.",
+        "the keys the tools' run-bound inputs are bound to, each with a string value; none (`{}`, or absent) "
+        "for a run whose tools bind nothing.",
         json_schema_extra={"additionalProperties": False},  # a key off the pattern is refused, not ignored
     ),
 ]
@@ -192,8 +192,6 @@ class RunCreate(BaseModel):
 
     @model_validator(mode="after")
     def _one_resource(self) -> RunCreate:
-        if self.resource is None and self.case_id is None:
-            raise ValueError("name what the run is about: resource (or case_id, its caseops shorthand)")
         if (
             self.resource is not None
             and self.case_id is not None
@@ -204,8 +202,11 @@ class RunCreate(BaseModel):
 
     @property
     def run_resource(self) -> dict[str, str]:
-        """The run's resource, the shorthand expanded."""
-        return dict(self.resource) if self.resource is not None else {"case_id": str(self.case_id)}
+        """The run's resource, the shorthand expanded; none at all for a run whose tools bind nothing (whether
+        its tools need one is admission's to say: ``resource-mismatch``)."""
+        if self.resource is not None:
+            return dict(self.resource)
+        return {"case_id": str(self.case_id)} if self.case_id is not None else {}
 
     def unfit(self) -> list[dict[str, str]]:
         """Where the body holds what PostgreSQL cannot store or JSON cannot carry (NUL, lone surrogates,

@@ -702,9 +702,10 @@ def _refused(refusal: RunRefusal) -> SubmitResult:
             )
         case UnknownStage(stage=stage, known=known):
             return SubmitResult(Submission.UNKNOWN_STAGE, error={"stage": stage, "known": list(known)})
-        case PlannerLacksTools(planner=planner, missing=missing):
-            return SubmitResult(
-                Submission.PLANNER_LACKS_TOOLS, error={"planner": planner, "missing": list(missing)}
-            )
+        case PlannerLacksTools(planner=planner, missing=missing, lacking=lacking):
+            error: dict[str, Any] = {"planner": planner, "missing": list(missing)}
+            if lacking:
+                error["resource_lacks"] = list(lacking)
+            return SubmitResult(Submission.PLANNER_LACKS_TOOLS, error=error)
         case _:
             assert_never(refusal)

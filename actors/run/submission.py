@@ -209,6 +209,8 @@ class SubmitResult:
                     f"planner {error.get('planner')!r} cannot plan or judge a run without {missing}, "
                     "which this run cannot use"
                 )
+                if lacks := error.get("resource_lacks"):
+                    detail += f": they bind {', '.join(map(repr, lacks))}, which the run's resource lacks"
                 return Refusal(422, "planner-lacks-tools", detail, error)
             case Submission.BUDGET_ABOVE_LIMIT:
                 return Refusal(

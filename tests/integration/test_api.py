@@ -176,12 +176,11 @@ def test_requests_without_a_valid_api_key_are_401(client: httpx.Client, headers:
 @pytest.mark.parametrize(
     ("body", "location"),
     [
-        ({}, "/body"),  # neither resource nor its case_id shorthand: the body as a whole is wrong
         ({"case_id": "C-102", "tenant_id": "tenant-other"}, "/body/tenant_id"),
         ({"case_id": "C 102; DROP"}, "/body/case_id"),
         ({"case_id": "C-102", "plan": "not an object"}, "/body/plan"),
     ],
-    ids=["missing-resource", "tenant-in-body", "bad-case-id", "plan-not-object"],
+    ids=["tenant-in-body", "bad-case-id", "plan-not-object"],
 )
 def test_malformed_bodies_are_422_problems_naming_the_field(
     client: httpx.Client, body: dict[str, Any], location: str
@@ -190,6 +189,19 @@ def test_malformed_bodies_are_422_problems_naming_the_field(
 
     problem = assert_problem(response, 422, "invalid-request")
     assert location in [error["location"] for error in problem["errors"]]
+
+
+def test_a_run_naming_no_resource_is_a_422_naming_the_key_its_planners_tools_bind(
+    client: httpx.Client,
+) -> None:
+    """No resource is not malformed (a plan whose tools bind nothing needs none), but caseops' planner cannot
+    check a case without a case_id: the refusal says which key the run lacks."""
+    for body in ({}, {"resource": {}}, {"goal": "no resource at all"}):
+        response = client.post("/runs", json=body, headers=auth(DEMO_KEY))
+
+        problem = assert_problem(response, 422, "planner-lacks-tools")
+        assert problem["resource_lacks"] == ["case_id"]
+        assert problem["detail"].endswith("they bind 'case_id', which the run's resource lacks")
 
 
 def test_wait_outside_its_range_is_a_422(client: httpx.Client) -> None:
@@ -354,8 +366,6 @@ def test_a_resource_naming_the_case_runs_exactly_as_the_case_id_shorthand(client
     [
         pytest.param({"case_id": "C-102", "resource": {"case_id": "C-101"}}, id="case-and-resource-disagree"),
         pytest.param({"case_id": "C-102", "resource": {"root": "/srv"}}, id="case-beside-another-resource"),
-        pytest.param({"goal": "no resource at all"}, id="neither"),
-        pytest.param({"resource": {}}, id="empty"),
         pytest.param({"resource": {f"k{index}": "v" for index in range(17)}}, id="too-many-keys"),
         pytest.param({"resource": {"case_id": 102}}, id="not-a-string"),
         pytest.param({"resource": {"case id": "C-102"}}, id="key-off-the-pattern"),

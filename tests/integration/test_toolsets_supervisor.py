@@ -5,6 +5,7 @@ that needs it stopped with its own reason), and a tool whose definition changes 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -27,6 +28,7 @@ from dag.run_state import RunState
 from dag.storable import MAX_DEPTH
 from mcp_server.contracts import ALL_SCOPES
 from tests.integration.conftest import TEST_API_KEYS, RunningToolServer, supervisor_for
+from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import run_owner
 from tests.integration.toolset_servers import toy_toolsets
 from tests.integration.toy_mcp_server import http_app
@@ -540,3 +542,37 @@ async def test_two_servers_listing_the_same_tool_are_both_offered_under_names_of
 def _running(state: RunState, node_id: str) -> bool:
     node = state.nodes.get(node_id)
     return node is not None and node.status.value == "running"
+
+
+def test_a_plan_whose_tools_bind_nothing_runs_over_http_without_a_resource(
+    ray_cluster: None,
+    scratch_dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported below
+) -> None:
+    """Issue 35, item 13: such a plan ran from the CLI, but the API required a resource (422 invalid-request)
+    and refused any it was given (422 resource-mismatch: no tool uses the key)."""
+    from actors.launch.settings import ApiKeyGrant
+
+    key = "test-key-toy"
+    config = api_config(scratch_dsn, tool_server.url, token_key, toolsets=toy_toolsets())
+    config = dataclasses.replace(
+        config, api_keys={key: ApiKeyGrant(tenant_id="tenant-demo", subject="toy", scopes=("toy:read",))}
+    )
+    plan = {"nodes": [{"id": "hi", "tool": "echo", "args": {"text": "hello"}}]}
+    base = serve_api(config)
+    with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+        created = client.post("/runs", params={"wait": 30}, json={"plan": plan})
+        named = client.post("/runs", json={"resource": {"case_id": "C-102"}, "plan": plan})
+        planless = client.post("/runs", json={})
+
+    assert created.status_code == 201, created.text
+    run = created.json()
+    assert (run["status"], run["resource"]) == ("completed", {}), run
+    assert run["result"]["outputs"]["hi"]["text"] == "hello"
+    # A resource no tool of the plan uses is still the requester's mistake, named as such.
+    assert (named.status_code, named.json()["type"].rsplit("/", 1)[1]) == (422, "resource-mismatch")
+    assert named.json()["unused"] == ["case_id"]
+    # Without a plan, the toolsets name no planner to write one: said, not a 5xx.
+    assert planless.status_code == 422, planless.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -42,6 +43,9 @@ PLANNERS = {"outputs": frozenset(), "conformance": CASEOPS_PLANNER_TOOLS}
 BOTH = {**CASEOPS_CHECKS, **catalogue_of(READ_FILE)}
 ECHO_PLAN = {"nodes": [{"id": "read", "tool": "read_file", "args": {"path": "/srv/a.txt"}}]}
 CASE_PLAN = {"nodes": [{"id": "case", "tool": CASE_TOOL, "args": CASE_ARGS}]}
+ECHO = dataclasses.replace(READ_FILE, name="echo", run_bound=frozenset(), resource_keys=())
+"""A tool that binds nothing to the run's resource."""
+ECHO_UNBOUND_PLAN = {"nodes": [{"id": "hi", "tool": "echo", "args": {"path": "anything"}}]}
 
 
 def offer(**changes: Any) -> Offer:
@@ -178,7 +182,20 @@ def test_a_plan_whose_tool_needs_a_key_the_resource_lacks_is_a_mismatch_naming_i
 def test_a_planner_that_needs_tools_the_run_cannot_use_is_refused_naming_them() -> None:
     refused = admit(planner="conformance", resource={"root": "/srv"}, catalogue=BOTH)
 
-    assert refused == PlannerLacksTools("conformance", tuple(sorted(CASEOPS_PLANNER_TOOLS)))
+    assert refused == PlannerLacksTools("conformance", tuple(sorted(CASEOPS_PLANNER_TOOLS)), ("case_id",))
+
+
+def test_a_run_naming_no_resource_is_refused_naming_the_keys_its_planners_tools_bind() -> None:
+    refused = admit(resource={})
+
+    assert refused == PlannerLacksTools("conformance", tuple(sorted(CASEOPS_PLANNER_TOOLS)), ("case_id",))
+
+
+def test_a_plan_whose_tools_bind_nothing_is_admitted_without_a_resource() -> None:
+    admitted = admit(plan=ECHO_UNBOUND_PLAN, resource={}, catalogue=catalogue_of(ECHO))
+
+    assert isinstance(admitted, RunAdmitted)
+    assert admitted.planner == PLAN_GIVEN_PLANNER
 
 
 def test_a_tenant_without_a_tool_the_planner_needs_is_refused_naming_only_that_tool() -> None:
