@@ -26,14 +26,6 @@ def case_of(claims: TaskClaims) -> str | None:
     return claims.resource.get("case_id")
 
 
-def require_claims() -> TaskClaims:
-    """The verified claims of the request being served; tools cannot run without them."""
-    claims = current_claims.get()
-    if claims is None:
-        raise RuntimeError("no verified task token in this request's context")
-    return claims
-
-
 def bearer(scope: Scope) -> str | None:
     """The bearer credentials of the request's Authorization header, if it has one."""
     for name, value in scope.get("headers", []):

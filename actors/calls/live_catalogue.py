@@ -74,10 +74,6 @@ class LiveCatalogue:
     def servers(self) -> tuple[HttpServer | StdioServer, ...]:
         return self.toolsets.servers
 
-    def server_of(self, tool: str) -> HttpServer | StdioServer | None:
-        """The server that declares ``tool``."""
-        return next((spec for spec in self.toolsets.servers if tool in spec.tools), None)
-
     def _mark_unreachable(self, spec: HttpServer | StdioServer, reason: str) -> None:
         self.unreachable[spec.name] = reason
         for tool in spec.tools:

@@ -670,9 +670,6 @@ class RunService:
         self._driver.context.tokens = tokens
         self._driver.context.mcp_url = mcp_url
 
-    async def close_pool(self) -> None:
-        await self._pool.close()
-
     async def close(self) -> None:
         """Stop the background jobs, then cancel every run this process drives, recording each as cancelled."""
         for job in self._background:

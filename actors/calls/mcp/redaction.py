@@ -78,9 +78,6 @@ class Redactor:
                 return value
 
 
-NO_SECRETS = Redactor(())
-
-
 def server_secrets(spec: HttpServer | StdioServer) -> list[str]:
     """The secrets raydag sends ``spec``'s server of its own accord (a call's task token is the call's): its
     bearer or OAuth client secret as readable now, and the ``from_env`` values of its environment."""
