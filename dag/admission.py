@@ -47,7 +47,7 @@ class Offer:
     catalogue: ToolCatalogue
     """The tools listed now."""
     limits: Budgets
-    """The server's budgets: a request may only lower them."""
+    """The most of each budget a request may ask for (the server's limits)."""
     planners: Mapping[str, frozenset[str]]
     """Each planner offered, with the tools it cannot plan or judge a run without."""
     unavailable_planners: Mapping[str, str] = field(default_factory=dict)
@@ -61,6 +61,9 @@ class Offer:
     """The requester's declared tools whose server has not been listed, with the resource keys they bind."""
     granted: Container[str] | None = None
     """The requester's tenant's tools (``None``: the whole catalogue)."""
+    defaults: Budgets | None = None
+    """What a run gets of each budget it does not ask for: its tenant's, else the server's (``None``: the
+    limits themselves)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class RunAdmitted:
     planner: str
     """The planner chosen (``choose_planner``): the run's, and what its idempotency fingerprint hashes."""
     budgets: Budgets
-    """The server's limits, lowered as the request asked."""
+    """The run's: each as the request asked, else the default (``Budgets.granted``)."""
     plan: Plan | None
     """The request's plan, validated; ``None`` without one, or when it names a tool not listed now."""
     tools: frozenset[str]
@@ -176,7 +179,7 @@ def admit_run(
     if chosen not in offer.planners:
         return UnknownPlanner(chosen, tuple(sorted(offer.planners)))
     try:
-        lowered = offer.limits.lowered_by(budgets)
+        lowered = offer.limits.granted(budgets, defaults=offer.defaults)
     except BudgetAboveLimit as exc:
         return OverLimits(exc)
     granted = offer.granted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,6 +14,11 @@ NODES_CAP = 10_000
 """The most nodes a run may ever hold: the ceiling of ``max_nodes`` (and of ``max_fanout``: a fan-out wider
 than any run is none), and the bound a replan's plan is validated against before ``check_plan_size`` weighs
 it against the run's own ``max_nodes``."""
+DAY_S = 86_400.0
+WAIT_CAP_S = 30 * DAY_S
+"""The longest any wait for a person may be allowed to last: the ceiling of every ``*_wait_s``."""
+DEADLINE_CAP_S = DAY_S
+"""The most wall-clock seconds of its own work any run may be allowed (``deadline_s``)."""
 
 
 class Budgets(BaseModel):
@@ -32,7 +38,11 @@ class Budgets(BaseModel):
         default=16, ge=1, le=1_000, description="Tool calls in flight at once in one run."
     )
     deadline_s: float = Field(
-        default=120.0, gt=0, le=3_600, description="Wall-clock seconds from the run's start."
+        default=120.0,
+        gt=0,
+        le=DEADLINE_CAP_S,
+        description="Wall-clock seconds of the run's own work, from its start: the time it spends parked, "
+        "waiting for people and nothing else, does not count.",
     )
     repeat_limit: int = Field(
         default=3, ge=1, le=100, description="How often one action (fingerprint) may be proposed in a run."
@@ -49,27 +59,49 @@ class Budgets(BaseModel):
     max_questions: int = Field(
         default=3, ge=0, le=20, description="Questions the planner may ask a person over the whole run."
     )
+    approval_wait_s: float = Field(
+        default=DAY_S, gt=0, le=WAIT_CAP_S, description="How long a write waits for a person's approval."
+    )
+    review_wait_s: float = Field(
+        default=DAY_S, gt=0, le=WAIT_CAP_S, description="How long a plan waits for a person's review."
+    )
+    question_wait_s: float = Field(
+        default=DAY_S, gt=0, le=WAIT_CAP_S, description="How long the planner's question waits for an answer."
+    )
+    resolution_wait_s: float = Field(
+        default=7 * DAY_S,
+        gt=0,
+        le=WAIT_CAP_S,
+        description="How long a write whose outcome nothing can tell waits for a person to resolve it.",
+    )
 
-    def lowered_by(self, requested: BudgetRequest | None) -> Budgets:
-        """These limits with the requested ones applied; raises ``BudgetAboveLimit`` if a request exceeds one."""
-        if requested is None:
-            return self
-        asked = requested.model_dump(exclude_none=True)
+    def granted(self, requested: BudgetRequest | None, *, defaults: Budgets | None = None) -> Budgets:
+        """A run's budgets under these limits: each one ``requested``, else the ``defaults``' (these limits
+        themselves when there are none), never above a limit. Raises ``BudgetAboveLimit`` naming every
+        requested budget above its limit."""
+        asked = requested.model_dump(exclude_none=True) if requested is not None else {}
         above = {
             name: (value, getattr(self, name)) for name, value in asked.items() if value > getattr(self, name)
         }
         if above:
             raise BudgetAboveLimit(above)
-        return self.model_copy(update=asked)
+        if defaults is None:
+            return self.model_copy(update=asked)
+        capped = {name: min(getattr(defaults, name), getattr(self, name)) for name in type(self).model_fields}
+        return self.model_copy(update={**capped, **asked})
 
     def deadline_of(self, started: datetime) -> datetime:
-        """When a run started at ``started`` must stop."""
+        """When a run started at ``started`` must stop, if it is never parked."""
         return started + timedelta(seconds=self.deadline_s)
 
-    def check_deadline(self, *, started: datetime, now: datetime) -> None:
-        """Raise ``BudgetExceeded`` once the run started at ``started`` has reached its deadline."""
-        if now >= self.deadline_of(started):
-            raise BudgetExceeded("deadline_s", round((now - started).total_seconds(), 3), self.deadline_s)
+    def check_deadline(self, *, active_s: float) -> None:
+        """Raise ``BudgetExceeded`` once the run's own work has taken ``active_s`` seconds, its deadline."""
+        if active_s >= self.deadline_s:
+            raise BudgetExceeded("deadline_s", round(active_s, 3), self.deadline_s)
+
+    def wait_s(self, kind: WaitKind) -> float:
+        """How long a wait of ``kind`` for a person may last."""
+        return float(getattr(self, f"{kind.value}_wait_s"))
 
     def calls_room(self, *, in_flight: int) -> int:
         """How many more calls may start while ``in_flight`` are out (``max_parallel`` bounds them)."""
@@ -134,6 +166,19 @@ class BudgetRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_questions: int | None = Field(default=None, ge=0)
+    approval_wait_s: float | None = Field(default=None, gt=0)
+    review_wait_s: float | None = Field(default=None, gt=0)
+    question_wait_s: float | None = Field(default=None, gt=0)
+    resolution_wait_s: float | None = Field(default=None, gt=0)
+
+
+class WaitKind(StrEnum):
+    """What a person is waited for: each kind has a budget of its own (``Budgets.wait_s``)."""
+
+    APPROVAL = "approval"
+    REVIEW = "review"
+    QUESTION = "question"
+    RESOLUTION = "resolution"
 
 
 class BudgetAboveLimit(RaydagError):
@@ -155,4 +200,8 @@ STOP_REASON_OF_BUDGET: dict[str, StopReason] = {
     "max_tokens": StopReason.TOKEN_BUDGET_EXHAUSTED,
     "max_cost_usd": StopReason.COST_BUDGET_EXHAUSTED,
     "max_questions": StopReason.QUESTION_LIMIT,
+    "approval_wait_s": StopReason.APPROVAL_EXPIRED,
+    "review_wait_s": StopReason.REVIEW_EXPIRED,
+    "question_wait_s": StopReason.QUESTION_EXPIRED,
+    "resolution_wait_s": StopReason.RESOLUTION_EXPIRED,
 }

@@ -93,7 +93,7 @@ def carried_operations(writes: Iterable[Ledgered]) -> tuple[CarriedOperation, ..
 def continued_budgets(earlier: Budgets, limits: Budgets, requested: BudgetRequest | None) -> Budgets:
     """The continuation's budgets: the earlier run's, each lowered to today's limit, with ``requested`` ones
     applied (higher than before if the limits allow). Raises ``BudgetAboveLimit`` for a request above a limit."""
-    limits.lowered_by(requested)  # refuses what the limits do not allow, naming each
+    limits.granted(requested)  # refuses what the limits do not allow, naming each
     current = {
         name: min(getattr(earlier, name), getattr(limits, name)) for name in type(earlier).model_fields
     }

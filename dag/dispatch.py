@@ -330,7 +330,7 @@ def redispatch(
 def past_deadline(state: RunState, now: datetime) -> Stop | None:
     """The round's stop once the run's wall-clock deadline has passed, else ``None``."""
     try:
-        state.budgets.check_deadline(started=state.created_at, now=now)
+        state.budgets.check_deadline(active_s=state.active_s(now))
     except BudgetExceeded as exc:
         return Stop(STOP_REASON_OF_BUDGET[exc.budget], f"the run's deadline of {exc.limit:g}s passed")
     return None

@@ -366,6 +366,24 @@ class RunResumed(_Event):
     kind: Literal["run_resumed"] = "run_resumed"
 
 
+class RunParked(_Event):
+    """The run waits for people and for nothing else: no supervisor drives it until one of ``waits`` is
+    decided or ``wake_at`` comes (the first of its waits' deadlines; ``None``: none has one). Its clock stops
+    meanwhile: the time parked does not count against ``deadline_s``."""
+
+    kind: Literal["run_parked"] = "run_parked"
+    waits: tuple[str, ...]
+    """What it waits on: ``operation:<id>``, ``review:<round>``, ``question:<number>``."""
+    wake_at: datetime | None = None
+
+
+class RunWoken(_Event):
+    """A supervisor drives the parked run again: a wait was decided, a deadline came, or it was cancelled."""
+
+    kind: Literal["run_woken"] = "run_woken"
+    owner: str
+
+
 class RunFinished(_Event):
     kind: Literal["run_finished"] = "run_finished"
     status: RunStatus
@@ -395,6 +413,8 @@ RunEvent = Annotated[
     | RunRecovered
     | RunWaiting
     | RunResumed
+    | RunParked
+    | RunWoken
     | PlanReviewRequested
     | PlanReviewed
     | QuestionAsked

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, assert_never
 
 from dag.budget import Budgets
@@ -39,9 +39,11 @@ from dag.events import (
     RunCreated,
     RunEvent,
     RunFinished,
+    RunParked,
     RunRecovered,
     RunResumed,
     RunWaiting,
+    RunWoken,
 )
 from dag.plan import Plan, PlanNode, qualified_id
 from dag.policy import Decision, Principal, RunAuthority
@@ -168,6 +170,24 @@ class RunState:
     continuation: Continuation | None = None
     """What the run it continues lends it (``RunContinued``); ``None`` for a run that continues none. One
     field, not four: the reducer copies every field of the state on every event."""
+    parked_since: datetime | None = None
+    """The run is parked (``RunParked``): it waits for people and for nothing else, and no supervisor drives
+    it until it is woken (``RunWoken``)."""
+    parked_s: float = 0.0
+    """The seconds the run spent parked so far: its clock stood still meanwhile."""
+
+    @property
+    def deadline(self) -> datetime:
+        """When the run's own work must have ended: ``deadline_s`` after its start, plus the time it was
+        parked (while parked, it has none: nothing is driven)."""
+        return self.budgets.deadline_of(self.created_at) + timedelta(seconds=self.parked_s)
+
+    def active_s(self, now: datetime) -> float:
+        """The seconds of its own work the run has taken by ``now``: its age, less the time it was parked."""
+        parked = self.parked_s
+        if self.parked_since is not None:
+            parked += max(0.0, (now - self.parked_since).total_seconds())
+        return (now - self.created_at).total_seconds() - parked
 
     @property
     def continues(self) -> str | None:
@@ -301,6 +321,8 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             tool_pins=event.tool_pins,
             review=event.review,
         )
+    if state.parked_since is not None and not isinstance(event, RunWoken):
+        raise EventRefused(event.kind, "a parked run must be woken before anything else happens to it")
     match event:
         case RunCreated():
             raise EventRefused(event.kind, "run_created may only start a run")
@@ -512,6 +534,15 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
         case RunResumed():
             check_run_transition(state.status, RunStatus.RUNNING)
             return _set_run_status(state, RunStatus.RUNNING)
+        case RunParked():
+            if state.status is not RunStatus.WAITING or state.parked_since is not None:
+                raise EventRefused(event.kind, f"a run {state.status.value} cannot be parked")
+            return _evolve(state, parked_since=event.at)
+        case RunWoken():
+            if state.parked_since is None:
+                raise EventRefused(event.kind, "only a parked run is woken")
+            parked = max(0.0, (event.at - state.parked_since).total_seconds())
+            return _evolve(state, parked_since=None, parked_s=state.parked_s + parked)
         case RunRecovered():
             if state.status.terminal:
                 raise EventRefused(event.kind, "a finished run cannot be recovered")

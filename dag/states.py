@@ -153,3 +153,6 @@ class StopReason(StrEnum):
     """The planner asked a person more questions than ``max_questions`` allows."""
     QUESTION_EXPIRED = "QUESTION_EXPIRED"
     """The planner's question waited for a person's answer past its deadline."""
+    RESOLUTION_EXPIRED = "RESOLUTION_EXPIRED"
+    """A write whose outcome nothing could tell waited for a person to resolve it past its deadline: it stays
+    ``unknown`` (a person may still resolve it), and the run stopped."""

@@ -42,9 +42,11 @@ from dag.events import (
     RunCreated,
     RunEvent,
     RunFinished,
+    RunParked,
     RunRecovered,
     RunResumed,
     RunWaiting,
+    RunWoken,
     event_node_id,
 )
 from dag.run_state import RunState
@@ -175,6 +177,8 @@ def count(metrics: RunMetrics, before: RunState | None, event: RunEvent, after: 
             | GroupSettled()
             | RunWaiting()
             | RunResumed()
+            | RunParked()
+            | RunWoken()
             | PlanReviewRequested()
             | PlanReviewed()
             | QuestionAsked()

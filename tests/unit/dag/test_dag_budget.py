@@ -1,4 +1,5 @@
-"""``Budgets``: hard limits a request may lower but never raise, and the checks that enforce them."""
+"""``Budgets``: hard limits a request may ask for up to the server's, defaults for what it does not ask, and the
+checks that enforce them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from dag.budget import STOP_REASON_OF_BUDGET, BudgetAboveLimit, BudgetRequest, Budgets
+from dag.budget import STOP_REASON_OF_BUDGET, BudgetAboveLimit, BudgetRequest, Budgets, WaitKind
 from dag.errors import BudgetExceeded
 from dag.states import StopReason
 
@@ -36,7 +37,7 @@ def requests_within(draw: st.DrawFn, server: Budgets) -> dict[str, Any]:
         if not draw(st.booleans()):
             continue
         limit = getattr(server, name)
-        if name == "deadline_s":
+        if isinstance(limit, float):
             sent[name] = draw(st.floats(min_value=0.001, max_value=limit))
         else:
             sent[name] = draw(st.integers(min_value=floors.get(name, 0), max_value=limit))
@@ -45,10 +46,10 @@ def requests_within(draw: st.DrawFn, server: Budgets) -> dict[str, Any]:
 
 @PROPERTY_SETTINGS
 @given(sent=requests_within(SERVER))
-def test_lowered_by_takes_each_budget_sent_and_keeps_the_server_limit_for_the_rest(
+def test_granted_takes_each_budget_sent_and_keeps_the_server_limit_for_the_rest(
     sent: dict[str, Any],
 ) -> None:
-    effective = SERVER.lowered_by(BudgetRequest(**sent))
+    effective = SERVER.granted(BudgetRequest(**sent))
 
     assert effective.model_dump() == {**LIMITS, **sent}
 
@@ -58,22 +59,53 @@ def test_a_request_above_any_one_limit_is_refused_naming_it(name: str) -> None:
     above = LIMITS[name] * 2  # every server limit here is positive
 
     with pytest.raises(BudgetAboveLimit) as caught:
-        SERVER.lowered_by(BudgetRequest(**{name: above}))
+        SERVER.granted(BudgetRequest(**{name: above}))
 
     assert caught.value.above == {name: (above, LIMITS[name])}
     assert name in str(caught.value)
 
 
 def test_a_request_equal_to_every_limit_is_accepted_unchanged() -> None:
-    assert SERVER.lowered_by(BudgetRequest(**LIMITS)) == SERVER
+    assert SERVER.granted(BudgetRequest(**LIMITS)) == SERVER
 
 
 def test_no_request_keeps_the_servers_limits() -> None:
-    assert SERVER.lowered_by(None) == SERVER
+    assert SERVER.granted(None) == SERVER
 
 
 def test_an_empty_request_keeps_the_servers_limits() -> None:
-    assert SERVER.lowered_by(BudgetRequest()) == SERVER
+    assert SERVER.granted(BudgetRequest()) == SERVER
+
+
+def test_what_a_request_does_not_ask_for_is_the_default_and_what_it_asks_may_reach_the_limit() -> None:
+    limits = Budgets(deadline_s=3_600, approval_wait_s=30 * 86_400)
+    defaults = Budgets(deadline_s=120, max_nodes=500)  # a default above its limit is the limit
+
+    granted = limits.granted(BudgetRequest(deadline_s=600), defaults=defaults)
+
+    assert granted.deadline_s == 600  # above the default, within the limit
+    assert granted.max_nodes == limits.max_nodes
+    assert granted.approval_wait_s == defaults.approval_wait_s
+    assert limits.granted(None, defaults=defaults).deadline_s == 120
+    with pytest.raises(BudgetAboveLimit):
+        limits.granted(BudgetRequest(deadline_s=3_601), defaults=defaults)
+
+
+def test_the_deadline_counts_the_runs_own_work_only() -> None:
+    budgets = Budgets(deadline_s=10)
+
+    budgets.check_deadline(active_s=9.999)
+    with pytest.raises(BudgetExceeded) as caught:
+        budgets.check_deadline(active_s=10)
+
+    assert (caught.value.budget, caught.value.limit) == ("deadline_s", 10)
+
+
+def test_each_kind_of_wait_has_a_budget_of_its_own() -> None:
+    budgets = Budgets(approval_wait_s=1, review_wait_s=2, question_wait_s=3, resolution_wait_s=4)
+
+    assert [budgets.wait_s(kind) for kind in WaitKind] == [1, 2, 3, 4]
+    assert Budgets().wait_s(WaitKind.APPROVAL) == 86_400  # a day, by default
 
 
 @pytest.mark.parametrize(
@@ -86,7 +118,9 @@ def test_an_empty_request_keeps_the_servers_limits() -> None:
         {"max_replans": 21},
         {"max_parallel": 0},
         {"deadline_s": 0},
-        {"deadline_s": 3_601},
+        {"deadline_s": 86_401},
+        {"approval_wait_s": 0},
+        {"approval_wait_s": 30 * 86_400 + 1},
         {"repeat_limit": 0},
         {"max_stale_replans": -1},
         {"x": 1},
@@ -172,6 +206,10 @@ def test_each_budget_stops_the_run_with_its_own_reason() -> None:
         "max_tokens": StopReason.TOKEN_BUDGET_EXHAUSTED,
         "max_cost_usd": StopReason.COST_BUDGET_EXHAUSTED,
         "max_questions": StopReason.QUESTION_LIMIT,
+        "approval_wait_s": StopReason.APPROVAL_EXPIRED,
+        "review_wait_s": StopReason.REVIEW_EXPIRED,
+        "question_wait_s": StopReason.QUESTION_EXPIRED,
+        "resolution_wait_s": StopReason.RESOLUTION_EXPIRED,
     }
 
 
@@ -207,9 +245,9 @@ def test_the_deadline_is_reached_at_deadline_s_after_the_start_not_before() -> N
     budgets = Budgets(deadline_s=2.5)
 
     assert budgets.deadline_of(started) == started + timedelta(seconds=2.5)
-    budgets.check_deadline(started=started, now=started + timedelta(seconds=2.499))
+    budgets.check_deadline(active_s=2.499)
     with pytest.raises(BudgetExceeded) as late:
-        budgets.check_deadline(started=started, now=started + timedelta(seconds=2.5))
+        budgets.check_deadline(active_s=2.5)
 
     assert (late.value.budget, late.value.used, late.value.limit) == ("deadline_s", 2.5, 2.5)
 

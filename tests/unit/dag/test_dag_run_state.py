@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -40,6 +41,9 @@ from dag.events import (
     RunCreated,
     RunEvent,
     RunFinished,
+    RunParked,
+    RunWaiting,
+    RunWoken,
     event_from_json,
     event_to_json,
 )
@@ -401,3 +405,37 @@ def test_the_reducers_states_have_no_post_init_for_their_copies_to_skip(cls: typ
 def test_copying_a_state_with_a_field_it_does_not_have_is_an_error(example_plan: dict[str, Any]) -> None:
     with pytest.raises(TypeError, match="no fields"):
         _evolve(running(example_plan), statsu=RunStatus.RUNNING)
+
+
+# ---------------------------------------------------------------- parked: waiting for people and nothing else
+
+
+def waiting_run(example_plan: dict[str, Any]) -> RunState:
+    return running(example_plan, RunWaiting(at=AT, operation_ids=("op-1",), reason="awaiting approval"))
+
+
+def test_a_parked_runs_clock_stands_still_until_it_is_woken(example_plan: dict[str, Any]) -> None:
+    parked_at, woken_at = AT + timedelta(seconds=10), AT + timedelta(hours=30)
+    parked = apply(waiting_run(example_plan), RunParked(at=parked_at, waits=("operation:op-1",)))
+
+    assert parked.parked_since == parked_at
+    assert parked.active_s(AT + timedelta(days=3)) == 10  # whatever the hour: it has worked 10 s
+    woken = apply(parked, RunWoken(at=woken_at, owner="sup"))
+    assert (woken.parked_since, woken.parked_s) == (None, 30 * 3600 - 10)
+    assert woken.active_s(woken_at + timedelta(seconds=5)) == 15
+    assert woken.deadline == woken.budgets.deadline_of(AT) + timedelta(seconds=30 * 3600 - 10)
+
+
+def test_only_a_waiting_run_parks_and_nothing_happens_to_a_parked_run_before_it_is_woken(
+    example_plan: dict[str, Any],
+) -> None:
+    parked = apply(waiting_run(example_plan), RunParked(at=AT, waits=("operation:op-1",)))
+
+    with pytest.raises(EventRefused):
+        apply(running(example_plan), RunParked(at=AT, waits=()))
+    with pytest.raises(EventRefused):
+        apply(parked, RunParked(at=AT, waits=()))
+    with pytest.raises(EventRefused):
+        apply(parked, RunFinished(at=AT, status=RunStatus.CANCELLED, stop_reason=StopReason.CANCELLED))
+    with pytest.raises(EventRefused):
+        apply(waiting_run(example_plan), RunWoken(at=AT, owner="sup"))
