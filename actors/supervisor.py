@@ -312,8 +312,8 @@ class RunSupervisor:
         await self._catalogue.refresh()
         return self._catalogue.status()
 
-    async def wait(self, run_id: str, timeout_s: float) -> bool:
-        return await (await self._current()).wait(run_id, timeout_s)
+    async def wait(self, run_id: str, timeout_s: float, until_waiting: bool = False) -> bool:
+        return await (await self._current()).wait(run_id, timeout_s, until_waiting=until_waiting)
 
     async def cancel(self, run_id: str) -> Cancellation:
         return await (await self._current()).cancel(run_id)

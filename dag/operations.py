@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from dag.budget import Budgets
 from dag.contracts import Risk
 from dag.events import ErrorKind, NodeError
 from dag.fingerprint import sha256_hex
@@ -200,9 +201,14 @@ def _self_decided(operation: OperationView, decider: str, policy: TenantPolicy) 
     return decider == operation.subject and operation.risk not in policy.self_approval
 
 
-def approval_deadline(now: datetime, spec: OperationSpec, run_deadline: datetime) -> datetime:
-    """When an operation waiting for a person expires: its window, never past the run's deadline."""
-    return min(now + timedelta(seconds=spec.approval_window_s), run_deadline)
+def approval_deadline(now: datetime, spec: OperationSpec, budgets: Budgets) -> datetime:
+    """When an operation waiting for a person expires: the run's ``approval_wait_s``, or the tool's own
+    window where it declares a shorter one. The run's own deadline is not a bound: a run waiting for a
+    person alone is parked, and its clock stands still."""
+    window = budgets.approval_wait_s
+    if spec.approval_window_s is not None:
+        window = min(window, spec.approval_window_s)
+    return now + timedelta(seconds=window)
 
 
 _DEFINITE_KINDS: Final = frozenset({ErrorKind.CONTRACT, ErrorKind.AUTHORIZATION, ErrorKind.BUSINESS})

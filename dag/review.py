@@ -24,9 +24,6 @@ from dag.policy import TenantPolicy
 REVIEW_SCOPE = "runs:review"
 """The scope a person needs to approve or reject a run's plan."""
 
-REVIEW_WINDOW_S = 3600.0
-"""How long a plan waits for its review, at most (never past the run's own deadline)."""
-
 
 class ReviewState(StrEnum):
     AWAITING = "awaiting"

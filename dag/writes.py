@@ -69,7 +69,8 @@ class OperationSpec:
     key_argument: str | None = None
     """The argument that carries the key, with ``KeyCarrier.ARGUMENT``."""
     reconcile: Reconcile | None = None
-    approval_window_s: float = 3600.0
-    """How long an operation waits for a person before it expires (never past the run's own deadline)."""
+    approval_window_s: float | None = None
+    """How long an operation of this tool waits for a person before it expires, if shorter than the run's
+    ``approval_wait_s`` (``None``: the run's)."""
     compensate: str | None = None
     """The write tool that undoes this one's effect, if any: compensating is an operation of its own."""

@@ -461,7 +461,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
         assert run_id is not None
         if wait > 0:
             try:
-                await ask(lambda: supervisor.wait.remote(run_id, wait), within_s=wait + WAIT_GRACE_S)
+                await ask(lambda: supervisor.wait.remote(run_id, wait, True), within_s=wait + WAIT_GRACE_S)
             except Problem:
                 log.warning("the supervisor stopped answering while run %s was awaited", run_id)
             with deadline(REQUEST_DEADLINE_S):  # the wait was legitimate: the read gets a budget of its own

@@ -9,11 +9,10 @@ every plan the planner proposes after it is validated and authorized against the
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from actors.run.recorder import RunRecorder, now
-from actors.run.waiting import decided
-from actors.store.decisions import DecisionWakeups
+from actors.run.waiting import decided_or_park
 from actors.store.questions import QuestionStore
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.errors import BudgetExceeded
@@ -21,20 +20,17 @@ from dag.events import QuestionAnswered, QuestionAsked, RunFinished
 from dag.questions import QuestionState
 from dag.states import RunStatus, StopReason
 
-QUESTION_WINDOW_S = 3600.0
-"""How long a question waits for its answer, at most (never past the run's own deadline)."""
 MAX_QUESTION_CHARS = 2000
 """A question longer than this is cut: it is shown to a person, not executed."""
 
 
 class QuestionGate:
-    def __init__(self, store: QuestionStore, *, actor: str, decisions: DecisionWakeups) -> None:
+    def __init__(self, store: QuestionStore, *, actor: str) -> None:
         self._store = store
         self._actor = actor
         """Who expires a question nobody answered: ``supervisor:NAME``."""
-        self._decisions = decisions
 
-    async def ask(self, run: RunRecorder, text: str, deadline: datetime) -> None:
+    async def ask(self, run: RunRecorder, text: str) -> None:
         """Record the planner's question, and the run waits for its answer; past ``max_questions`` the run
         stops instead (``QUESTION_LIMIT``)."""
         state = run.state
@@ -54,7 +50,7 @@ class QuestionGate:
             tenant_id=state.principal.tenant_id,
             subject=state.principal.subject,
             text=text,
-            expires_at=min(now() + timedelta(seconds=QUESTION_WINDOW_S), deadline),
+            expires_at=now() + timedelta(seconds=state.budgets.question_wait_s),
         )
         await run.record(
             QuestionAsked(
@@ -63,25 +59,21 @@ class QuestionGate:
         )
 
     async def hold(self, run: RunRecorder, cancel: asyncio.Event, handover: asyncio.Event) -> None:
-        """Wait for the answer to the run's pending question: the run plans again once answered, and is
+        """Park the run until its pending question is answered: the run plans again once answered, and is
         finished otherwise (expired, cancelled)."""
         state = run.state
         assert state.question is not None, "a run waits on a question only once one was asked"
         number = state.question[0]
-        with self._decisions.watching(state.run_id) as woken:
-            question = await decided(
-                lambda: self._store.get(state.run_id, number),
-                awaiting=lambda row: row.state is QuestionState.AWAITING,
-                expires_at=lambda row: row.expires_at,
-                expire=lambda: self._store.settle(
-                    state.run_id, number, QuestionState.EXPIRED, by=self._actor
-                ),
-                cancel=cancel,
-                handover=handover,
-                what=f"question {number} of run {state.run_id}",
-                woken=woken,
-                read_every_s=lambda: self._decisions.read_every_s,
-            )
+        question = await decided_or_park(
+            run,
+            lambda: self._store.get(state.run_id, number),
+            awaiting=lambda row: row.state is QuestionState.AWAITING,
+            expires_at=lambda row: row.expires_at,
+            expire=lambda: self._store.settle(state.run_id, number, QuestionState.EXPIRED, by=self._actor),
+            cancel=cancel,
+            handover=handover,
+            wait=f"question:{number}",
+        )
         if question.state is QuestionState.ANSWERED:
             await run.record(
                 QuestionAnswered(

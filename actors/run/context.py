@@ -36,6 +36,17 @@ class HandedOver(RaydagError):
     a supervisor of the same name (after a restart) or any other (once the lease lapses) resumes it."""
 
 
+class Parked(RaydagError):
+    """The run waits for people and for nothing else, and was recorded so (``RunParked``): it stops being
+    driven, owned by nobody, until a decision about it or its first wait's deadline wakes it."""
+
+    def __init__(self, run_id: str, waits: tuple[str, ...]) -> None:
+        super().__init__(f"run {run_id} waits for people: {', '.join(waits)}")
+        self.run_id = run_id
+        self.waits = waits
+        """What it waits on, as ``RunParked`` names it (``operation:<id>``, ``review:<round>``, …)."""
+
+
 @dataclass
 class ExecutionContext:
     """What every round of every run shares: how to call tools, and the judges of failure."""

@@ -25,7 +25,7 @@ from actors.calls.call import MODERN_PROTOCOL, ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics
 from actors.observe.tracing import context_of, tracer
 from actors.run.asking import QuestionGate
-from actors.run.context import ExecutionContext, HandedOver, Interruption
+from actors.run.context import ExecutionContext, HandedOver, Interruption, Parked
 from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
 from actors.run.reviewing import ReviewGate
@@ -45,6 +45,7 @@ from dag.events import (
     PlanningStarted,
     PlanNodeAccepted,
     RunRecovered,
+    RunWoken,
 )
 from dag.health import ToolHealth
 from dag.plan import Plan, PlanNode
@@ -146,11 +147,13 @@ class RunDriver:
     ) -> RunState:
         """Drive a run from whatever state it was recorded in to a terminal one.
 
-        ``recovered`` = (new owner, previous owner) marks a takeover: it is recorded, in-flight calls are
-        dispatched again, and everything else continues from the last recorded transition. Raises
-        ``HandedOver`` when the supervisor stops first (the run stays live for another to resume).
-        ``checked_plan`` is the client's proposal as the submission already validated it: not validated again.
-        """
+        ``recovered`` = (new owner, previous owner) marks a takeover, or the waking of a parked run: it is
+        recorded (``RunRecovered``, ``RunWoken``), in-flight calls are dispatched again (a write's goes on from
+        its operation's row), and everything else continues from the last recorded transition. Raises
+        ``HandedOver`` when the supervisor stops first (the run stays live for another to resume), ``Parked``
+        when the run waits for people and for nothing else (recorded as such: a decision or a deadline wakes
+        it). ``checked_plan`` is the client's proposal as the submission already validated it: not validated
+        again."""
         run = RunRecorder(state, last_seq, self._sink, self._metrics)
         if checked_plan is not None:
             self._checked[state.run_id] = checked_plan
@@ -161,7 +164,10 @@ class RunDriver:
         )
         attached = otel_context.attach(trace.set_span_in_context(span))
         try:
-            if recovered is not None:
+            if run.state.parked_since is not None:
+                assert recovered is not None, "a parked run is driven again only once claimed"
+                await run.record(RunWoken(at=now(), owner=recovered[0]))
+            elif recovered is not None:
                 in_flight = tuple(node.node_id for node in run.state.in_flight())
                 await run.record(
                     RunRecovered(
@@ -178,7 +184,7 @@ class RunDriver:
                         )
                     )
             await self._drive(run, cancel if cancel is not None else asyncio.Event())
-        except (asyncio.CancelledError, LeaseLost, HandedOver):
+        except (asyncio.CancelledError, LeaseLost, HandedOver, Parked):
             raise
         except Exception:
             log.exception("run %s failed inside the runtime", run.state.run_id)
@@ -202,7 +208,7 @@ class RunDriver:
     async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
         """Each step reads the recorded status and takes the one transition it allows."""
         planner = self._planners[run.state.planner]
-        deadline = run.state.budgets.deadline_of(run.state.created_at)
+        deadline = run.state.deadline
         plan_changed = asyncio.Event()
         stream: asyncio.Task[None] | None = None
         rounds = _RoundSpans(run.state.run_id)
@@ -233,7 +239,7 @@ class RunDriver:
                     case RunStatus.WAITING if state.question is not None:
                         await self._gate(self._questions).hold(run, cancel, self.handover)
                     case RunStatus.RUNNING | RunStatus.WAITING if state.awaits_review:
-                        await self._gate(self._review).hold(run, cancel, deadline, self.handover)
+                        await self._gate(self._review).hold(run, cancel, self.handover)
                     case RunStatus.RUNNING | RunStatus.WAITING:
                         execution = RoundExecution(
                             run, self.context, cancel, deadline, plan_changed, self.handover
@@ -338,7 +344,7 @@ class RunDriver:
         if await self._out_of_model_budget(run):
             return None
         if isinstance(proposal, Question):  # the planner cannot plan without a person: the run waits
-            await self._gate(self._questions).ask(run, proposal.text, deadline)
+            await self._gate(self._questions).ask(run, proposal.text)
             return None
         await self._accept(run, proposal)
         return None
@@ -428,7 +434,7 @@ class RunDriver:
             done_or_started.cancel()
         if asked:
             if not await self._out_of_model_budget(run):
-                await self._gate(self._questions).ask(run, asked[0].text, deadline)
+                await self._gate(self._questions).ask(run, asked[0].text)
             return None
         if failure:
             error = failure[0]

@@ -21,6 +21,7 @@ from actors.calls.call import ToolOutcome
 from actors.run.recorder import now
 from actors.store.decisions import DecisionWakeups
 from actors.store.operations import Operation, OperationStore
+from dag.budget import Budgets
 from dag.contracts import ToolContract
 from dag.events import ErrorKind, NodeError
 from dag.operations import (
@@ -47,14 +48,30 @@ log = logging.getLogger(__name__)
 
 CallTool = Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[ToolOutcome]]
 """Call ``tool`` with ``args`` (and ``_meta`` entries) under the run's credentials and the tool's time limit."""
-Waiting = Callable[[str, str | None], None]
-"""``(operation_id, why)``: the operation now waits for a person (``why``), or no longer does (``None``)."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why an operation waits, as its round is told: for a person alone (``person``: the run may be parked on
+    it, woken by a decision or at ``until``), or for the world too (a reconciling read that may yet tell)."""
+
+    why: str
+    person: bool
+    until: datetime | None = None
+
+
+Waiting = Callable[[str, Wait | None], None]
+"""``(operation_id, wait)``: the operation now waits (``wait``), or no longer does (``None``)."""
 
 AWAITING_APPROVAL = "awaiting approval"
 """Why an operation waits for a person, as its round is told: an approval."""
+AWAITING_RESOLUTION = "outcome unknown: a person may resolve it"
 OPERATION_EXPIRED = "OPERATION_EXPIRED"
 OPERATION_REJECTED = "OPERATION_REJECTED"
 OPERATION_FAILED = "OPERATION_FAILED"
+RESOLUTION_EXPIRED = "RESOLUTION_EXPIRED"
+"""A node's error code when its write's outcome stayed unknown past ``resolution_wait_s``: the operation stays
+``unknown`` for a person; the run stops waiting on it."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +97,6 @@ class Operate:
         args: Mapping[str, Any],
         decision: Decision,
         *,
-        run_deadline: datetime,
         call_limit_s: float,
         call: CallTool,
         waiting: Waiting,
@@ -118,9 +134,9 @@ class Operate:
                             op_id, OperationState.VALIDATED, actor=self.actor, note=note
                         )
                     case OperationState.VALIDATED:
-                        moved = await self._ask(row, spec, decision, run_deadline)
+                        moved = await self._ask(row, spec, decision, state.budgets)
                     case OperationState.AWAITING_APPROVAL:
-                        waiting(op_id, AWAITING_APPROVAL)
+                        waiting(op_id, Wait(AWAITING_APPROVAL, person=True, until=row.expires_at))
                         moved = await self._await_decision(row)
                     case OperationState.APPROVED:
                         waiting(op_id, None)
@@ -134,7 +150,11 @@ class Operate:
                             sources={OperationState.EXECUTING},
                         )
                     case OperationState.UNKNOWN:
-                        moved = await self._reconcile(row, spec, call, call_limit_s, waiting)
+                        resolve_by = row.updated_at + timedelta(seconds=state.budgets.resolution_wait_s)
+                        if now() >= resolve_by:
+                            waiting(op_id, None)
+                            return _unresolved(row, started)
+                        moved = await self._reconcile(row, spec, call, call_limit_s, waiting, resolve_by)
                     case _:
                         waiting(op_id, None)
                         return _outcome_of(row, started)
@@ -170,7 +190,7 @@ class Operate:
         return row
 
     async def _ask(
-        self, row: Operation, spec: OperationSpec, decision: Decision, run_deadline: datetime
+        self, row: Operation, spec: OperationSpec, decision: Decision, budgets: Budgets
     ) -> Operation | None:
         if row.approval is Approval.POLICY:
             return await self.store.move(
@@ -183,7 +203,7 @@ class Operate:
             row.operation_id,
             OperationState.AWAITING_APPROVAL,
             actor=self.actor,
-            expires_at=approval_deadline(now(), spec, run_deadline),
+            expires_at=approval_deadline(now(), spec, budgets),
             note="a person must approve these exact arguments",
         )
 
@@ -244,9 +264,16 @@ class Operate:
         )
 
     async def _reconcile(
-        self, row: Operation, spec: OperationSpec, call: CallTool, call_limit_s: float, waiting: Waiting
+        self,
+        row: Operation,
+        spec: OperationSpec,
+        call: CallTool,
+        call_limit_s: float,
+        waiting: Waiting,
+        resolve_by: datetime,
     ) -> Operation | None:
-        """Find out whether an unknown operation's effect exists; until something can tell, a person may."""
+        """Find out whether an unknown operation's effect exists; until something can tell, a person may (by
+        ``resolve_by``)."""
         reconcile = spec.reconcile
         if reconcile is not None:
             arguments = reconcile_arguments(reconcile, row.args, row.operation_id)
@@ -261,9 +288,12 @@ class Operate:
                     waiting(row.operation_id, None)
                     await asyncio.sleep(self.poll_s)
                     return None
-        waiting(row.operation_id, "outcome unknown: a person may resolve it")
+        # With a read that may yet tell, the run waits on the world as well, and reads again soon; without
+        # one, on a person alone, until its resolution deadline.
+        waiting(row.operation_id, Wait(AWAITING_RESOLUTION, person=reconcile is None, until=resolve_by))
         clock = asyncio.get_running_loop().time
-        deadline = clock() + (self.reconcile_every_s if reconcile else float("inf"))
+        left_s = max(0.0, (resolve_by - now()).total_seconds())
+        deadline = clock() + (min(self.reconcile_every_s, left_s) if reconcile else left_s)
         with self.decisions.watching(row.run_id) as woken:
             while clock() < deadline:
                 await self._woken(woken, deadline - clock())
@@ -354,6 +384,16 @@ async def sweep(
             continue
         outcome = await read(row, read_contract, arguments)
         await settle(store, row, reconcile, outcome, call_limit_s=limit_s)
+
+
+def _unresolved(row: Operation, started: datetime) -> ToolOutcome:
+    """What the node ends with when nobody resolved its write's unknown outcome in time."""
+    error = NodeError(
+        kind=ErrorKind.UNKNOWN_EFFECT,
+        code=RESOLUTION_EXPIRED,
+        message=f"operation {row.operation_id}'s outcome stayed unknown past its resolution deadline",
+    )
+    return ToolOutcome(output=None, error=error, started_at=started, finished_at=now())
 
 
 def _outcome_of(row: Operation, started: datetime) -> ToolOutcome:

@@ -1,37 +1,33 @@
 """The plan-review gate: a round of a reviewed run dispatches nothing until a person approved its plan.
 
 The gate asks for the round's review (a row of ``plan_reviews`` and ``PlanReviewRequested``: the run is
-``waiting``), then watches the row until a person decides it, its deadline passes, the run is cancelled or the
-supervisor hands the run over. The decision itself is ``dag.review``'s and the store's; this records what
-became of it before the round acts on it.
+``waiting``), then parks the run until a person decides it or its deadline passes (``review_wait_s``); woken,
+the run comes back here and reads what became of it. The decision itself is ``dag.review``'s and the
+store's; this records what became of it before the round acts on it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from actors.run.recorder import RunRecorder, now
-from actors.run.waiting import decided
-from actors.store.decisions import DecisionWakeups
+from actors.run.waiting import decided_or_park
 from actors.store.reviews import Review, ReviewStore
 from dag.events import PlanReviewed, PlanReviewRequested, RunFinished
-from dag.review import REVIEW_WINDOW_S, ReviewState, plan_hash, unreviewed
+from dag.review import ReviewState, plan_hash, unreviewed
 from dag.states import RunStatus, StopReason
 
 
 class ReviewGate:
-    def __init__(self, store: ReviewStore, *, actor: str, decisions: DecisionWakeups) -> None:
+    def __init__(self, store: ReviewStore, *, actor: str) -> None:
         self._store = store
         self._actor = actor
         """Who expires a review nobody decided: ``supervisor:NAME``."""
-        self._decisions = decisions
 
-    async def hold(
-        self, run: RunRecorder, cancel: asyncio.Event, deadline: datetime, handover: asyncio.Event
-    ) -> None:
-        """Ask for the current round's review if it was not yet, and wait for what becomes of it. The run is
-        running again once approved, and finished otherwise (rejected, expired, cancelled)."""
+    async def hold(self, run: RunRecorder, cancel: asyncio.Event, handover: asyncio.Event) -> None:
+        """Ask for the current round's review if it was not yet, and park the run until it is decided. The run
+        is running again once approved, and finished otherwise (rejected, expired, cancelled)."""
         state = run.state
         round_number = state.round
         plan = state.plans[round_number - 1]
@@ -45,7 +41,7 @@ class ReviewGate:
                 plan=plan.to_json(),
                 plan_hash=quoted,
                 nodes=unreviewed(plan, state.reviewed_calls),
-                expires_at=min(now() + timedelta(seconds=REVIEW_WINDOW_S), deadline),
+                expires_at=now() + timedelta(seconds=state.budgets.review_wait_s),
                 actor=self._actor,
             )
             await run.record(
@@ -57,20 +53,18 @@ class ReviewGate:
                     expires_at=asked.expires_at,
                 )
             )
-        with self._decisions.watching(state.run_id) as woken:
-            review = await decided(
-                lambda: self._store.get(state.run_id, round_number, quoted),
-                awaiting=lambda row: row.state is ReviewState.AWAITING,
-                expires_at=lambda row: row.expires_at,
-                expire=lambda: self._store.decide(
-                    state.run_id, round_number, quoted, ReviewState.EXPIRED, actor=self._actor
-                ),
-                cancel=cancel,
-                handover=handover,
-                what=f"round {round_number}'s plan of run {state.run_id}",
-                woken=woken,
-                read_every_s=lambda: self._decisions.read_every_s,
-            )
+        review = await decided_or_park(
+            run,
+            lambda: self._store.get(state.run_id, round_number, quoted),
+            awaiting=lambda row: row.state is ReviewState.AWAITING,
+            expires_at=lambda row: row.expires_at,
+            expire=lambda: self._store.decide(
+                state.run_id, round_number, quoted, ReviewState.EXPIRED, actor=self._actor
+            ),
+            cancel=cancel,
+            handover=handover,
+            wait=f"review:{round_number}",
+        )
         await self._record(run, review, cancelled=cancel.is_set())
 
     async def _record(self, run: RunRecorder, review: Review, *, cancelled: bool) -> None:

@@ -19,8 +19,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from actors.calls.call import ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
-from actors.run.context import ExecutionContext, HandedOver, Interruption
-from actors.run.operate import AWAITING_APPROVAL, OPERATION_EXPIRED, Operate
+from actors.run.context import ExecutionContext, HandedOver, Interruption, Parked
+from actors.run.operate import AWAITING_APPROVAL, OPERATION_EXPIRED, RESOLUTION_EXPIRED, Operate, Wait
 from actors.run.recorder import RunRecorder, now
 from dag.contracts import ToolContract
 from dag.dispatch import (
@@ -50,6 +50,7 @@ from dag.events import (
     NodeSkipped,
     NodeSucceeded,
     RunEvent,
+    RunParked,
     RunResumed,
     RuntimeFailure,
     RunWaiting,
@@ -105,16 +106,21 @@ class RoundExecution:
         """Per node, the attempts its tool's own failures used up (not those of a tool in an outage)."""
         self._runtime_failures: Counter[str] = Counter()
         """Per node, the failures of raydag's machinery (dead workers) it has been through."""
-        self._waiting: dict[str, str] = {}
-        """Operations of this round waiting for a person, and why (``actors.run.operate``)."""
+        self._waiting: dict[str, Wait] = {}
+        """Operations of this round waiting, and on what (``actors.run.operate``)."""
         self._waiting_nodes: dict[str, str] = {}
-        """The node of each operation waiting for a person."""
+        """The node of each operation waiting."""
+        self._unreported: set[str] = set()
+        """Write nodes taken up again (a resumed or woken run) whose operation has not said yet whether it
+        still waits: the run's status and parking wait for their word."""
+        self._parking = False
+        """The round is letting its waits go to park the run: their operations' last words are not news."""
         self._attention = asyncio.Event()
         """Set when an operation starts or stops waiting: the run's status follows."""
         self._writes = False
         """Whether this round has driven a write: only then can it have operations to expire when it stops."""
-        self._expired: str | None = None
-        """Why the round stops: an operation expired before a person approved it."""
+        self._expired: Interruption | None = None
+        """Why the round stops: a write's wait for a person ran past its deadline (approval, resolution)."""
         fields = context.observed_fields()
         state = run.state
         self._observed_fields = fields
@@ -154,7 +160,7 @@ class RoundExecution:
                     return await self._expire_waiting(Interruption(late.reason, late.detail))
                 if self._expired is not None:
                     await self._record_landed()
-                    return Interruption(StopReason.APPROVAL_EXPIRED, self._expired)
+                    return self._expired
                 await self._follow_waiting()
                 if self._plan_changed is not None:
                     self._plan_changed.clear()  # before the scheduler looks, so no arrival goes unseen
@@ -165,6 +171,8 @@ class RoundExecution:
                     continue
                 if self._idle():
                     return None
+                if self._parkable():
+                    await self._park()
                 streaming = self._plan_changed is not None and self._run.state.plan_open
                 attention = asyncio.ensure_future(self._attention.wait())
                 waiting: set[asyncio.Future[Any]] = {
@@ -235,16 +243,20 @@ class RoundExecution:
             done, _ = await asyncio.wait(set(self._calls), return_when=asyncio.FIRST_COMPLETED)
             await self._absorb(cast(set[asyncio.Task[Any]], done), retry=False)
 
-    def _operation_waits(self, node_id: str, operation_id: str, why: str | None) -> None:
-        """``node_id``'s operation starts (``why``) or stops (``None``) waiting for a person."""
-        if why is None:
+    def _operation_waits(self, node_id: str, operation_id: str, wait: Wait | None) -> None:
+        """``node_id``'s operation starts (``wait``) or stops (``None``) waiting."""
+        if self._parking:
+            return
+        reported = node_id in self._unreported
+        self._unreported.discard(node_id)
+        if wait is None:
             self._waiting_nodes.pop(operation_id, None)
-            if self._waiting.pop(operation_id, None) is None:
+            if self._waiting.pop(operation_id, None) is None and not reported:
                 return
-        elif self._waiting.get(operation_id) == why:
+        elif self._waiting.get(operation_id) == wait:
             return
         else:
-            self._waiting[operation_id] = why
+            self._waiting[operation_id] = wait
             self._waiting_nodes[operation_id] = node_id
         self._attention.set()
 
@@ -253,12 +265,43 @@ class RoundExecution:
         self._attention.clear()
         status = self._run.state.status
         if self._waiting and status is RunStatus.RUNNING:
-            reasons = sorted(set(self._waiting.values()))
+            reasons = sorted({wait.why for wait in self._waiting.values()})
             await self._run.record(
                 RunWaiting(at=now(), operation_ids=tuple(sorted(self._waiting)), reason="; ".join(reasons))
             )
-        elif not self._waiting and status is RunStatus.WAITING:
+        elif not self._waiting and not self._unreported and status is RunStatus.WAITING:
             await self._run.record(RunResumed(at=now()))
+
+    def _parkable(self) -> bool:
+        """Whether the round has nothing left to do but wait for people: every call out is a write waiting for
+        a person alone, nothing is due, resting or streaming in, and every write taken up again has said so."""
+        if not self._calls or self._unreported or self._landed or self._due or self._timers:
+            return False
+        if self._alarm is not None or (self._plan_changed is not None and self._run.state.plan_open):
+            return False
+        on_people = {self._waiting_nodes[op] for op, wait in self._waiting.items() if wait.person}
+        return all(node_id in on_people for node_id in self._calls.values())
+
+    async def _park(self) -> None:
+        """Let the waits go and park the run (``RunParked``): it holds nothing while people decide, and is
+        woken by a decision or its first wait's deadline. Raises ``Parked``."""
+        waits = dict(self._waiting)
+        self._parking = True
+        tasks = list(self._calls)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for node_id in self._calls.values():
+            span = self._spans.pop(node_id, None)
+            if span is not None:
+                span.set_attribute("raydag.parked", True)
+                span.end()
+        self._calls.clear()
+        await self._follow_waiting()
+        wake_at = min((wait.until for wait in waits.values() if wait.until is not None), default=None)
+        parked = tuple(f"operation:{op}" for op in sorted(waits))
+        await self._run.record(RunParked(at=now(), waits=parked, wake_at=wake_at))
+        raise Parked(self._run.state.run_id, parked)
 
     async def _expire_waiting(self, interruption: Interruption | None) -> Interruption | None:
         """The round stops (its deadline, a cancellation): its operations not yet executing — awaiting a person,
@@ -269,7 +312,7 @@ class RoundExecution:
             return interruption
         note = "the run stopped before the write executed" if interruption is None else interruption.detail
         run_id = self._run.state.run_id
-        waited = {op for op, why in self._waiting.items() if why == AWAITING_APPROVAL}
+        waited = {op for op, wait in self._waiting.items() if wait.why == AWAITING_APPROVAL}
         await operate.expire_unexecuted(run_id, note=note)
         if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED:
             return interruption
@@ -281,7 +324,7 @@ class RoundExecution:
                 f"{len(awaiting)} operation(s) waited for approval past the run's deadline: {', '.join(awaiting)}",
             )
         if self._expired is not None:  # its node landed before the round saw the deadline
-            return Interruption(StopReason.APPROVAL_EXPIRED, self._expired)
+            return self._expired
         return interruption
 
     def _wake_in(self, seconds: float) -> None:
@@ -294,16 +337,27 @@ class RoundExecution:
         return (self._run.state.principal.tenant_id, tool)
 
     async def _resume_in_flight(self) -> None:
-        """Calls recorded as in flight have no task in this process (a recovered run): dispatch them again.
+        """Calls recorded as in flight have no task in this process (a recovered or woken run).
 
-        They are read-only, so running them twice is safe; the lost attempt is closed in the ledger first.
+        A read is dispatched again (running it twice is safe; the lost attempt is closed in the ledger first).
+        A write is never called again: its attempt goes on where its operation's row is (awaiting a person,
+        approved, executing, unknown), in this process.
         """
         lost = NodeError(
             kind=ErrorKind.TRANSIENT,
             code=RuntimeFailure.SUPERVISOR_RECOVERED,
             message="the supervisor that dispatched this call stopped before recording its outcome",
         )
-        running = [node for node in self._run.state.in_flight() if node.status is NodeStatus.RUNNING]
+        state = self._run.state
+        running = []
+        for node in state.in_flight():
+            if node.status is not NodeStatus.RUNNING:
+                continue
+            contract = self._context.catalogue.get(node.tool)
+            if contract is not None and contract.operation is not None and self._context.operate is not None:
+                self._take_up(node.node_id)
+            else:
+                running.append(node)
         await self._run.record(
             *(
                 NodeRetryScheduled(
@@ -312,7 +366,20 @@ class RoundExecution:
                 for node in running
             )
         )
-        self._due.extend(node.node_id for node in self._run.state.in_flight())
+        self._due.extend(
+            node.node_id for node in self._run.state.in_flight() if node.node_id not in self._unreported
+        )
+
+    def _take_up(self, node_id: str) -> None:
+        """Go on with a write node's attempt recorded in flight: its operation, driven from its row."""
+        state = self._run.state
+        node = state.nodes[node_id]
+        assert node.args is not None, "a node in flight was dispatched with its arguments"
+        assert node.fingerprint is not None
+        assert node.decision is not None
+        step = Call(node_id, node.tool, dict(node.args), node.fingerprint, node.attempts, node.decision)
+        self._unreported.add(node_id)
+        self._start(self._call_for(state, step), self._context.catalogue[node.tool], step)
 
     async def _step(self) -> Interruption | bool:
         """Record and perform every step that can be taken now; ``True`` if anything happened."""
@@ -489,8 +556,11 @@ class RoundExecution:
             self._observe(outcome.output)
             return NodeSucceeded(at=now(), node_id=node_id, output=outcome.output, **times)
         if contract.operation is not None:  # a write is never tried again: its operation said how it ended
+            self._unreported.discard(node_id)
             if error.code == OPERATION_EXPIRED:
-                self._expired = f"{node_id}: {error.message}"
+                self._expired = Interruption(StopReason.APPROVAL_EXPIRED, f"{node_id}: {error.message}")
+            elif error.code == RESOLUTION_EXPIRED:
+                self._expired = Interruption(StopReason.RESOLUTION_EXPIRED, f"{node_id}: {error.message}")
             return NodeFailed(at=now(), node_id=node_id, error=error, **times)
         if error.runtime_failure:
             self._runtime_failures[node_id] += 1
@@ -592,10 +662,9 @@ class RoundExecution:
             contract,
             step.args,
             step.decision,
-            run_deadline=self._deadline,
             call_limit_s=self._context.call_limit_s(contract),
             call=call_tool,
-            waiting=lambda operation_id, why: self._operation_waits(call.node_id, operation_id, why),
+            waiting=lambda operation_id, wait: self._operation_waits(call.node_id, operation_id, wait),
         )
 
     async def _guarded(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:

@@ -16,7 +16,7 @@ from actors.calls.call import ToolExecutor
 from actors.observe.metrics import NO_METRICS, RunMetrics, report
 from actors.run.approvals import Person
 from actors.run.asking import QuestionGate
-from actors.run.context import HandedOver
+from actors.run.context import HandedOver, Parked
 from actors.run.driver import RunDriver
 from actors.run.operate import Operate, sweep
 from actors.run.recorder import now
@@ -69,8 +69,11 @@ from dag.continuation import (
 from dag.contracts import Risk, ToolCatalogue, ToolContract
 from dag.events import RunContinued, RunCreated
 from dag.health import ToolHealth
+from dag.operations import OperationState
 from dag.plan import Plan
 from dag.policy import Principal, TenantPolicy
+from dag.questions import QuestionState
+from dag.review import ReviewState
 from dag.run_state import RunState, apply, fold
 from dag.states import RunStatus
 from dag.tokens import TaskTokens
@@ -82,6 +85,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+_OPERATION_WAITS = frozenset({OperationState.AWAITING_APPROVAL, OperationState.UNKNOWN})
+"""The states in which an operation waits for a person (an approval; a resolution)."""
 SWEEP_S = 10.0
 """How often a supervisor settles the writes of ended runs and reports the unknown ones."""
 
@@ -130,10 +135,13 @@ class RunService:
         self.owner = owner
         self.store = RunStore(pool, owner=owner, lease_s=lease_s)
         self._operations = OperationStore(pool)
+        self._reviews = ReviewStore(pool)
+        self._questions = QuestionStore(pool)
         self._leases = Leases(pool, owner, lease_s)
         self._relay = OutboxRelay(pool, outbox_sink if outbox_sink is not None else LogSink())
         self._lease_s = lease_s
         self._decisions = decisions if decisions is not None else DecisionWakeups(None)
+        self._decisions.unwatched = self._woken_by_decision
         self._unavailable_planners = dict(unavailable_planners or {})
         self._toolset_planner = toolset_planner
         """The toolsets' own planner's name: the planner of a run that names none and gives no plan."""
@@ -156,10 +164,8 @@ class RunService:
             withdrawn=self._withdrawn,
             pins=self._pins,
             operate=Operate(self._operations, actor=f"supervisor:{owner}", decisions=self._decisions),
-            review=ReviewGate(ReviewStore(pool), actor=f"supervisor:{owner}", decisions=self._decisions),
-            questions=QuestionGate(
-                QuestionStore(pool), actor=f"supervisor:{owner}", decisions=self._decisions
-            ),
+            review=ReviewGate(self._reviews, actor=f"supervisor:{owner}"),
+            questions=QuestionGate(self._questions, actor=f"supervisor:{owner}"),
         )
         self._resource_checks = (
             resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
@@ -172,6 +178,8 @@ class RunService:
         self._cancels: dict[str, asyncio.Event] = {}
         self._creating: set[str] = set()
         self._background: list[asyncio.Task[None]] = []
+        self._waking: set[asyncio.Task[bool]] = set()
+        """Wake-ups of parked runs under way (kept referenced until they end)."""
 
     async def submit(self, request: RunRequest) -> SubmitResult:
         try:
@@ -575,7 +583,10 @@ class RunService:
         if task.cancelled():
             return
         error = task.exception()
-        if isinstance(error, HandedOver):
+        if isinstance(error, Parked):
+            log.debug("%s", error)
+            self._soon(self._wake_if_decided(run_id, error.waits))
+        elif isinstance(error, HandedOver):
             log.info("run %s handed over unfinished; it resumes under the next supervisor", run_id)
         elif isinstance(error, LeaseLost):
             log.warning("run %s was taken over by another supervisor: %s", run_id, error)
@@ -584,24 +595,90 @@ class RunService:
             # PostgreSQL, and its lease lapses so that a supervisor recovers it.
             log.error("run %s stopped without a terminal record", run_id, exc_info=error)
 
-    async def wait(self, run_id: str, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the run to reach a terminal state; ``True`` if it has."""
-        task = self._runs.get(run_id)
-        if task is not None:
-            done, _ = await asyncio.wait({task}, timeout=timeout_s)
-            return bool(done)
+    # ---------------------------------------------------------------- parked runs
+
+    def _woken_by_decision(self, run_id: str) -> None:
+        """A decision about ``run_id`` was written, and no run of this process waits on it: if the run is
+        parked, wake it here (the first supervisor to claim it does)."""
+        if run_id not in self._runs and run_id not in self._creating:
+            self._soon(self.wake(run_id))
+
+    def _soon(self, work: Awaitable[bool]) -> None:
+        task = asyncio.ensure_future(work)
+        self._waking.add(task)
+        task.add_done_callback(self._waking.discard)
+
+    async def _wake_if_decided(self, run_id: str, waits: Sequence[str]) -> bool:
+        """Wake a run just parked if one of ``waits`` was decided before its parking was stored (the trigger
+        that marks a parked run due could not see it yet)."""
+        for wait in waits:
+            kind, _, key = wait.partition(":")
+            match kind:
+                case "operation":
+                    operation = await self._operations.get(key)
+                    decided = operation is not None and operation.state not in _OPERATION_WAITS
+                case "review":
+                    review = await self._reviews.current(run_id, int(key))
+                    decided = review is not None and review.state is not ReviewState.AWAITING
+                case "question":
+                    question = await self._questions.get(run_id, int(key))
+                    decided = question is not None and question.state is not QuestionState.AWAITING
+                case _:
+                    raise AssertionError(f"a run parked on {wait!r}")
+            if decided:
+                return await self.wake(run_id)
+        return False
+
+    async def wake(self, run_id: str, *, cancel: bool = False) -> bool:
+        """Claim a parked run and drive it again here (``cancel``: to record its cancellation); ``False`` if
+        it is not parked (any more), or this supervisor is stopping."""
+        if self._driver.handover.is_set() or run_id in self._runs:
+            return False
+        try:
+            claimed = await self._leases.claim_parked(run_id)
+        except DatabaseUnavailable:
+            log.warning("could not wake run %s now; the orphan scan will", run_id)
+            return False
+        if not claimed:
+            return False
+        stored = await self.store.events(run_id)
+        self._start(
+            fold(item.event for item in stored), last_seq=stored[-1].seq, recovered=(self.owner, None)
+        )
+        if cancel:
+            self._cancels[run_id].set()
+        return True
+
+    async def wait(self, run_id: str, timeout_s: float, *, until_waiting: bool = False) -> bool:
+        """Wait up to ``timeout_s`` for the run to reach a terminal state (``until_waiting``: or to wait for a
+        person); ``True`` if it has. A run driven here is watched in memory; one driven elsewhere (another
+        supervisor, being recovered) or parked, in the database."""
         deadline = time.monotonic() + timeout_s
-        while True:  # driven elsewhere (another supervisor, or being recovered): watch the database
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            task = self._runs.get(run_id)
+            if task is not None and not until_waiting:
+                done, _ = await asyncio.wait({task}, timeout=left)
+                if not done:
+                    return False
+                continue  # it ended here: finished, handed over or parked; its row says which
             status = await self.store.run_status(run_id)
             if status is None or RunStatus(status).terminal:
                 return True
+            if until_waiting and status == RunStatus.WAITING:
+                return True
             if time.monotonic() >= deadline:
                 return False
-            await asyncio.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+            if task is not None:
+                await asyncio.wait({task}, timeout=min(_POLL_S, left))
+            else:
+                await asyncio.sleep(min(_POLL_S, left))
 
     async def cancel(self, run_id: str, timeout_s: float = 30.0) -> Cancellation:
         """Cancel a run this process drives: in-flight calls are cancelled and nothing more is dispatched."""
         task = self._runs.get(run_id)
+        if task is None and await self.wake(run_id, cancel=True):  # parked: nobody else drives it
+            task = self._runs.get(run_id)
         if task is None:
             status = await self.store.run_status(run_id)
             if status is None:

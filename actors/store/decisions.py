@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -38,6 +38,8 @@ class DecisionWakeups:
         self._application_name = application_name
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._listening = False
+        self.unwatched: Callable[[str], None] | None = None
+        """Told of a decision about a run none of this process's waiters watches (a parked run)."""
 
     @property
     def read_every_s(self) -> float:
@@ -96,7 +98,12 @@ class DecisionWakeups:
                 await connection.close(timeout=1)
 
     def _notified(self, _connection: Any, _pid: int, _channel: str, run_id: str) -> None:
-        for woken in self._watchers.get(run_id, ()):
+        watchers = self._watchers.get(run_id)
+        if not watchers:
+            if self.unwatched is not None:
+                self.unwatched(run_id)
+            return
+        for woken in watchers:
             woken.set()
 
     def _wake_all(self) -> None:

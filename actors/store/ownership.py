@@ -61,20 +61,24 @@ class Leases:
     async def claim_orphans(
         self, *, driving: Collection[str], serving: Collection[str] | None = None, limit: int = 50
     ) -> list[Claim]:
-        """Take over live runs nobody drives: this owner's own (after a restart), or any whose lease lapsed,
-        among those whose tools are all in ``serving`` (``None``: whatever their tools)."""
+        """Take over live runs nobody drives: this owner's own (after a restart), any whose lease lapsed, and
+        parked ones that are due (a decision was written, or a wait's deadline came), among those whose tools
+        are all in ``serving`` (``None``: whatever their tools). A parked run not due is nobody's and costs
+        nothing: it is left alone."""
         rows = await self._pool.fetch(
             """WITH orphan AS (
                    SELECT run_id, owner FROM runs
                    WHERE finished_at IS NULL
                      AND NOT (run_id = ANY($3::uuid[]))
                      AND (owner = $1 OR owner IS NULL OR lease_expires_at < now())
+                     AND (parked_until IS NULL OR parked_until <= now())
                      AND ($5::text[] IS NULL OR tools IS NULL OR tools <@ $5::text[])
                    ORDER BY created_at
                    LIMIT $4
                    FOR UPDATE SKIP LOCKED
                )
-               UPDATE runs SET owner = $1, lease_expires_at = now() + make_interval(secs => $2)
+               UPDATE runs SET owner = $1, lease_expires_at = now() + make_interval(secs => $2),
+                               parked_until = NULL
                FROM orphan WHERE runs.run_id = orphan.run_id
                RETURNING runs.run_id, orphan.owner AS previous_owner""",
             self.owner,
@@ -84,3 +88,21 @@ class Leases:
             sorted(serving) if serving is not None else None,
         )
         return [Claim(str(row["run_id"]), row["previous_owner"]) for row in rows]
+
+    async def claim_parked(self, run_id: str) -> bool:
+        """Take a parked run to wake it (a decision about it was written, or it is to be cancelled); ``False``
+        if it is not parked (any more): it is live and driven, or already finished."""
+
+        async def update() -> bool:
+            claimed = await self._pool.fetchval(
+                """UPDATE runs SET owner = $1, lease_expires_at = now() + make_interval(secs => $2),
+                                   parked_until = NULL
+                   WHERE run_id = $3 AND parked_until IS NOT NULL AND finished_at IS NULL
+                   RETURNING run_id""",
+                self.owner,
+                self.lease_s,
+                uuid.UUID(run_id),
+            )
+            return claimed is not None
+
+        return await retrying(update, window_s=RUN_WINDOW_S, what="parked run claim")

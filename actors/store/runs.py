@@ -25,6 +25,7 @@ from dag.events import (
     RunCreated,
     RunEvent,
     RunFinished,
+    RunParked,
     event_from_json,
     event_node_id,
     event_to_json,
@@ -39,6 +40,10 @@ MAX_SEQ = 2**31 - 1
 """The largest event sequence number: ``run_events.seq`` is a PostgreSQL ``integer``. A run records a few
 events per node and has at most 10,000 nodes, so a cursor past this names nothing: the API refuses it as input
 rather than widening the largest table's key."""
+
+
+PARKED_FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
+"""``runs.parked_until`` of a run parked on waits none of which has a deadline: only a decision wakes it."""
 
 
 class Creation(StrEnum):
@@ -175,7 +180,8 @@ class RunStore:
         opened, closed = _ledger_rows(state, events)
         finished = next((event for event in events if isinstance(event, RunFinished)), None)
         audit, outbox = _terminal_records(run_id, state, finished) if finished is not None else (None, None)
-        # By name: the function's 21 parameters are matched to its signature, not to their order.
+        parked = next((event for event in events if isinstance(event, RunParked)), None)
+        # By name: the function's 22 parameters are matched to its signature, not to their order.
         arguments = {
             "p_run_id": run_id,
             "p_owner": self.owner,
@@ -197,7 +203,8 @@ class RunStore:
             "p_cancelled": NodeStatus.CANCELLED.value,
             "p_cancelled_at": finished.at if finished is not None else None,
             "p_audit": audit,
-            "p_outbox": outbox,
+            "p_outbox": [outbox] if outbox is not None else None,
+            "p_parked_until": (parked.wake_at or PARKED_FOREVER) if parked is not None else None,
         }
         statement = _append_statement(tuple(arguments))
 

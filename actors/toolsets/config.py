@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from actors.toolsets._yaml_lines import LocatedYaml, ToolsetsInvalid, located_error, parse_located
+from dag.budget import WAIT_CAP_S
 from dag.contracts import INVESTIGATE, MAX_CONTENT_BLOCKS, MAX_OUTPUT_BYTES, BindingMatch, Recording, Risk
 from dag.writes import META_CARRIER, Approval, KeyCarrier, OperationSpec, Reconcile
 
@@ -157,7 +158,8 @@ class OperationOverlay(_Strict):
     """The tool's argument that raydag sets to the operation id, or ``_meta`` to send it in the request's
     ``_meta`` (``io.raydag/operation-id``); ``None``: the tool is given no key."""
     reconcile: ReconcileOverlay | None = None
-    approval_window_s: float = Field(default=3600.0, gt=0, le=30 * 86400)
+    approval_window_s: float | None = Field(default=None, gt=0, le=WAIT_CAP_S)
+    """How long an operation of this tool waits for a person, if shorter than the run's ``approval_wait_s``."""
     compensate: str | None = Field(default=None, min_length=1, max_length=128)
     """A write tool of the same server that undoes this one's effect (an operation of its own)."""
 

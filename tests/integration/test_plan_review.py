@@ -164,15 +164,16 @@ def test_a_supervisor_killed_while_a_plan_waits_for_review_loses_nothing_and_run
     base, tools, supervisor = api
     with httpx.Client(base_url=base, timeout=30) as client:
         run_id, review = waiting_review(client)
-        ray.kill(supervisor, no_restart=False)  # Ray restarts it; it reclaims the run at once
         deadline = time.monotonic() + 60
-        while "run_recovered" not in kinds(client, run_id):  # the restarted supervisor drives the run again
+        while "run_parked" not in kinds(client, run_id):  # nobody holds the run while it waits
             assert time.monotonic() < deadline, kinds(client, run_id)
             time.sleep(0.2)
-        time.sleep(1.0)  # and has had time to ask again, if it wrongly would
+        ray.kill(supervisor, no_restart=False)  # Ray restarts it
+        time.sleep(1.0)  # time enough to ask again, if it wrongly would
         again = client.get(f"/runs/{run_id}", headers=auth(DEMO_KEY)).json()
         assert reviews(client, run_id) == [review]  # the same plan, hash and deadline: asked once
         assert kinds(client, run_id).count("plan_review_requested") == 1
+        assert "run_recovered" not in kinds(client, run_id)  # a parked run is nobody's to recover
         assert tools.server.calls == {}
         assert decide(client, run_id, review, "approve", APPROVER_KEY).status_code == 200
         run = wait_for(client, run_id, finished, within_s=120)
@@ -193,7 +194,7 @@ def test_a_tenant_that_requires_review_gets_it_unasked_and_an_undecided_plan_exp
         start_tool_server, scratch_dsn, token_key, serve_api, tenant_policies=(("tenant-demo", strict),)
     )
     with httpx.Client(base_url=base, timeout=30) as client:
-        body = {"case_id": "C-102", "budgets": {"deadline_s": 4}}  # no "review": the tenant requires it
+        body = {"case_id": "C-102", "budgets": {"review_wait_s": 2}}  # no "review": the tenant requires it
         run_id, review = waiting_review(client, body)
         run = wait_for(client, run_id, finished)
         [expired] = reviews(client, run_id)

@@ -149,7 +149,7 @@ def test_a_planner_that_keeps_asking_stops_at_its_question_budget(api: Any) -> N
 def test_a_question_nobody_answers_stops_the_run_when_its_deadline_passes(api: Any) -> None:
     base, tools, _ = api
     with httpx.Client(base_url=base, timeout=30) as client:
-        run_id = asking_run(client, budgets={"deadline_s": 4})
+        run_id = asking_run(client, budgets={"question_wait_s": 2})
         run = wait_for(client, run_id, finished)
         [expired] = questions(client, run_id)
         late = answer(client, run_id, 1, "C-102")
@@ -170,19 +170,21 @@ def test_a_supervisor_killed_while_a_question_waits_asks_it_once_and_goes_on_wit
     with httpx.Client(base_url=base, timeout=30) as client:
         run_id = asking_run(client)
         asked = pending(client, run_id, 1)
-        ray.kill(supervisor, no_restart=False)  # Ray restarts it; it reclaims the run at once
         deadline = time.monotonic() + 60
-        while "run_recovered" not in kinds(client, run_id):
+        while "run_parked" not in kinds(client, run_id):  # nobody holds the run while it waits
             assert time.monotonic() < deadline, kinds(client, run_id)
             time.sleep(0.2)
+        ray.kill(supervisor, no_restart=False)  # Ray restarts it
         time.sleep(1.0)  # time enough to ask again, if it wrongly would
         assert questions(client, run_id) == [asked]
+        assert "run_recovered" not in kinds(client, run_id)  # a parked run is nobody's to recover
         assert answer(client, run_id, 1, "C-102").status_code == 200
         run = wait_for(client, run_id, finished, within_s=120)
         recorded = kinds(client, run_id)
 
     assert run["status"] == "completed", run
     assert (recorded.count("question_asked"), recorded.count("question_answered")) == (1, 1)
+    assert (recorded.count("run_parked"), recorded.count("run_woken")) == (1, 1)
     assert tools.server.calls == {SNAPSHOT: 1}
 
 

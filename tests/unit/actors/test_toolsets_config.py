@@ -417,7 +417,7 @@ def test_a_write_tools_operation_loads_with_its_defaults() -> None:
     assert operation is not None
     spec = operation.spec()
     assert (spec.approval.value, spec.key.value, spec.reconcile) == ("person", "none", None)
-    assert spec.approval_window_s == 3600
+    assert spec.approval_window_s is None  # the run's approval_wait_s
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""A run waiting on a person reads its row when a decision wakes it, not only at its next scheduled read."""
+"""A run whose plan review or question waits for a person is parked on it, and reads the row when woken."""
 
 from __future__ import annotations
 
@@ -6,8 +6,14 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from actors.run.recorder import now
-from actors.run.waiting import decided
+import pytest
+from runner_fakes import RecordingSink, run_created
+
+from actors.run.context import HandedOver, Parked
+from actors.run.recorder import RunRecorder, now
+from actors.run.waiting import decided_or_park
+from dag.events import PlanningStarted, QuestionAsked, RunParked
+from dag.run_state import apply
 
 
 @dataclass
@@ -17,65 +23,86 @@ class Row:
 
 
 class Rows:
-    """A row as a person's decision leaves it, and how often it was read."""
+    """A row as a person's decision leaves it, and what was done to it."""
 
-    def __init__(self) -> None:
-        self.row = Row("awaiting", now() + timedelta(hours=1))
+    def __init__(self, state: str = "awaiting", expires_in: timedelta = timedelta(days=1)) -> None:
+        self.row = Row(state, now() + expires_in)
         self.reads = 0
-        self.read_again = asyncio.Event()
-        """Set at each read (a test clears it to see the next)."""
+        self.expired = 0
 
     async def read(self) -> Row:
         self.reads += 1
-        self.read_again.set()
         return self.row
 
     async def expire(self) -> Row:
-        raise AssertionError("nothing expires here")
+        self.expired += 1
+        self.row = Row("expired", self.row.expires_at)
+        return self.row
 
 
-async def wait_on(rows: Rows, woken: asyncio.Event) -> Row:
-    return await decided(
+def waiting_run(sink: RecordingSink) -> RunRecorder:
+    """A run whose planner asked a question: ``waiting``, with nothing else to do."""
+    state = apply(apply(None, run_created()), PlanningStarted(at=now(), round=1))
+    asked = QuestionAsked(at=now(), round=1, number=1, text="which?", expires_at=now() + timedelta(days=1))
+    return RunRecorder(apply(state, asked), 1, sink)
+
+
+async def hold(run: RunRecorder, rows: Rows, *, cancel: bool = False, handover: bool = False) -> Row:
+    cancelled, handed_over = asyncio.Event(), asyncio.Event()
+    if cancel:
+        cancelled.set()
+    if handover:
+        handed_over.set()
+    return await decided_or_park(
+        run,
         rows.read,
         awaiting=lambda row: row.state == "awaiting",
         expires_at=lambda row: row.expires_at,
         expire=rows.expire,
-        cancel=asyncio.Event(),
-        handover=asyncio.Event(),
-        what="a test's row",
-        woken=woken,
-        read_every_s=lambda: 3600.0,  # no scheduled read within the test: only a wake-up reads again
+        cancel=cancelled,
+        handover=handed_over,
+        wait="question:1",
     )
 
 
-async def test_a_decision_that_wakes_the_waiter_is_read_at_once() -> None:
-    rows, woken = Rows(), asyncio.Event()
-    waiter = asyncio.ensure_future(wait_on(rows, woken))
-    await rows.read_again.wait()
+async def test_a_row_still_awaiting_parks_the_run_until_its_deadline() -> None:
+    sink = RecordingSink()
+    run, rows = waiting_run(sink), Rows()
 
-    rows.row = Row("approved", rows.row.expires_at)
-    woken.set()
-    # The guard turns a waiter that never reads again into a failure, not a hang.
-    decision = await asyncio.wait_for(waiter, 10)
+    with pytest.raises(Parked) as parked:
+        await hold(run, rows)
 
-    assert decision.state == "approved"
-    assert rows.reads == 2
+    assert parked.value.waits == ("question:1",)
+    [(_, events, state)] = sink.appends
+    assert events == (RunParked(at=events[0].at, waits=("question:1",), wake_at=rows.row.expires_at),)
+    assert state.parked_since == events[0].at
+    assert rows.expired == 0
 
 
-async def test_a_wake_up_with_nothing_decided_reads_and_waits_again() -> None:
-    rows, woken = Rows(), asyncio.Event()
-    waiter = asyncio.ensure_future(wait_on(rows, woken))
-    await rows.read_again.wait()
-    rows.read_again.clear()
+async def test_a_decided_row_is_returned_and_nothing_is_recorded() -> None:
+    sink = RecordingSink()
 
-    woken.set()  # another decision of the run (an operation's, say): this row is still awaiting
-    await rows.read_again.wait()
-    for _ in range(10):
-        await asyncio.sleep(0)
+    row = await hold(waiting_run(sink), Rows("answered"))
 
-    assert not waiter.done()
-    assert not woken.is_set()  # cleared before the read: the next decision wakes it again
-    rows.row = Row("rejected", rows.row.expires_at)
-    woken.set()
-    assert (await asyncio.wait_for(waiter, 10)).state == "rejected"
-    assert rows.reads == 3
+    assert row.state == "answered"
+    assert sink.appends == []
+
+
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "past-its-deadline"])
+async def test_a_row_past_its_deadline_or_of_a_cancelled_run_is_expired_not_parked(cancel: bool) -> None:
+    sink = RecordingSink()
+    rows = Rows(expires_in=timedelta(days=1) if cancel else -timedelta(seconds=1))
+
+    row = await hold(waiting_run(sink), rows, cancel=cancel)
+
+    assert (row.state, rows.expired) == ("expired", 1)
+    assert sink.appends == []
+
+
+async def test_a_stopping_supervisor_hands_the_run_over_unparked() -> None:
+    sink = RecordingSink()
+
+    with pytest.raises(HandedOver):
+        await hold(waiting_run(sink), Rows(), handover=True)
+
+    assert sink.appends == []

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dag.budget import Budgets
 from dag.contracts import Risk
 from dag.events import ErrorKind, NodeError
 from dag.operations import (
@@ -194,11 +195,15 @@ def test_the_runs_own_principal_settles_an_unknown_outcome_only_where_it_may_app
     )
 
 
-def test_an_approval_waits_its_window_but_never_past_the_runs_deadline() -> None:
-    spec = OperationSpec(approval_window_s=600)
+def test_an_approval_waits_the_runs_approval_budget_or_the_tools_shorter_window() -> None:
+    budgets = Budgets(deadline_s=30, approval_wait_s=3600)
 
-    assert approval_deadline(NOW, spec, NOW + timedelta(hours=1)) == NOW + timedelta(seconds=600)
-    assert approval_deadline(NOW, spec, NOW + timedelta(seconds=30)) == NOW + timedelta(seconds=30)
+    assert approval_deadline(NOW, OperationSpec(), budgets) == NOW + timedelta(hours=1)
+    assert approval_deadline(NOW, OperationSpec(approval_window_s=600), budgets) == NOW + timedelta(
+        seconds=600
+    )
+    # A tool's longer window does not lengthen the run's; the run's own deadline bounds neither (it is parked).
+    assert approval_deadline(NOW, OperationSpec(approval_window_s=7200), budgets) == NOW + timedelta(hours=1)
 
 
 @pytest.mark.parametrize(
