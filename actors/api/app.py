@@ -1,4 +1,5 @@
-"""The run API: FastAPI behind Ray Serve, with the caseops MCP server mounted at ``/mcp``.
+"""The run API: FastAPI behind Ray Serve, with the toolsets' hosted MCP server (caseops') at ``/mcp`` when they
+host one.
 
 ``create_app(config)`` builds the ASGI app (uvicorn can serve it directly); ``RunAPI`` is the Serve
 deployment around it; ``app`` builds what ``serve run serve_app:app`` starts, configured from ``RAYDAG_*``.
@@ -48,7 +49,14 @@ from actors.api.reviews import reviews_router
 from actors.api.supervisors import Supervisors
 from actors.api.viewer import viewer_router
 from actors.api.views import event_view, load_state, nodes_view, run_view
-from actors.launch.hosting import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, HostedServer, hosted
+from actors.launch.hosting import (
+    LOOPBACK_HOSTS,
+    LOOPBACK_ORIGINS,
+    MCP_PATH,
+    HostedServer,
+    hosted,
+    hosted_server_of,
+)
 from actors.launch.local import database, supervisor_config
 from actors.launch.ports import refuse_shared_listener
 from actors.launch.settings import ApiKeyGrant, Settings, load_settings
@@ -264,8 +272,8 @@ class _AppState:
 def tool_server_for(config: ApiConfig, toolsets: Toolsets) -> HostedServer | None:
     """The server ``toolsets`` have raydag host (``hosting.server``), its task tokens minted for the
     supervisor's ``mcp_url``; ``None`` when they host none."""
-    hosting = hosted(toolsets)
-    if hosting is None or not hosting.serves:
+    hosting = hosted_server_of(toolsets)
+    if hosting is None:
         return None
     supervisor = config.supervisor
     return hosting.server(
