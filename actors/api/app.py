@@ -636,12 +636,20 @@ class Scaling:
         }
 
 
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+"""A resource Ray gives its head node alone (``ray._common.constants.HEAD_NODE_RESOURCE_NAME`` in Ray 2.60)."""
+ON_THE_HEAD = {"num_cpus": 0, "resources": {HEAD_NODE_RESOURCE: 0.001}}
+"""Where a replica runs: on the head, beside Serve's one proxy (``actors.launch.servers.PROXY_LOCATION``). The
+head's loss is the cluster's anyway (Serve's controller and Ray's GCS live there); a worker's loss then takes
+no replica with it, only supervisors and callers, which Ray starts again elsewhere (the API answers a 503 with
+Retry-After meanwhile). A replica spends its time waiting: it needs no CPU of its own."""
+
 # Requests mostly wait on the supervisor (``?wait=`` up to MAX_WAIT_SECONDS), so a replica takes many at
 # once; past ``max_queued_requests`` the proxy answers 503 instead of queueing without bound. On shutdown or
 # downscaling a replica stops taking requests and finishes the ones it has (a waiting run included) before
 # it exits; runs themselves belong to the supervisor and never depend on a replica.
 REPLICA_OPTIONS: dict[str, Any] = {
-    "ray_actor_options": {"num_cpus": 0},
+    "ray_actor_options": ON_THE_HEAD,
     "max_ongoing_requests": 256,
     "max_queued_requests": 1024,
     "graceful_shutdown_wait_loop_s": 1,

@@ -31,15 +31,22 @@ if TYPE_CHECKING:
 
 APP_NAME = "raydag"
 """The Serve application ``raydag serve`` runs (``serve_config.yaml`` names it the same)."""
+PROXY_LOCATION = "HeadOnly"
+"""Where Serve runs its proxy when raydag starts Serve: one, on the head node, the node whose loss is the
+cluster's anyway (Serve's controller and Ray's GCS live there). Serve's default runs one on every node that
+holds a replica, each on ``RAYDAG_HOST:RAYDAG_PORT``: on one machine with several Ray nodes they cannot all bind
+it and restart in a loop, and on several a client would not know which address stays. ``serve_config.yaml``
+says the same."""
 GRACEFUL_WINDOW_S = 80.0
 """How long the stop waits for the application's replicas to finish their requests: their own graceful
 window (``graceful_shutdown_timeout_s``, 70 s) and a margin."""
 
 
 def start_serve(settings: Settings) -> bool:
-    """Serve on ``RAYDAG_HOST:RAYDAG_PORT`` in the connected Ray, unless it runs there already; ``True`` if this
-    process started it. The Ray must run this job's workers with ``actors.launch.ports.SERVE_SETUP_HOOK``, so that
-    the proxy owns its port; callers then check that it does (``ensure_exclusive``).
+    """Serve on ``RAYDAG_HOST:RAYDAG_PORT`` in the connected Ray, its one proxy on the head node
+    (``PROXY_LOCATION``), unless it runs there already; ``True`` if this process started it. The Ray must run
+    this job's workers with ``actors.launch.ports.SERVE_SETUP_HOOK``, so that the proxy owns its port; callers
+    then check that it does (``ensure_exclusive``).
 
     ``PortTaken`` if another process listens there (checked before, and caught again from the proxy if one
     bound it meanwhile; Serve is shut down again then).
@@ -52,7 +59,7 @@ def start_serve(settings: Settings) -> bool:
         return False
     ensure_free(host, port)
     try:
-        serve.start(http_options={"host": host, "port": port})
+        serve.start(proxy_location=PROXY_LOCATION, http_options={"host": host, "port": port})
     except ray.exceptions.RayTaskError as exc:
         serve.shutdown()  # type: ignore[no-untyped-call]
         if "Failed to bind" in str(exc):
