@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -119,3 +122,40 @@ def nothing_listens(port: int) -> bool:
     """Whether a connection to ``127.0.0.1:port`` is refused."""
     with socket.socket() as client:
         return client.connect_ex(("127.0.0.1", port)) != 0
+
+
+def run_to_end(
+    command: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float
+) -> tuple[int, str, str]:
+    """``command`` in a process session of its own until it exits: its exit code, stdout and stderr. Whatever of
+    its session is left afterwards (a Ray it started outlives it for a while) is killed."""
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, stdout, stderr
+
+
+def program_findings(
+    program: Path, spec: dict[str, Any], *, cwd: Path, env: dict[str, str], timeout_s: float
+) -> tuple[dict[str, Any], str]:
+    """What a test's program (``python PROGRAM SPEC-AS-JSON``, in a session of its own: ``run_to_end``) found, as
+    the one JSON object it prints last, and the end of its stderr. Fails, showing its stderr, if it failed."""
+    returncode, stdout, stderr = run_to_end(
+        [sys.executable, str(program), json.dumps(spec)], cwd=cwd, env=env, timeout_s=timeout_s
+    )
+    lines = stdout.strip().splitlines()
+    assert returncode == 0, stderr[-6000:]
+    assert lines, stderr[-6000:]
+    found: dict[str, Any] = json.loads(lines[-1])
+    return found, stderr[-4000:]

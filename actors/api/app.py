@@ -1,4 +1,5 @@
-"""The run API: FastAPI behind Ray Serve, with the caseops MCP server mounted at ``/mcp``.
+"""The run API: FastAPI behind Ray Serve, with the toolsets' hosted MCP server (caseops') at ``/mcp`` when they
+host one.
 
 ``create_app(config)`` builds the ASGI app (uvicorn can serve it directly); ``RunAPI`` is the Serve
 deployment around it; ``app`` builds what ``serve run serve_app:app`` starts, configured from ``RAYDAG_*``.
@@ -48,7 +49,14 @@ from actors.api.reviews import reviews_router
 from actors.api.supervisors import Supervisors
 from actors.api.viewer import viewer_router
 from actors.api.views import event_view, load_state, nodes_view, run_view
-from actors.launch.hosting import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, MCP_PATH, HostedServer, hosted
+from actors.launch.hosting import (
+    LOOPBACK_HOSTS,
+    LOOPBACK_ORIGINS,
+    MCP_PATH,
+    HostedServer,
+    hosted,
+    hosted_server_of,
+)
 from actors.launch.local import database, supervisor_config
 from actors.launch.ports import refuse_shared_listener
 from actors.launch.settings import ApiKeyGrant, Settings, load_settings
@@ -265,8 +273,8 @@ class _AppState:
 def tool_server_for(config: ApiConfig, toolsets: Toolsets) -> HostedServer | None:
     """The server ``toolsets`` have raydag host (``hosting.server``), its task tokens minted for the
     supervisor's ``mcp_url``; ``None`` when they host none."""
-    hosting = hosted(toolsets)
-    if hosting is None or not hosting.serves:
+    hosting = hosted_server_of(toolsets)
+    if hosting is None:
         return None
     supervisor = config.supervisor
     return hosting.server(
@@ -631,12 +639,20 @@ class Scaling:
         }
 
 
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+"""A resource Ray gives its head node alone (``ray._common.constants.HEAD_NODE_RESOURCE_NAME`` in Ray 2.60)."""
+ON_THE_HEAD = {"num_cpus": 0, "resources": {HEAD_NODE_RESOURCE: 0.001}}
+"""Where a replica runs: on the head, beside Serve's one proxy (``actors.launch.servers.PROXY_LOCATION``). The
+head's loss is the cluster's anyway (Serve's controller and Ray's GCS live there); a worker's loss then takes
+no replica with it, only supervisors and callers, which Ray starts again elsewhere (the API answers a 503 with
+Retry-After meanwhile). A replica spends its time waiting: it needs no CPU of its own."""
+
 # Requests mostly wait on the supervisor (``?wait=`` up to MAX_WAIT_SECONDS), so a replica takes many at
 # once; past ``max_queued_requests`` the proxy answers 503 instead of queueing without bound. On shutdown or
 # downscaling a replica stops taking requests and finishes the ones it has (a waiting run included) before
 # it exits; runs themselves belong to the supervisor and never depend on a replica.
 REPLICA_OPTIONS: dict[str, Any] = {
-    "ray_actor_options": {"num_cpus": 0},
+    "ray_actor_options": ON_THE_HEAD,
     "max_ongoing_requests": 256,
     "max_queued_requests": 1024,
     "graceful_shutdown_wait_loop_s": 1,

@@ -96,3 +96,10 @@ class HostedToolset:
 def hosted(toolsets: Toolsets | None) -> HostedToolset | None:
     """What ``toolsets`` has raydag host, if anything."""
     return HostedToolset(toolsets.hosting) if toolsets is not None and toolsets.hosting is not None else None
+
+
+def hosted_server_of(toolsets: Toolsets | None) -> HostedToolset | None:
+    """What ``toolsets`` has raydag host when that includes a server (``hosting.server``); ``None`` when they
+    host none: servers of your own (stdio, or HTTP raydag does not serve) are called where they are."""
+    hosting = hosted(toolsets)
+    return hosting if hosting is not None and hosting.serves else None

@@ -31,15 +31,22 @@ if TYPE_CHECKING:
 
 APP_NAME = "raydag"
 """The Serve application ``raydag serve`` runs (``serve_config.yaml`` names it the same)."""
+PROXY_LOCATION = "HeadOnly"
+"""Where Serve runs its proxy when raydag starts Serve: one, on the head node, the node whose loss is the
+cluster's anyway (Serve's controller and Ray's GCS live there). Serve's default runs one on every node that
+holds a replica, each on ``RAYDAG_HOST:RAYDAG_PORT``: on one machine with several Ray nodes they cannot all bind
+it and restart in a loop, and on several a client would not know which address stays. ``serve_config.yaml``
+says the same."""
 GRACEFUL_WINDOW_S = 80.0
 """How long the stop waits for the application's replicas to finish their requests: their own graceful
 window (``graceful_shutdown_timeout_s``, 70 s) and a margin."""
 
 
 def start_serve(settings: Settings) -> bool:
-    """Serve on ``RAYDAG_HOST:RAYDAG_PORT`` in the connected Ray, unless it runs there already; ``True`` if this
-    process started it. The Ray must run this job's workers with ``actors.launch.ports.SERVE_SETUP_HOOK``, so that
-    the proxy owns its port; callers then check that it does (``ensure_exclusive``).
+    """Serve on ``RAYDAG_HOST:RAYDAG_PORT`` in the connected Ray, its one proxy on the head node
+    (``PROXY_LOCATION``), unless it runs there already; ``True`` if this process started it. The Ray must run
+    this job's workers with ``actors.launch.ports.SERVE_SETUP_HOOK``, so that the proxy owns its port; callers
+    then check that it does (``ensure_exclusive``).
 
     ``PortTaken`` if another process listens there (checked before, and caught again from the proxy if one
     bound it meanwhile; Serve is shut down again then).
@@ -52,7 +59,7 @@ def start_serve(settings: Settings) -> bool:
         return False
     ensure_free(host, port)
     try:
-        serve.start(http_options={"host": host, "port": port})
+        serve.start(proxy_location=PROXY_LOCATION, http_options={"host": host, "port": port})
     except ray.exceptions.RayTaskError as exc:
         serve.shutdown()  # type: ignore[no-untyped-call]
         if "Failed to bind" in str(exc):
@@ -69,9 +76,10 @@ def run_api(
     took. ``PortTaken`` / ``PortShared`` when it cannot own its port (after stopping what it had started; a
     Serve it found running in a cluster it joined is left as it was).
 
-    With a Ray of its own and no ``RAYDAG_MCP_URL``, the supervisor's tool calls go to a tool server in this
-    process (``tool_server_beside``), not through the Serve proxy to the app's ``/mcp`` (which stays, for any
-    other MCP client): the settings ``build`` gets name it as ``mcp_url``."""
+    With a Ray of its own, no ``RAYDAG_MCP_URL`` and toolsets that have raydag host a server, the supervisor's
+    tool calls go to that server in this process (``tool_server_beside``), not through the Serve proxy to the
+    app's ``/mcp`` (which stays, for any other MCP client): the settings ``build`` gets name it as
+    ``mcp_url``. Toolsets that host none (servers of your own, over stdio or HTTP) are called where they are."""
     from ray import serve
 
     own_ray = not os.environ.get("RAY_ADDRESS")
@@ -81,8 +89,10 @@ def run_api(
     stop: Interrupted | None = None
     try:
         with database(settings) as dsn:
-            beside = own_ray and settings.mcp_url is None
-            with tool_server_beside(settings, dsn) if beside else nullcontext(settings.mcp_url) as mcp_url:
+            hosting = hosting_in(settings) if own_ray and settings.mcp_url is None else None
+            beside = hosting is not None
+            tools = tool_server_beside(settings, hosting, dsn) if hosting else nullcontext(settings.mcp_url)
+            with tools as mcp_url:
                 app_settings = settings.model_copy(update={"mcp_url": mcp_url})
                 with local_ray(dashboard=settings.dashboard, setup_hook=SERVE_SETUP_HOOK):
                     started = deployed = False
@@ -126,14 +136,19 @@ class NothingHosted(Exception):
     """The toolsets declare no server for raydag to host (``hosting.server``)."""
 
 
-def hosting_of(settings: Settings) -> HostedToolset:
-    """What the toolsets ``RAYDAG_TOOLSETS`` names (or the shipped ones) have raydag host; ``NothingHosted``
-    if they host no server."""
-    from actors.launch.hosting import hosted
+def hosting_in(settings: Settings) -> HostedToolset | None:
+    """What the toolsets ``RAYDAG_TOOLSETS`` names (or the shipped ones) have raydag host, when they declare a
+    server for it; ``None`` when they host none."""
+    from actors.launch.hosting import hosted_server_of
     from actors.launch.local import PLACEHOLDER_URL
 
-    hosting = hosted(settings.toolset_declarations(PLACEHOLDER_URL))
-    if hosting is None or not hosting.serves:
+    return hosted_server_of(settings.toolset_declarations(PLACEHOLDER_URL))
+
+
+def hosting_of(settings: Settings) -> HostedToolset:
+    """``hosting_in``, or ``NothingHosted`` if the toolsets host no server."""
+    hosting = hosting_in(settings)
+    if hosting is None:
         raise NothingHosted("the toolsets declare no server for raydag to host (hosting.server)")
     return hosting
 
@@ -156,8 +171,8 @@ def hosted_server(settings: Settings, hosting: HostedToolset, dsn: str, *, audie
 
 
 @contextmanager
-def tool_server_beside(settings: Settings, dsn: str) -> Iterator[str]:
-    """The hosted tool server in a thread of this process, on a loopback port of its own (owned exclusively);
+def tool_server_beside(settings: Settings, hosting: HostedToolset, dsn: str) -> Iterator[str]:
+    """``hosting``'s server in a thread of this process, on a loopback port of its own (owned exclusively);
     yields its URL. Tool calls to it skip the Serve proxy, which took ~4× the CPU per run of the calls
     themselves (docs/BENCHMARKS.md, "Load through Serve"). On leaving, it stops accepting connections and
     finishes the calls in flight (``RAYDAG_STOP_GRACE_S`` at most)."""
@@ -166,7 +181,6 @@ def tool_server_beside(settings: Settings, dsn: str) -> Iterator[str]:
     from actors.launch.hosting import MCP_PATH
     from actors.store.setup import prepare_database
 
-    hosting = hosting_of(settings)
     asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # its tables, before its first call
     sock = bind_exclusively("127.0.0.1", 0, setting="(a free port)")
     url = f"http://127.0.0.1:{sock.getsockname()[1]}{MCP_PATH}"

@@ -33,22 +33,29 @@ OVERLOAD_LATENCY_MS = 1_500
 (in one CI run, 24 runs submitted one after another each ended before the next came, and none waited for a turn)."""
 
 
-def main() -> None:
-    import ray
+def local_cluster(gcs_port: int, agent_port: int, head_resources: dict[str, float] | None = None) -> Any:
+    """A ``ray.cluster_utils.Cluster`` with its head up (two CPUs, no dashboard) on ports of its own: the GCS's
+    default, 6379, is Redis's on this machine."""
     from ray.cluster_utils import Cluster
 
-    spec = json.loads(sys.argv[1])
-    gcs_port, agent_port, api_port = spec["ports"]
-    cluster = Cluster(
+    return Cluster(
         initialize_head=True,
         head_node_args={
             "num_cpus": 2,
             "include_dashboard": False,
             "gcs_server_port": gcs_port,
             "dashboard_agent_listen_port": agent_port,
-            "resources": {"raydag-head": 1},
+            "resources": head_resources or {},
         },
     )
+
+
+def main() -> None:
+    import ray
+
+    spec = json.loads(sys.argv[1])
+    gcs_port, agent_port, api_port = spec["ports"]
+    cluster = local_cluster(gcs_port, agent_port, {"raydag-head": 1})
     workers = {
         "a": cluster.add_node(num_cpus=1, resources={"raydag-a": 1}),
         "b": cluster.add_node(num_cpus=1, resources={"raydag-b": 1, "files-host": 1}),

@@ -67,10 +67,10 @@ def test_the_head_starts_the_dashboard_and_then_deploys_the_shipped_serve_config
     assert (REPO / "serve_config.yaml").is_file()
 
 
-def test_the_serve_config_runs_a_proxy_on_every_node_for_the_local_mcp_url() -> None:
+def test_the_serve_config_runs_one_proxy_on_the_heads_loopback() -> None:
     serve_config = yaml.safe_load((REPO / "serve_config.yaml").read_text())
 
-    assert serve_config["proxy_location"] == "EveryNode"
+    assert serve_config["proxy_location"] == "HeadOnly"
     assert serve_config["http_options"] == serve_config["http_options"] | {"host": "127.0.0.1", "port": 8000}
 
 

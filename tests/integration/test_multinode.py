@@ -7,11 +7,7 @@ by the caseops server itself (its answers by run and node)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,6 +18,7 @@ import yaml
 from tests.conftest import REPO
 from tests.integration.test_cli import environment
 from tests.loopback import free_port
+from tests.processes import program_findings
 
 SCRIPT = REPO / "tests" / "integration" / "multinode_script.py"
 TOY = REPO / "tests" / "integration" / "toy_mcp_server.py"
@@ -60,25 +57,8 @@ def run_cluster(dsn: str, folder: Path) -> dict[str, Any]:
         RAYDAG_TOOL_LATENCY_MS="1000",  # calls are still out when a node goes
     )
     env.pop("RAY_ADDRESS", None)  # the script's cluster is its own
-    process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), json.dumps(spec)],
-        cwd=folder,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=900)
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # nothing of the cluster may stay behind
-            os.killpg(process.pid, signal.SIGKILL)
-    lines = stdout.strip().splitlines()
-    assert process.returncode == 0, stderr[-6000:]
-    assert lines, stderr[-6000:]
-    facts: dict[str, Any] = json.loads(lines[-1])
-    facts["stderr"] = stderr[-4000:]
+    facts, stderr = program_findings(SCRIPT, spec, cwd=folder, env=env, timeout_s=900)
+    facts["stderr"] = stderr
     return facts
 
 

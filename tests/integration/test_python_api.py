@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +12,7 @@ import asyncpg
 
 from tests.conftest import REPO
 from tests.integration.test_cli import environment
+from tests.processes import run_to_end
 
 TOY = REPO / "tests" / "integration" / "toy_mcp_server.py"
 
@@ -33,22 +30,7 @@ def run_script(text: str, dsn: str, folder: Path, **variables: str) -> tuple[int
     script = folder / "script.py"
     script.write_text(text)
     env = environment(folder / "home", RAYDAG_DATABASE_URL=dsn, RAY_ADDRESS="local", **variables)
-    process = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=folder,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        # The script's own Ray outlives it for a while: nothing it started may stay behind.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    return process.returncode, stdout, stderr
+    return run_to_end([sys.executable, str(script)], cwd=folder, env=env, timeout_s=300)
 
 
 def test_the_readme_example_runs_a_plan_over_a_toolset_from_a_script_with_its_own_ray(

@@ -70,6 +70,19 @@ def test_the_config_binds_loopback_and_outlasts_the_longest_wait(config: dict[st
     assert deployment["ray_actor_options"]["num_cpus"] == 0
 
 
+def test_the_config_places_the_proxy_and_the_replicas_on_the_head_as_raydag_serve_does(
+    config: dict[str, Any],
+) -> None:
+    from actors.api.app import REPLICA_OPTIONS
+    from actors.launch.servers import PROXY_LOCATION
+
+    assert config["proxy_location"] == PROXY_LOCATION == "HeadOnly"
+    (deployment,) = config["applications"][0]["deployments"]
+    # The config's ray_actor_options replace the code's whole: the placement must be spelt out in both.
+    assert deployment["ray_actor_options"] == REPLICA_OPTIONS["ray_actor_options"]
+    assert deployment["ray_actor_options"]["resources"] == {"node:__internal_head__": 0.001}
+
+
 def test_the_configured_replicas_fit_postgres_default_connections(config: dict[str, Any]) -> None:
     """Each replica holds two pools (the API's and the MCP server's); the supervisor holds one, and a
     connection listening for people's decisions."""
