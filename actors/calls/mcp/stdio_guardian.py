@@ -1,8 +1,11 @@
 """Runs one stdio MCP server so that it cannot outlive the process that started it.
 
 ``python actors/calls/mcp/stdio_guardian.py COMMAND [ARGS...]``, started by ``actors.calls.mcp.stdio`` in a
-process group of its own (the MCP SDK starts every stdio server in a new session). It starts COMMAND with its own stdin,
-stdout and stderr, writes one line naming both pids to stderr, and waits. It ends the server's whole process
+process group of its own (the MCP SDK starts every stdio server in a new session). It first closes every
+descriptor it inherited but its stdin, stdout and stderr: uvloop, the event loop Ray gives an actor, lets a child
+inherit the caller's, the other ends of its own pipes among them, and a copy of the server's stdout held here would
+hide the end of it from the caller. It starts COMMAND with its own stdin, stdout and stderr, writes one line naming
+both pids to stderr, and waits. It ends the server's whole process
 group when its parent dies (``PR_SET_PDEATHSIG`` on Linux, and a check of its parent every half second
 elsewhere) or when it is told to stop, and exits with the server's code when the server exits. A Ray actor
 killed with SIGKILL runs no clean-up of its own: this is what stops its servers then.
@@ -31,6 +34,12 @@ def _die_with_parent() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _close_inherited() -> None:
+    """Close every descriptor but stdin, stdout and stderr."""
+    limit = os.sysconf("SC_OPEN_MAX")
+    os.closerange(3, limit if limit > 3 else 1 << 16)
+
+
 def _stop_group(server: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the whole group (the server and anything it started), SIGKILL after the grace period."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -52,6 +61,7 @@ def main(argv: list[str]) -> int:
     _die_with_parent()
     if os.getppid() != parent:  # the parent died before the death signal was armed
         return 1
+    _close_inherited()
     try:
         server = subprocess.Popen(argv)
     except OSError as exc:
