@@ -7,10 +7,11 @@ ends it when the actor's process dies, however it dies. A dead server is restart
 calls that arrive meanwhile wait for it up to the server's connect timeout.
 
 The server's stderr is copied line by line to this process's stderr (a Ray actor's log), prefixed with the
-server's name, its secrets redacted, each line cut to ``STDERR_LINE_CHARS`` and the lines forwarded limited to
-a burst of ``STDERR_BURST`` refilled at ``STDERR_LINES_PER_S`` (what is dropped is counted and said). Nothing
-a server writes there can end its session: only the end of the pipe, which is how a death is noticed with or
-without a call in flight.
+server's name, its secrets redacted, each line cut to ``STDERR_LINE_CHARS`` and the lines forwarded limited
+to a burst of ``STDERR_BURST`` refilled at ``STDERR_LINES_PER_S`` (what is dropped is counted and said).
+Nothing a server writes there can end its session: only the end of the pipe, which is how a death is noticed
+with or without a call in flight, or the end of its stdout (a server that closed it and runs on is stopped and
+restarted as if it had died).
 """
 
 from __future__ import annotations
@@ -112,20 +113,6 @@ class StdioServerProcess:
         except TimeoutError:
             raise ServerUnavailable(f"stdio server {self.spec.name!r} is not running") from None
 
-    def link_of(self, client: Client) -> Link:
-        """The transport's view of ``client``'s connection; a client of a session that has ended is lost."""
-        session = self._session
-        if session is not None and session.client is client:
-            return session.link
-        return Link(lost=True)
-
-    def lost(self, client: Client) -> None:
-        """A call found ``client``'s transport closed: end that session now rather than at the next read."""
-        session = self._session
-        if session is not None and session.client is client:
-            self._up.clear()
-            asyncio.get_running_loop().create_task(session.close())
-
     def status(self) -> StdioStatus:
         session = self._session
         return StdioStatus(
@@ -191,9 +178,12 @@ class StdioServerProcess:
                 await session.start()
             errlog.close()  # the server holds its own copy: the pipe ends when the server does
             self._up.set()
-            await asyncio.wait(
-                {reader, asyncio.ensure_future(session.ended())}, return_when=asyncio.FIRST_COMPLETED
-            )
+            # The end of its stderr, of its stdout (the link lost: a server that closed it and runs on is as
+            # good as gone), or of the session, whichever comes first: the server is stopped and restarted.
+            ended = {asyncio.ensure_future(session.ended()), asyncio.ensure_future(session.link.ended.wait())}
+            await asyncio.wait({reader, *ended}, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in ended:
+                waiter.cancel()
         finally:
             self._up.clear()
             if not errlog.closed:
