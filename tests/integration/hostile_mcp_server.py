@@ -7,13 +7,15 @@ the request. ``HOSTILE_STATE`` names a file that stdio calls append ``<pid> <too
 reads which process answered, and how often each key was asked); the HTTP app keeps the same in ``app.calls``.
 
 Over stdio only, a few tools attack the process rather than the answer: ``exit_mid_call`` exits (``os._exit``)
-during the first call of each ``key`` and answers the next; ``close_stdout`` closes its stdout and sleeps.
+during the first call of each ``key`` and answers the next; ``close_stdout`` closes its stdout and sleeps;
+``busy`` starts a child of its own and sleeps, both in the call (their pids on its line of ``HOSTILE_STATE``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -96,7 +98,9 @@ def answer(request_id: Any, tool: str, args: dict[str, Any], secret: str) -> Ans
             return _result(request_id, {"content": [{"type": "text", "text": "b"}] * int(args["count"])})
         case "http_500":
             return (500, b"internal error")
-        case "stderr_long_line" | "stderr_flood" | "stdout_banner" | "exit_mid_call" | "close_stdout":
+        case (
+            "stderr_long_line" | "stderr_flood" | "stdout_banner" | "exit_mid_call" | "close_stdout" | "busy"
+        ):
             return _result(request_id, _text("done"))
         case _:
             return _envelope(request_id, error={"code": -32602, "message": f"unknown tool {tool}"})
@@ -128,6 +132,7 @@ TOOLS = [
     "stdout_banner",
     "exit_mid_call",
     "close_stdout",
+    "busy",
 ]
 _ARGUMENTS = {
     "text": {"type": "string"},
@@ -191,6 +196,11 @@ def run_stdio() -> None:
 
     def on_call(tool: str, args: dict[str, Any]) -> None:
         key = str(args.get("key", "-"))
+        if tool == "busy":  # a child in its group, and both busy for good
+            child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({SLEEP_S})"])
+            note(f"{tool} {key} child={child.pid}")
+            time.sleep(SLEEP_S)
+            return
         note(f"{tool} {key}")
         if tool == "exit_mid_call" and _asked(state, tool, key) == 1:
             os._exit(1)

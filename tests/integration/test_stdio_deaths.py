@@ -1,18 +1,21 @@
-"""A stdio server that dies or loses its stdout mid-call costs its own nodes one attempt. The tests' own attacker
-(``hostile_mcp_server``) behind one supervisor on real Ray and PostgreSQL:
+"""A stdio server that dies or loses its stdout mid-call costs its own nodes one attempt, and no process of it
+outlives the raydag that started it. The tests' own attacker (``hostile_mcp_server``) behind one supervisor on
+real Ray and PostgreSQL, and under ``raydag.start`` in a script of its own:
 
 - a server that exits during a call, 50 times: each lost call is ``CONNECTION_FAILED`` (transient) and asked
   again, counted at the server (one line per call it received);
 - a server that closes its stdout and keeps running: its call fails as a lost connection, not after its
   timeout; the server is restarted as after an exit, the next call of that server is answered by the new
   process, and another server's node in the same run is untouched;
-- the guardian alone: a server that closes its stdout ends it for the caller, whatever descriptors the guardian
-  inherited.
+- a server busy in a call, with a child of its own, when ``raydag.start``'s block ends: both are gone;
+- the guardian alone: killed with SIGKILL, it takes its server and the server's child with it; a server that
+  closes its stdout ends it for the caller, whatever descriptors the guardian inherited.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -40,6 +43,7 @@ from dag.policy import Principal
 from dag.run_state import RunState
 from dag.states import NodeStatus
 from tests.integration.conftest import RunningToolServer, supervisor_for
+from tests.integration.test_python_api import run_script
 
 HOSTILE = Path(__file__).with_name("hostile_mcp_server.py")
 PRINCIPAL = Principal("tenant-demo", "test", frozenset({"hostile:read"}))
@@ -200,6 +204,70 @@ def _alive(pid: int) -> bool:
         return False
 
 
+BUSY_SCRIPT = """\
+import json, os, time
+from pathlib import Path
+import psutil
+import ray
+import raydag
+
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+state = Path(os.environ["BUSY_CALLS"])
+ray.init()
+with raydag.start() as rd:
+    rd.submit({"nodes": [{"id": "busy", "tool": "busy", "args": {}}]})
+    deadline = time.monotonic() + 120
+    while "child=" not in state.read_text():
+        assert time.monotonic() < deadline, "the busy call never reached its server"
+        time.sleep(0.1)
+server, _, _, child = state.read_text().split()
+pids = [int(server), int(child.removeprefix("child="))]
+deadline = time.monotonic() + 30  # this program and its Ray still running
+while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(json.dumps({"pids": pids, "alive": [pid for pid in pids if alive(pid)]}))
+"""
+
+
+def test_a_server_busy_in_a_call_and_its_child_are_gone_once_raydag_start_has_ended(
+    dsn: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "calls"
+    state.touch()
+    toolsets = tmp_path / "toolsets.yaml"
+    toolsets.write_text(
+        f"""\
+servers:
+  - name: hostile
+    transport: stdio
+    command: {sys.executable}
+    args: ["{HOSTILE}"]
+    env: {{HOSTILE_STATE: "{state}"}}
+    protocol: 2025-11-25
+    timeouts: {{connect_s: 60, call_s: 300}}
+    tools:
+      busy: {{scope: hostile:read, risk: read_only}}
+"""
+    )
+    returncode, stdout, stderr = run_script(
+        BUSY_SCRIPT, dsn, tmp_path, RAYDAG_TOOLSETS=str(toolsets), BUSY_CALLS=str(state)
+    )
+    pids = [int(pid) for pid in state.read_text().replace("child=", "").split() if pid.isdigit()]
+    try:
+        assert returncode == 0, stderr[-3000:]
+        answer = json.loads(stdout.strip().splitlines()[-1])
+        assert answer["alive"] == [], f"still running 30 s after raydag.start's block ended: {answer['pids']}"
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 # --- the guardian alone, as a caller's event loop starts it ---------------------------------------------------
 
 GUARDIAN = Path(actors.calls.mcp.stdio_guardian.__file__)
@@ -218,6 +286,32 @@ def guarded(
         pass_fds=extra_fds,
         start_new_session=True,
     )
+
+
+def test_a_guardian_killed_takes_its_server_and_what_the_server_started_with_it(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    server = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(600)\n"
+    )
+    started: list[int] = []
+    try:
+        with guarded(server) as guardian:
+            deadline = time.monotonic() + 30
+            while not (pids.exists() and pids.read_text()):
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.05)
+            started = [int(pid) for pid in pids.read_text().split()]
+
+            guardian.kill()  # SIGKILL, as Ray ends a worker's children: the guardian can do nothing
+
+        assert gone_within(started, 30), f"outlived their guardian: {started}"
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_server_closing_its_stdout_ends_it_for_the_caller_whatever_the_guardian_inherited() -> None:

@@ -235,14 +235,15 @@ async def _drain(process: Process) -> None:
 
 
 async def _stop(process: Process) -> None:
-    """Close the server's stdin (the MCP way to ask it to exit), then end its whole process group."""
+    """Close the server's stdin (the MCP way to ask it to exit), then end its whole process group: the server
+    if it is still running, and anything it left behind if it is not."""
     assert process.stdin is not None
     assert process.stdout is not None
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
-    if not await _exited(process, GRACE_S):
-        await terminate_posix_process_tree(process, GRACE_S)
-        await _exited(process, GRACE_S)
+    await _exited(process, GRACE_S)
+    await terminate_posix_process_tree(process, GRACE_S)  # at once if the group is gone
+    await _exited(process, GRACE_S)
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdout.aclose()
     # The asyncio subprocess transport stays open (and warns when collected) while anything the server left
