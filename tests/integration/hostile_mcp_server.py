@@ -8,7 +8,8 @@ reads which process answered, and how often each key was asked); the HTTP app ke
 
 Over stdio only, a few tools attack the process rather than the answer: ``exit_mid_call`` exits (``os._exit``)
 during the first call of each ``key`` and answers the next; ``close_stdout`` closes its stdout and sleeps;
-``busy`` starts a child of its own and sleeps, both in the call (their pids on its line of ``HOSTILE_STATE``).
+``busy`` starts a child of its own and sleeps, both in the call (their pids on its line of ``HOSTILE_STATE``);
+``stderr_secret_at_cut`` writes its secret on stderr where a line of 2,000 characters is cut.
 """
 
 from __future__ import annotations
@@ -99,7 +100,13 @@ def answer(request_id: Any, tool: str, args: dict[str, Any], secret: str) -> Ans
         case "http_500":
             return (500, b"internal error")
         case (
-            "stderr_long_line" | "stderr_flood" | "stdout_banner" | "exit_mid_call" | "close_stdout" | "busy"
+            "stderr_long_line"
+            | "stderr_flood"
+            | "stdout_banner"
+            | "stderr_secret_at_cut"
+            | "exit_mid_call"
+            | "close_stdout"
+            | "busy"
         ):
             return _result(request_id, _text("done"))
         case _:
@@ -130,6 +137,7 @@ TOOLS = [
     "stderr_long_line",
     "stderr_flood",
     "stdout_banner",
+    "stderr_secret_at_cut",
     "exit_mid_call",
     "close_stdout",
     "busy",
@@ -141,6 +149,8 @@ _ARGUMENTS = {
     "count": {"type": "integer"},
     "key": {"type": "string"},
 }
+STDERR_CUT = 2_000
+"""Where raydag cuts a stderr line (``actors.calls.mcp.stdio.STDERR_LINE_CHARS``)."""
 SLEEP_S = 600
 
 
@@ -207,6 +217,9 @@ def run_stdio() -> None:
         elif tool == "close_stdout":
             os.close(1)
             time.sleep(SLEEP_S)
+        elif tool == "stderr_secret_at_cut":
+            err.write("P" * (STDERR_CUT - 4) + secret + "\n")
+            err.flush()
         elif tool == "stderr_long_line":
             err.write(f"{secret} " + "e" * (2 << 20) + "\n")
             err.flush()
