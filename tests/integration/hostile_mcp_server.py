@@ -3,15 +3,22 @@ each tool with what a broken or malicious server sends. Raw JSON-RPC, no SDK, so
 
 Over stdio (``python tests/integration/hostile_mcp_server.py``) the secret it echoes is the variable
 ``HOSTILE_SECRET`` raydag gave it; over Streamable HTTP (``http_app()``) it is the ``Authorization`` header of
-the request. ``HOSTILE_STATE`` names a file that stdio calls append ``<pid> <tool>`` lines to (the test reads
-which process answered); the HTTP app keeps the same in ``app.calls``.
+the request. ``HOSTILE_STATE`` names a file that stdio calls append ``<pid> <tool> <key>`` lines to (the test
+reads which process answered, and how often each key was asked); the HTTP app keeps the same in ``app.calls``.
+
+Over stdio only, a few tools attack the process rather than the answer: ``exit_mid_call`` exits (``os._exit``)
+during the first call of each ``key`` and answers the next; ``close_stdout`` closes its stdout and sleeps;
+``busy`` starts a child of its own and sleeps, both in the call (their pids on its line of ``HOSTILE_STATE``);
+``stderr_secret_at_cut`` writes its secret on stderr where a line of 2,000 characters is cut.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -92,7 +99,15 @@ def answer(request_id: Any, tool: str, args: dict[str, Any], secret: str) -> Ans
             return _result(request_id, {"content": [{"type": "text", "text": "b"}] * int(args["count"])})
         case "http_500":
             return (500, b"internal error")
-        case "stderr_long_line" | "stderr_flood" | "stdout_banner":
+        case (
+            "stderr_long_line"
+            | "stderr_flood"
+            | "stdout_banner"
+            | "stderr_secret_at_cut"
+            | "exit_mid_call"
+            | "close_stdout"
+            | "busy"
+        ):
             return _result(request_id, _text("done"))
         case _:
             return _envelope(request_id, error={"code": -32602, "message": f"unknown tool {tool}"})
@@ -122,16 +137,26 @@ TOOLS = [
     "stderr_long_line",
     "stderr_flood",
     "stdout_banner",
+    "stderr_secret_at_cut",
+    "exit_mid_call",
+    "close_stdout",
+    "busy",
 ]
 _ARGUMENTS = {
     "text": {"type": "string"},
     "depth": {"type": "integer"},
     "size": {"type": "integer"},
     "count": {"type": "integer"},
+    "key": {"type": "string"},
 }
+STDERR_CUT = 2_000
+"""Where raydag cuts a stderr line (``actors.calls.mcp.stdio.STDERR_LINE_CHARS``)."""
+SLEEP_S = 600
 
 
-def handle(message: dict[str, Any], secret: str, on_call: Callable[[str], None]) -> Answer | None:
+def handle(
+    message: dict[str, Any], secret: str, on_call: Callable[[str, dict[str, Any]], None]
+) -> Answer | None:
     """The answer to one client message, ``None`` for a notification."""
     request_id, method = message.get("id"), message.get("method")
     if request_id is None:
@@ -162,7 +187,7 @@ def handle(message: dict[str, Any], secret: str, on_call: Callable[[str], None])
         case "tools/call":
             params = message.get("params") or {}
             tool, args = params.get("name", ""), params.get("arguments") or {}
-            on_call(tool)
+            on_call(tool, args)
             return answer(request_id, tool, args, secret)
         case _:
             return _envelope(request_id, error={"code": -32601, "message": f"no method {method}"})
@@ -174,11 +199,28 @@ def run_stdio() -> None:
     out = sys.stdout.buffer
     err = sys.stderr
 
-    def on_call(tool: str) -> None:
+    def note(line: str) -> None:
         if state:
             with open(state, "a", encoding="utf-8") as handle_:
-                handle_.write(f"{os.getpid()} {tool}\n")
-        if tool == "stderr_long_line":
+                handle_.write(f"{os.getpid()} {line}\n")
+
+    def on_call(tool: str, args: dict[str, Any]) -> None:
+        key = str(args.get("key", "-"))
+        if tool == "busy":  # a child in its group, and both busy for good
+            child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({SLEEP_S})"])
+            note(f"{tool} {key} child={child.pid}")
+            time.sleep(SLEEP_S)
+            return
+        note(f"{tool} {key}")
+        if tool == "exit_mid_call" and _asked(state, tool, key) == 1:
+            os._exit(1)
+        elif tool == "close_stdout":
+            os.close(1)
+            time.sleep(SLEEP_S)
+        elif tool == "stderr_secret_at_cut":
+            err.write("P" * (STDERR_CUT - 4) + secret + "\n")
+            err.flush()
+        elif tool == "stderr_long_line":
             err.write(f"{secret} " + "e" * (2 << 20) + "\n")
             err.flush()
         elif tool == "stderr_flood":
@@ -199,6 +241,14 @@ def run_stdio() -> None:
         if reply is not None:
             out.write(reply + b"\n")
             out.flush()
+
+
+def _asked(state: str | None, tool: str, key: str) -> int:
+    """How often ``tool`` was asked for ``key``, by any process, this call included."""
+    if not state:
+        return 1
+    with open(state, encoding="utf-8") as handle_:
+        return sum(line.split()[1:3] == [tool, key] for line in handle_)
 
 
 def http_app() -> Any:
@@ -225,7 +275,7 @@ def http_app() -> Any:
         secret = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
         message = json.loads(body)
         calls.append(str(message.get("method")))
-        reply = handle(message, secret, lambda tool: calls.append(f"tools/call:{tool}"))
+        reply = handle(message, secret, lambda tool, _args: calls.append(f"tools/call:{tool}"))
         session = (
             [(b"mcp-session-id", uuid.uuid4().hex.encode())] if message.get("method") == "initialize" else []
         )

@@ -7,7 +7,7 @@ over stdio and over Streamable HTTP, behind one supervisor on real Ray and Postg
 - an answer the client cannot use fails its call at once with its documented code, kind ``protocol``, once;
 - an HTTP 500 to ``tools/call`` is reported as that, not as the refusal of an event-stream GET;
 - an output over its bound fails at once without being read into memory; stderr cannot end a session or
-  flood the log;
+  flood the log, and a secret written across the point where a stderr line is cut is redacted whole;
 - after each attack, a normal call of the same server completes.
 """
 
@@ -32,6 +32,7 @@ from actors.api.views import load_state, read_report
 from actors.calls.call import ToolCall
 from actors.calls.mcp import McpConnections
 from actors.calls.mcp.discovery import discover
+from actors.calls.mcp.redaction import REDACTED
 from actors.cli.report import print_report
 from actors.launch.background_server import BackgroundServer
 from actors.run.submission import RunRequest, Submission
@@ -474,3 +475,16 @@ async def test_stderr_can_neither_end_the_session_nor_flood_the_log(
     assert 0 < len(forwarded) < 2_000, f"{len(forwarded)} of 200,000 flood lines forwarded"
     dropped = caller_log_lines(attacked, "lines (")
     assert any("of stderr: too many, too fast" in line for line in dropped)
+
+
+async def test_no_part_of_a_secret_survives_where_a_stderr_line_is_cut(
+    attacked: Attacked, store: RunStore
+) -> None:
+    # The server writes its secret across the cut: 1,996 characters, then the secret.
+    ran = await run_tool(attacked, store, "s_stderr_secret_at_cut")
+
+    assert ran.state.status.value == "completed"
+    await asyncio.sleep(1.0)  # Ray's log monitor reads the actor's stderr file
+    before_the_cut = "P" * 8
+    assert log_files_holding(before_the_cut + attacked.env_secret[:4]) == []
+    assert log_files_holding(before_the_cut + REDACTED[:4]), "the line was forwarded, redacted, then cut"

@@ -295,13 +295,9 @@ class McpConnections:
 
     async def _send_to(self, spec: HttpServer | StdioServer, call: ToolCall) -> CallToolResult:
         if isinstance(spec, StdioServer):
-            process = self._stdio_process(spec)
-            client = await process.client()
-            try:
-                return await _call_over(client, process.link_of(client), call)
-            except ConnectionLost:
-                process.lost(client)  # its stdout ended: the session goes now, the server is restarted
-                raise
+            # A lost connection is what the transport says of this call (``CallWatch.cut_off``), never a
+            # code; the session ends by itself and its server is restarted (``actors.calls.mcp.stdio``).
+            return await _call(await self._stdio_process(spec).client(), call)
         if self._session_per_call(spec):
             async with self._fresh_client(spec) as (client, link):
                 return await _call_over(client, link, call)
@@ -435,12 +431,17 @@ def _read_at_most() -> int:
     return watch.max_answer_bytes if watch is not None else answer_bytes(MAX_OUTPUT_BYTES)
 
 
+async def _call(client: Client, call: ToolCall) -> CallToolResult:
+    if call.meta:
+        return await client.call_tool(call.tool, call.args, meta=cast(RequestParamsMeta, dict(call.meta)))
+    return await client.call_tool(call.tool, call.args)
+
+
 async def _call_over(client: Client, link: Link, call: ToolCall) -> CallToolResult:
-    """``call`` over ``client``; a closed connection counts as lost only if its transport says so."""
+    """``call`` over an HTTP session's ``client``; a closed connection counts as lost only if its transport
+    says so."""
     try:
-        if call.meta:
-            return await client.call_tool(call.tool, call.args, meta=cast(RequestParamsMeta, dict(call.meta)))
-        return await client.call_tool(call.tool, call.args)
+        return await _call(client, call)
     except MCPError as exc:
         if exc.code == CONNECTION_CLOSED and link.lost:
             raise ConnectionLost(f"the connection to the server of {call.tool} was lost") from None

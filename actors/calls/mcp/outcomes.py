@@ -3,7 +3,9 @@
 Classification reads what the server said only where the server is the authority (its result, a coded
 refusal); whether the connection was lost, a request refused or an answer cut off is what the transport saw
 (``actors.calls.mcp.watch``), never a code or a text a server chose. A server's ordinary JSON-RPC error
--32000 is its answer (``JSONRPC_-32000``, a protocol failure), not a lost connection.
+-32000 is its answer (``JSONRPC_-32000``, a protocol failure), not a lost connection; a call whose request
+was cut off by its connection's end (``CallWatch.cut_off``) is a lost connection, whatever the session
+raised for it.
 
 Every error is passed through the call's ``Redactor`` (secrets out, then cut to length) by the caller; every
 output is checked here, in this order: content blocks counted, a value no run can record refused, its size
@@ -34,8 +36,8 @@ from dag.storable import unfit_values
 
 
 class ConnectionLost(Exception):
-    """The transport says the connection a call was sent on is gone (a stdio server's stdout ended, an HTTP
-    session's stream closed): the call's answer will never come."""
+    """The transport says the connection a call was sent on is gone (an HTTP session's stream closed): the
+    call's answer will never come. (Over stdio the call's ``CallWatch.cut_off`` says so.)"""
 
 
 def classify_result(
@@ -81,6 +83,11 @@ def too_large(message: str) -> NodeError:
     return NodeError(kind=ErrorKind.PROTOCOL, code="OUTPUT_TOO_LARGE", message=message)
 
 
+def connection_failed(message: str) -> NodeError:
+    """The call's answer can never come: its connection is gone (transient, tried again if the tool may be)."""
+    return NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message=message)
+
+
 _KIND_OF_CODE = {
     "INSUFFICIENT_SCOPE": ErrorKind.AUTHORIZATION,
     "TOKEN_NOT_FOR_TOOL": ErrorKind.AUTHORIZATION,
@@ -124,6 +131,8 @@ def classify_failure(exc: BaseException, watch: CallWatch) -> NodeError:
     credential = _found(exc, CredentialUnavailable)
     if credential is not None:
         return unavailable(credential)
+    if watch.cut_off:
+        return connection_failed("the connection to the server ended before it answered")
     if watch.too_large is not None:
         return too_large(f"the answer is larger than the {watch.max_answer_bytes:,} bytes read for this call")
     leaf = _leaf(exc)
@@ -150,7 +159,7 @@ def classify_exception(exc: BaseException, *, lost: bool = False) -> NodeError:
     if isinstance(exc, (ConnectionLost, *_TRANSPORT_ERRORS)) or (
         lost and isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
     ):
-        return NodeError(kind=ErrorKind.TRANSIENT, code="CONNECTION_FAILED", message=type(exc).__name__)
+        return connection_failed(type(exc).__name__)
     if isinstance(exc, MCPError):
         kind = ErrorKind.CONTRACT if exc.code == INVALID_PARAMS else ErrorKind.PROTOCOL
         return NodeError(kind=kind, code=f"JSONRPC_{exc.code}", message=exc.message)

@@ -87,7 +87,8 @@ class OwnedSession:
 
     @property
     def usable(self) -> bool:
-        return self.client is not None and not self.closed
+        """Whether calls may be sent over it: started, not closed, and its connection not lost."""
+        return self.client is not None and not self.closed and not self.link.lost
 
     async def start(self) -> Client:
         self._task = asyncio.create_task(self._run(), name=f"mcp-session:{self._name}")
@@ -109,6 +110,9 @@ class OwnedSession:
             self._ready.set()
 
     async def close(self) -> None:
+        """End the session. Its link is lost first, so that a call still waiting on it is known to be cut off
+        before the session fails it."""
+        self.link.lose()
         self._closing.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)

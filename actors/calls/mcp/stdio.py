@@ -7,10 +7,11 @@ ends it when the actor's process dies, however it dies. A dead server is restart
 calls that arrive meanwhile wait for it up to the server's connect timeout.
 
 The server's stderr is copied line by line to this process's stderr (a Ray actor's log), prefixed with the
-server's name, its secrets redacted, each line cut to ``STDERR_LINE_CHARS`` and the lines forwarded limited to
-a burst of ``STDERR_BURST`` refilled at ``STDERR_LINES_PER_S`` (what is dropped is counted and said). Nothing
-a server writes there can end its session: only the end of the pipe, which is how a death is noticed with or
-without a call in flight.
+server's name, its secrets redacted and then each line cut to ``STDERR_LINE_CHARS``, the lines forwarded
+limited to a burst of ``STDERR_BURST`` refilled at ``STDERR_LINES_PER_S`` (what is dropped is counted and said).
+Nothing a server writes there can end its session: only the end of the pipe, which is how a death is noticed
+with or without a call in flight, or the end of its stdout (a server that closed it and runs on is stopped and
+restarted as if it had died).
 """
 
 from __future__ import annotations
@@ -112,20 +113,6 @@ class StdioServerProcess:
         except TimeoutError:
             raise ServerUnavailable(f"stdio server {self.spec.name!r} is not running") from None
 
-    def link_of(self, client: Client) -> Link:
-        """The transport's view of ``client``'s connection; a client of a session that has ended is lost."""
-        session = self._session
-        if session is not None and session.client is client:
-            return session.link
-        return Link(lost=True)
-
-    def lost(self, client: Client) -> None:
-        """A call found ``client``'s transport closed: end that session now rather than at the next read."""
-        session = self._session
-        if session is not None and session.client is client:
-            self._up.clear()
-            asyncio.get_running_loop().create_task(session.close())
-
     def status(self) -> StdioStatus:
         session = self._session
         return StdioStatus(
@@ -191,9 +178,12 @@ class StdioServerProcess:
                 await session.start()
             errlog.close()  # the server holds its own copy: the pipe ends when the server does
             self._up.set()
-            await asyncio.wait(
-                {reader, asyncio.ensure_future(session.ended())}, return_when=asyncio.FIRST_COMPLETED
-            )
+            # The end of its stderr, of its stdout (the link lost: a server that closed it and runs on is as
+            # good as gone), or of the session, whichever comes first: the server is stopped and restarted.
+            ended = {asyncio.ensure_future(session.ended()), asyncio.ensure_future(session.link.ended.wait())}
+            await asyncio.wait({reader, *ended}, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in ended:
+                waiter.cancel()
         finally:
             self._up.clear()
             if not errlog.closed:
@@ -220,7 +210,7 @@ class StdioServerProcess:
         try:
             while chunk := await stream.read(1 << 16):
                 for line in framer.feed(chunk):
-                    text = _stderr_text(line)
+                    text = stderr_text(line, redactor)
                     if text.startswith(BANNER):
                         self._pids = _pids_of(text.removeprefix(BANNER).split())
                         continue
@@ -229,7 +219,7 @@ class StdioServerProcess:
                         lines, size = dropped
                         self._note(f"dropped {lines:,} lines ({size:,} bytes) of stderr: too many, too fast")
                     if forward.passed:
-                        self._note(redactor.text(text))
+                        self._note(text)
         finally:
             transport.close()
             if forward.dropped_lines:
@@ -247,13 +237,16 @@ def answer_line_bytes(spec: StdioServer) -> int:
     return 2 * spec.largest_output_bytes + (64 << 10)
 
 
-def _stderr_text(line: bytes | Oversized) -> str:
+def stderr_text(line: bytes | Oversized, redactor: Redactor) -> str:
+    """One line of a server's stderr as it is shown: its secrets redacted, then cut to ``STDERR_LINE_CHARS``
+    (in this order, so that no part of a secret survives the cut)."""
     if isinstance(line, Oversized):
-        cut = line.prefix.decode("utf-8", "replace")[:STDERR_LINE_CHARS]
-        return f"{cut} [cut: a line of {line.size:,} bytes]"
-    text = line.decode("utf-8", "replace")
-    if len(text) > STDERR_LINE_CHARS:
-        return f"{text[:STDERR_LINE_CHARS]} [cut: a line of {len(line):,} bytes]"
+        text, size = line.prefix.decode("utf-8", "replace"), line.size
+    else:
+        text, size = line.decode("utf-8", "replace"), len(line)
+    text = redactor.text(text)
+    if isinstance(line, Oversized) or len(text) > STDERR_LINE_CHARS:
+        return f"{text[:STDERR_LINE_CHARS]} [cut: a line of {size:,} bytes]"
     return text
 
 

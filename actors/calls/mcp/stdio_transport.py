@@ -8,9 +8,12 @@ inherited environment trimmed by ``get_default_environment``) in three ways:
   ``OUTPUT_TOO_LARGE``.
 - **A line that cannot be used fails its request at once** (``actors.calls.mcp.answers``) instead of being
   dropped while the call waits out its timeout.
-- **The connection's end is told by the transport.** ``Link.lost`` is set when the server's stdout
-  ends, before the session hears of it; a JSON-RPC error code a server chooses (-32000, "Connection
-  closed") never stands for it.
+- **The connection's end is told by the transport.** Each request is noted in the session's ``Link`` as
+  it is sent, in the task of the call that sends it (``Link.sending``), and settled when its answer is
+  read. When the server's stdout ends, a write to its stdin fails, or the owner closes the session, the
+  link is lost (``Link.lose``) before the session hears of it: every call still waiting is cut off, and is
+  a lost connection whatever error the session then raises. A JSON-RPC error a server answers (-32000,
+  "Connection closed") settles its request like any answer, and never stands for a lost connection.
 
 What the server writes on stderr is not read here: it goes to the pipe the owner passes (``errlog``).
 """
@@ -19,15 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import IO
 
 import anyio
 import mcp_types as types
 from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
@@ -41,13 +45,11 @@ from actors.calls.mcp.answers import (
     oversized,
     read_line,
 )
-from actors.calls.mcp.watch import Link
+from actors.calls.mcp.watch import Link, current_call
 
 CHUNK = 1 << 16
 KEPT = 1 << 16
 """How much of an over-long line's start and end is kept to find the request it answers."""
-MAX_PENDING = 10_000
-"""Requests remembered as in flight, for an answer that names none; the oldest are forgotten past this."""
 GRACE_S = 2.0
 """How long a server has to exit once its stdin is closed, and again once it is told to stop."""
 
@@ -126,14 +128,13 @@ async def stdio_transport(
         start_new_session=True,
     )
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-    pending: OrderedDict[str, types.RequestId] = OrderedDict()
-    """Requests written and not answered yet, by their id as text (a server may echo 42 as "42")."""
+    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+    write_stream = _NotedWrites(to_server, link)
 
     async def deliver(message: SessionMessage) -> None:
         root = message.message
         if isinstance(root, types.JSONRPCResponse | types.JSONRPCError) and root.id is not None:
-            pending.pop(str(root.id), None)
+            link.settled(root.id)
         await to_session.send(message)
 
     async def read() -> None:
@@ -159,13 +160,13 @@ async def stdio_transport(
                                 await deliver(fault_message(request_id, problem))
                             case Unattributed(problem=problem):
                                 note(f"stdout: {problem.error.message}; every request in flight fails")
-                                for request_id in list(pending.values()):
+                                for request_id, _ in list(link.waiting.values()):
                                     await deliver(fault_message(request_id, problem))
                             case Ignored(why=why):
                                 note(f"stdout: a line that answers nothing ({why})")
-                link.lost = True  # before the session sees its stream end
+                link.lose()  # before the session sees its stream end
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            link.lost = True  # the session is gone: keep reading so the server is never blocked writing
+            link.lose()  # the session is gone: keep reading so the server is never blocked writing
             await _drain(process)
 
     async def write() -> None:
@@ -173,21 +174,10 @@ async def stdio_transport(
         try:
             async with from_session:
                 async for message in from_session:
-                    root = message.message
-                    if isinstance(root, types.JSONRPCRequest):
-                        pending[str(root.id)] = root.id
-                        if len(pending) > MAX_PENDING:
-                            pending.popitem(last=False)
-                    elif (
-                        isinstance(root, types.JSONRPCNotification)
-                        and root.method == "notifications/cancelled"
-                    ):
-                        cancelled = (root.params or {}).get("requestId")
-                        pending.pop(str(cancelled), None)
-                    data = root.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                     await process.stdin.send(data.encode())
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            link.lost = True
+            link.lose()
             await to_session.aclose()  # the session sees the connection end rather than waiting forever
 
     async with anyio.create_task_group() as tasks:
@@ -196,11 +186,43 @@ async def stdio_transport(
         try:
             yield read_stream, write_stream
         finally:
+            link.lose()  # whoever ends the session (its owner has said so already, see ``OwnedSession.close``)
             with anyio.CancelScope(shield=True):
                 await read_stream.aclose()
                 await write_stream.aclose()
                 await _stop(process)
             tasks.cancel_scope.cancel()
+
+
+class _NotedWrites:
+    """The session's write stream: notes each request in the link as it is sent, in the task of the call that
+    sends it (whose ``current_call`` is that call's), and refuses one once the connection has ended."""
+
+    def __init__(self, inner: MemoryObjectSendStream[SessionMessage], link: Link) -> None:
+        self._inner = inner
+        self._link = link
+
+    async def send(self, message: SessionMessage, /) -> None:
+        root = message.message
+        if isinstance(root, types.JSONRPCRequest):
+            if not self._link.sending(root.id, current_call.get()):
+                raise anyio.ClosedResourceError  # the session raises it as its connection closed
+        elif isinstance(root, types.JSONRPCNotification) and root.method == "notifications/cancelled":
+            cancelled = (root.params or {}).get("requestId")
+            if isinstance(cancelled, int | str):
+                self._link.settled(cancelled)
+        await self._inner.send(message)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _NotedWrites:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 async def _drain(process: Process) -> None:
@@ -213,14 +235,15 @@ async def _drain(process: Process) -> None:
 
 
 async def _stop(process: Process) -> None:
-    """Close the server's stdin (the MCP way to ask it to exit), then end its whole process group."""
+    """Close the server's stdin (the MCP way to ask it to exit), then end its whole process group: the server
+    if it is still running, and anything it left behind if it is not."""
     assert process.stdin is not None
     assert process.stdout is not None
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
-    if not await _exited(process, GRACE_S):
-        await terminate_posix_process_tree(process, GRACE_S)
-        await _exited(process, GRACE_S)
+    await _exited(process, GRACE_S)
+    await terminate_posix_process_tree(process, GRACE_S)  # at once if the group is gone
+    await _exited(process, GRACE_S)
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdout.aclose()
     # The asyncio subprocess transport stays open (and warns when collected) while anything the server left

@@ -7,13 +7,18 @@ requests, answers too large to read. A server chooses its error codes and texts;
 - ``watch_response`` is an ``httpx2`` response hook: it notes refusals, and counts each response body as it
   is read and stops it past ``CallWatch.max_answer_bytes`` (an event stream: per event), so an answer of any
   size costs at most that much memory.
+- ``Link`` is one session's connection as its transport knows it: whether it has ended and, for a transport
+  that reads its answers itself (stdio), which requests of which calls were waiting on it then. It is told
+  before the session is, so a call whose request was cut off is known as such whatever the session raises.
 - ``watched`` wraps an SDK transport so that the end of its read stream — the session's connection gone —
   is noted in a ``Link`` before the session hears of it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -26,6 +31,7 @@ import httpx2
 from mcp.client._transport import Transport, TransportStreams
 from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
+from mcp_types import RequestId
 
 DEFAULT_ANSWER_BYTES = 16 << 20
 """The bound on a response read outside a call (a listing, a session's own requests)."""
@@ -52,6 +58,9 @@ class CallWatch:
     refusals: list[Refusal] = field(default_factory=list)
     lost: bool = False
     """A request of this call failed in the transport (connection refused, reset, cut mid-answer)."""
+    cut_off: bool = False
+    """A request of this call was waiting on a connection that ended before it was answered (``Link.lose``):
+    no answer can come, whatever the session then raises."""
     too_large: int | None = None
     """The bytes read of an answer stopped at ``max_answer_bytes``."""
 
@@ -130,12 +139,46 @@ class _Bounded(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
+MAX_WAITING = 10_000
+"""Requests a link remembers as waiting; the oldest are forgotten past this."""
+
+
 @dataclass
 class Link:
     """One session's connection, as its transport knows it."""
 
     lost: bool = False
-    """The transport's read stream ended: no answer will come over this session any more."""
+    """The connection ended (its read stream, or its owner closed it): no answer will come over it any more."""
+    waiting: OrderedDict[str, tuple[RequestId, CallWatch | None]] = field(default_factory=OrderedDict)
+    """Requests written and not answered yet, by their id as text (a server may echo 42 as "42"), with the call
+    each was sent for. Kept only by a transport that reads its answers itself (stdio)."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set with ``lost``."""
+
+    def sending(self, request_id: RequestId, call: CallWatch | None) -> bool:
+        """Note a request about to be written for ``call``; ``False``, and the call cut off, if the connection
+        has ended (the request is not to be written)."""
+        if self.lost:
+            if call is not None:
+                call.cut_off = True
+            return False
+        self.waiting[str(request_id)] = (request_id, call)
+        if len(self.waiting) > MAX_WAITING:
+            self.waiting.popitem(last=False)
+        return True
+
+    def settled(self, request_id: RequestId) -> None:
+        """The request was answered (a response, an error, a fault the transport judged) or cancelled."""
+        self.waiting.pop(str(request_id), None)
+
+    def lose(self) -> None:
+        """The connection has ended: every call still waiting on it is cut off. Told before the session is."""
+        self.lost = True
+        for _, call in self.waiting.values():
+            if call is not None:
+                call.cut_off = True
+        self.waiting.clear()
+        self.ended.set()
 
 
 @asynccontextmanager
@@ -161,7 +204,7 @@ class _WatchedRead:
         try:
             return await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._link.lost = True
+            self._link.lose()
             raise
 
     async def aclose(self) -> None:

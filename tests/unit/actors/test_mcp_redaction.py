@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from actors.calls.mcp.redaction import MAX_MESSAGE, REDACTED, Redactor, server_secrets
+from actors.calls.mcp.stdio import STDERR_LINE_CHARS, stderr_text
+from actors.calls.mcp.stdio_transport import LineFramer
 from actors.calls.mcp.watch import CallWatch, Refusal
 from actors.toolsets.config import parse_toolsets
 from dag.events import ErrorKind, NodeError
@@ -37,6 +39,25 @@ def test_an_error_is_redacted_before_it_is_cut_so_no_part_of_a_secret_survives_t
     assert redacted.code == REDACTED
     assert SECRET[:5] not in redacted.message
     assert len(redacted.message) == MAX_MESSAGE
+
+
+@pytest.mark.parametrize("over", [0, 10_000])
+def test_a_stderr_line_is_redacted_before_it_is_cut_so_no_part_of_a_secret_survives_the_cut(
+    over: int,
+) -> None:
+    framer = LineFramer(STDERR_LINE_CHARS * 4)
+    [line] = framer.feed(("P" * (STDERR_LINE_CHARS - 4) + SECRET + "e" * over + "\n").encode())
+
+    shown = stderr_text(line, Redactor([SECRET]))
+
+    assert SECRET[:4] not in shown
+    assert shown.startswith("P" * (STDERR_LINE_CHARS - 4) + REDACTED[:4] + " [cut: a line of ")
+
+
+def test_a_short_stderr_line_is_shown_whole_with_its_secrets_redacted() -> None:
+    shown = stderr_text(f"ready; my secret is {SECRET}".encode(), Redactor([SECRET]))
+
+    assert shown == f"ready; my secret is {REDACTED}"
 
 
 def test_an_output_has_its_strings_and_keys_redacted_and_is_kept_as_is_without_secrets() -> None:
