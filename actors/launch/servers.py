@@ -67,13 +67,15 @@ def run_api(
     """``raydag serve`` until SIGINT or SIGTERM; ``build(settings, dsn)`` is the Serve application. Returns the
     signal that stopped it once everything it started has stopped, and says how long each step of the stop
     took. ``PortTaken`` / ``PortShared`` when it cannot own its port (after stopping what it had started; a
-    Serve it found running in a cluster it joined is left as it was).
+    Serve it found running in a cluster it joined is left as it was). ``ConfigurationError`` before anything
+    starts when the API would refuse its keys, or when ``RAYDAG_DATABASE_URL`` does not answer.
 
     With a Ray of its own and no ``RAYDAG_MCP_URL``, the supervisor's tool calls go to a tool server in this
     process (``tool_server_beside``), not through the Serve proxy to the app's ``/mcp`` (which stays, for any
     other MCP client): the settings ``build`` gets name it as ``mcp_url``."""
     from ray import serve
 
+    settings.api_key_grants()  # ConfigurationError: the development keys off loopback, before anything starts
     own_ray = not os.environ.get("RAY_ADDRESS")
     if own_ray:  # refuse a taken port before starting anything
         ensure_free(settings.host, settings.port)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -135,9 +138,80 @@ async def create_pool(dsn: str, *, max_size: int, application_name: str = "rayda
     return pool
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+REACH_TIMEOUT_S = 5.0
+"""How long ``reach`` waits for the database to answer a connection."""
+
+
+class DatabaseUnreachable(Exception):
+    """No connection to the database a DSN names: ``where`` (its host and port as written) and ``reason``;
+    never the DSN itself, which may hold a password."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"cannot connect to {where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+def dsn_problem(dsn: str) -> str | None:
+    """Why ``dsn`` is not a PostgreSQL URL, or ``None``; the answer never quotes it (it may hold a password).
+    What only connecting tells (a port that is not a number, an unknown ``sslmode``) is ``reach``'s to say."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError as exc:  # an unbalanced [ or ] around a host
+        return f"not a URL ({exc})"
+    if parts.scheme not in POSTGRES_SCHEMES:
+        return "expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+    for host in parts.netloc.rpartition("@")[2].split(","):  # host[:port], several for a multi-host URL
+        port = host.rsplit("]", 1)[-1].partition(":")[2]
+        if port and not port.isdigit():
+            return f"the port {port!r} is not a number"
+    return None
+
+
+async def reach(dsn: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Connect to ``dsn`` once and close: ``DatabaseUnreachable`` says why not, in a line."""
+    try:
+        connection = await asyncpg.connect(dsn, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise DatabaseUnreachable(_address(dsn), _reason(exc, dsn, timeout_s)) from None
+    await connection.close()
+
+
+def _address(dsn: str) -> str:
+    """The host and port ``dsn`` names, as written (several for a multi-host URL); PostgreSQL's default port
+    added to one host without a port."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "the database"
+    hosts = parts.netloc.rpartition("@")[2] or ",".join(parse_qs(parts.query).get("host", ()))
+    if not hosts:
+        return "the default local socket"
+    single = "," not in hosts and not hosts.startswith("/")
+    return f"{hosts}:5432" if single and not hosts.rsplit("]", 1)[-1].count(":") else hosts
+
+
+def _reason(exc: BaseException, dsn: str, timeout_s: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout_s:g}s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host ({exc.strerror})"
+    if isinstance(exc, asyncpg.InvalidPasswordError) and not _has_password(dsn):
+        return f"{exc} (the URL holds no password)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _has_password(dsn: str) -> bool:
+    parts = urlsplit(dsn)
+    return parts.password is not None or "password" in parse_qs(parts.query) or "PGPASSWORD" in os.environ
+
+
 def with_database(dsn: str, name: str) -> str:
     """``dsn`` pointed at database ``name`` on the same server (query parameters such as ``host`` kept)."""
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(dsn)
     return urlunsplit(parts._replace(path="/" + name))

@@ -1,0 +1,106 @@
+"""A configuration mistake ends a ``raydag`` command before it starts anything: one line on stderr naming the
+setting and what is wrong, exit 2, and neither Ray nor PostgreSQL started (no Ray session directory under the
+command's ``TMPDIR``, no embedded database under its ``RAYDAG_HOME``)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cli import environment, raydag
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port bound by this test and never listened on: a connection to it is refused."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
+
+
+def configured(tmp_path: Path, **settings: str) -> dict[str, str]:
+    """The command's environment: ``RAYDAG_HOME`` and ``TMPDIR`` (where a Ray it started would put its
+    session) of this test's own, and ``settings``."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return environment(tmp_path / "home", TMPDIR=str(tmp_path / "tmp"), **settings)
+
+
+def assert_refused_before_starting(
+    done: subprocess.CompletedProcess[str], tmp_path: Path, setting: str
+) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"configuration error: {setting}"), line
+    assert not (tmp_path / "tmp" / "ray").exists(), "a Ray session was started"
+    assert not (tmp_path / "home" / "pgdata").exists(), "the embedded PostgreSQL was started"
+
+
+COMMANDS = {
+    "run": ["run", "C-102"],
+    "batch": ["batch", "{cases}"],
+    "demo": ["demo"],
+    "serve": ["serve"],
+    "seed": ["seed", "--demo"],
+    "prune": ["prune", "--older-than", "30d"],
+    "mcp": ["mcp", "--port", "{port}"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_database_that_refuses_connections_is_named_in_one_line_before_ray_starts(
+    command: str, closed_port: int, tmp_path: Path
+) -> None:
+    cases = tmp_path / "cases.txt"
+    cases.write_text("C-102\n")
+    args = [arg.format(cases=cases, port=closed_port) for arg in COMMANDS[command]]
+    dsn = f"postgresql://postgres@127.0.0.1:{closed_port}/raydag"
+
+    done = raydag(*args, env=configured(tmp_path, RAYDAG_DATABASE_URL=dsn), timeout=120)
+
+    assert_refused_before_starting(done, tmp_path, "RAYDAG_DATABASE_URL")
+    assert f"cannot connect to 127.0.0.1:{closed_port}: connection refused" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("dsn", "problem"),
+    [
+        pytest.param("not-a-dsn", "expected postgresql://", id="not-a-url"),
+        pytest.param(
+            "postgresql://postgres@127.0.0.1:54x2/raydag", "the port '54x2' is not a number", id="port"
+        ),
+        pytest.param(
+            "postgresql://postgres@127.0.0.1/raydag?sslmode=sometimes", "`sslmode` parameter", id="sslmode"
+        ),
+    ],
+)
+def test_a_database_url_that_does_not_parse_is_named_in_one_line(
+    dsn: str, problem: str, tmp_path: Path
+) -> None:
+    done = raydag("run", "C-102", env=configured(tmp_path, RAYDAG_DATABASE_URL=dsn), timeout=120)
+
+    assert_refused_before_starting(done, tmp_path, "RAYDAG_DATABASE_URL")
+    assert problem in done.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_api_keys_that_are_not_json_stop_the_command_before_postgresql_and_ray_start(
+    command: str, tmp_path: Path
+) -> None:
+    """Before: ``raydag serve`` started PostgreSQL, Ray and Serve and failed in the API's replica 13 s later."""
+    args = COMMANDS[command]
+
+    done = raydag(*args, env=configured(tmp_path, RAYDAG_API_KEYS="{broken"), timeout=120)
+
+    assert_refused_before_starting(done, tmp_path, "RAYDAG_API_KEYS")
+    assert "expected a JSON object" in done.stderr
+
+
+def test_serve_off_loopback_without_api_keys_stops_before_postgresql_and_ray_start(tmp_path: Path) -> None:
+    done = raydag("serve", env=configured(tmp_path, RAYDAG_HOST="0.0.0.0"), timeout=120)
+
+    assert_refused_before_starting(done, tmp_path, "RAYDAG_HOST=0.0.0.0 is not a loopback address")
