@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from actors.api.views import read_report
 from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request, approvals
+from actors.cli.problems import refusal_of
 from actors.cli.questions import questions
 from actors.cli.report import (
     EXIT_BAD_INPUT,
@@ -211,8 +212,6 @@ def batch(
     review: ReviewOption = False,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
-    from rich.text import Text
-
     from actors.cli.batch import (
         BatchFileInvalid,
         BatchInterrupted,
@@ -250,9 +249,9 @@ def batch(
                 submitted = _submit(
                     runtime, principal, resource=about, goal=None, key=None, planner=planner, review=review
                 )
-                refusal = _refusal(submitted, resource=about, tenant=tenant)
-                if refusal is not None:
-                    return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
+                refused = refusal_of(submitted, resource=about, tenant=tenant)
+                if refused is not None:
+                    return CaseResult.refused(case_id, submitted.outcome, refused.line)
                 assert submitted.run_id is not None
                 try:
                     return CaseResult.of_run(
@@ -546,11 +545,10 @@ def _run_case(
     submitted = _submit(
         runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan, review=review
     )
-    refusal = _refusal(submitted, resource=resource, tenant=tenant)
-    if refusal is not None:
-        message, code = refusal
-        errors.print(message)
-        raise typer.Exit(code)
+    refused = refusal_of(submitted, resource=resource, tenant=tenant)
+    if refused is not None:
+        errors.print(refused.text)
+        raise typer.Exit(refused.exit_code)
     assert submitted.run_id is not None
     if review:
         errors.print(
@@ -612,25 +610,6 @@ def _submit(
     )
     result: SubmitResult = ray.get(runtime.next_supervisor().submit.remote(request))
     return result
-
-
-def _refusal(submitted: SubmitResult, *, resource: Mapping[str, str], tenant: str) -> tuple[str, int] | None:
-    """Why a submission started no run (rich markup: the refusal as every surface words it) and the exit code
-    that says so (2: the request must change; 1: it may be retried later); ``None`` if it started one."""
-    from actors.run.submission import Submission
-
-    refusal = submitted.refusal()
-    if refusal is None:
-        return None
-    code = EXIT_BAD_INPUT if refusal.requester_must_act else EXIT_RUN_FAILED
-    if submitted.outcome is Submission.RESOURCE_NOT_FOUND:  # the console knows the tenant, and the remedy
-        what = f"case {resource['case_id']!r}" if "case_id" in resource else f"resource {dict(resource)!r}"
-        return (
-            f"[red]{escape(what)} was not found for tenant {escape(repr(tenant))}.[/red] "
-            "Load data with `raydag seed FILE` (or `raydag seed --demo`).",
-            code,
-        )
-    return f"[red]no run was started ({escape(refusal.problem)}):[/red] {escape(refusal.detail)}", code
 
 
 def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, Any]:
