@@ -163,6 +163,8 @@ def run(
     settings = _settings(toolsets)
     about = _resource_of(case_id, resource or [], key=_resource_key(settings), planned=plan is not None)
     proposal = _read_plan(plan) if plan is not None else None
+    if proposal is not None:
+        _refuse_a_wrong_plan(proposal, settings, resource=about, tenant=tenant)
     try:
         with local_runtime(settings) as runtime:
             report = _run_case(
@@ -479,7 +481,8 @@ def mcp(
 
 def _read_plan(path: Path) -> dict[str, Any]:
     """A plan file's JSON object; anything else ends the command (exit 2) naming the file and the problem.
-    The plan itself is validated by the supervisor, as a plan posted to the API is."""
+    The plan itself is admitted by the supervisor, as a plan posted to the API is (``_refuse_a_wrong_plan``
+    first)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -489,6 +492,24 @@ def _read_plan(path: Path) -> dict[str, Any]:
         errors.print(f"[red]the plan {escape(str(path))} is not a JSON object[/red]")
         raise typer.Exit(EXIT_BAD_INPUT)
     return document
+
+
+def _refuse_a_wrong_plan(
+    plan: Mapping[str, Any], settings: Settings, *, resource: Mapping[str, str], tenant: str
+) -> None:
+    """End the command, before Ray or PostgreSQL start, on a plan the supervisor would certainly refuse (its
+    shape, references, a tool the toolsets do not declare: ``refuse_before_listing``), in the words and with
+    the exit code of its refusal."""
+    from actors.launch.local import PLACEHOLDER_URL
+    from actors.run.submission import refused_submission
+    from dag.admission import refuse_before_listing
+
+    declared = settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL).tool_servers
+    refused = refuse_before_listing(plan, declared, max_nodes=settings.budgets.max_nodes)
+    refusal = refusal_of(refused_submission(refused), resource=resource, tenant=tenant) if refused else None
+    if refusal is not None:
+        errors.print(refusal.text)
+        raise typer.Exit(refusal.exit_code)
 
 
 def _resource_key(settings: Settings) -> str | None:

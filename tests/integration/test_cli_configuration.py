@@ -1,16 +1,20 @@
 """A configuration mistake ends a ``raydag`` command before it starts anything: one line on stderr naming the
 setting and what is wrong, exit 2, and neither Ray nor PostgreSQL started (no Ray session directory under the
-command's ``TMPDIR``, no embedded database under its ``RAYDAG_HOME``)."""
+command's ``TMPDIR``, no embedded database under its ``RAYDAG_HOME``). So does a plan of one's own that the
+supervisor would certainly refuse, in the words of the API's refusal."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.integration.conftest import DEMO_KEY, auth
 from tests.integration.test_cli import environment, raydag
 
 
@@ -29,15 +33,19 @@ def configured(tmp_path: Path, **settings: str) -> dict[str, str]:
     return environment(tmp_path / "home", TMPDIR=str(tmp_path / "tmp"), **settings)
 
 
+def assert_nothing_started(done: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "tmp" / "ray").exists(), "a Ray session was started"
+    assert not (tmp_path / "home" / "pgdata").exists(), "the embedded PostgreSQL was started"
+
+
 def assert_refused_before_starting(
     done: subprocess.CompletedProcess[str], tmp_path: Path, setting: str
 ) -> None:
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
+    assert_nothing_started(done, tmp_path)
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"configuration error: {setting}"), line
-    assert not (tmp_path / "tmp" / "ray").exists(), "a Ray session was started"
-    assert not (tmp_path / "home" / "pgdata").exists(), "the embedded PostgreSQL was started"
 
 
 COMMANDS = {
@@ -104,3 +112,38 @@ def test_serve_off_loopback_without_api_keys_stops_before_postgresql_and_ray_sta
     done = raydag("serve", env=configured(tmp_path, RAYDAG_HOST="0.0.0.0"), timeout=120)
 
     assert_refused_before_starting(done, tmp_path, "RAYDAG_HOST=0.0.0.0 is not a loopback address")
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        pytest.param(
+            [{"id": "case", "tool": "caseops_get_case_snapshott", "args": {}}], id="undeclared-tool"
+        ),
+        pytest.param(
+            [{"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": {"$ref": "policy"}}}],
+            id="unknown-reference",
+        ),
+    ],
+)
+def test_a_plan_the_api_would_refuse_is_refused_in_its_words_before_the_database_or_ray(
+    nodes: list[dict[str, object]], client: httpx.Client, closed_port: int, tmp_path: Path
+) -> None:
+    """The plan's error wins over a database that is not there: nothing was started to find it."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": nodes}))
+    dsn = f"postgresql://postgres@127.0.0.1:{closed_port}/raydag"
+
+    done = raydag("run", "C-102", "--plan", str(plan), env=configured(tmp_path, RAYDAG_DATABASE_URL=dsn))
+    posted = client.post("/runs", json={"case_id": "C-102", "plan": {"nodes": nodes}}, headers=auth(DEMO_KEY))
+
+    assert_nothing_started(done, tmp_path)
+    assert posted.status_code == 422, posted.text
+    problem = posted.json()
+    headline, where = done.stderr.strip().splitlines()
+    assert headline == f"no run was started ({problem['type'].rsplit('/', 1)[-1]}): {problem['detail']}"
+    error = problem["plan_error"]
+    assert (
+        where
+        == f"  plan_error: code {error['code']}, node_id {error['node_id']}, location {error['location']}"
+    )
