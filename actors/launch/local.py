@@ -68,7 +68,7 @@ def database(settings: Settings) -> Iterator[str]:
     if settings.database_url is not None:
         dsn = settings.database_url.get_secret_value()
         try:
-            asyncio.run(reach(dsn))
+            reach(dsn)
         except DatabaseUnreachable as exc:
             raise ConfigurationError(f"RAYDAG_DATABASE_URL: {exc}") from None
         yield dsn

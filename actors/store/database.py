@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
@@ -18,6 +20,7 @@ import asyncpg
 log = logging.getLogger(__name__)
 
 EMBEDDED_DATABASE = "raydag"
+T = TypeVar("T")
 
 
 @contextmanager
@@ -63,10 +66,15 @@ def _forget_dead_users(pgdata: Path) -> None:
             users.put(alive)
 
 
-def _run_sync(coroutine: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coroutine)
+def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``coroutine`` run to its end from synchronous code: in a thread of its own when this thread runs an event
+    loop already (a Serve replica's constructor does), where ``asyncio.run`` refuses."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1, thread_name_prefix="raydag-database") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def ensure_database(admin_dsn: str, name: str) -> None:
@@ -169,8 +177,13 @@ def dsn_problem(dsn: str) -> str | None:
     return None
 
 
-async def reach(dsn: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """Connect to ``dsn`` once and close: ``DatabaseUnreachable`` says why not, in a line."""
+def reach(dsn: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Connect to ``dsn`` once and close, from synchronous code: ``DatabaseUnreachable`` says why not, in a
+    line."""
+    _run_sync(_connect_once(dsn, timeout_s))
+
+
+async def _connect_once(dsn: str, timeout_s: float) -> None:
     try:
         connection = await asyncpg.connect(dsn, timeout=timeout_s)
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
