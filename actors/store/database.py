@@ -163,7 +163,8 @@ class DatabaseUnreachable(Exception):
 
 def dsn_problem(dsn: str) -> str | None:
     """Why ``dsn`` is not a PostgreSQL URL, or ``None``; the answer never quotes it (it may hold a password).
-    What only connecting tells (a port that is not a number, an unknown ``sslmode``) is ``reach``'s to say."""
+    What only asyncpg or the server can tell (an unknown ``sslmode``, a host that does not resolve) is
+    ``reach``'s to say."""
     try:
         parts = urlsplit(dsn)
     except ValueError as exc:  # an unbalanced [ or ] around a host
