@@ -1,14 +1,15 @@
 """Admission: whether a request may become a run, and whether a plan may become a round of one.
 
 Every path that accepts a plan asks here: a request submitted, with its plan or for a planner to write one
-(``admit_run``); a plan a planner proposed, a replan, or a submitted plan taken up again after a recovery
-(``admit_round``); a plan streamed node by node (``round_validator``). Each answer is a value — admitted, or
-why not — that the caller ``match``es and records.
+(``admit_run``, and ``refuse_before_listing`` for what is certain before any server is listed); a plan a
+planner proposed, a replan, or a submitted plan taken up again after a recovery (``admit_round``); a plan
+streamed node by node (``round_validator``). Each answer is a value — admitted, or why not — that the caller
+``match``es and records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,6 +220,20 @@ def admit_run(
     # that server is down.
     checked_by = (planned if planned is not None else offered) + reachable
     return RunAdmitted(chosen, lowered, checked, frozenset(usable), tuple(checked_by))
+
+
+def refuse_before_listing(
+    plan: Mapping[str, Any], declared: Collection[str], *, max_nodes: int
+) -> PlanRefused | None:
+    """What ``admit_run`` would certainly refuse in ``plan`` before a single server is listed: its shape, size,
+    node ids, references and identity fields, and a tool no toolset declares (a server's other tools are never
+    offered). ``None`` leaves the rest to admission: a node's arguments, which only the listed schema judges,
+    and a declared tool whose server does not list it (the run is then created, and stops with it)."""
+    try:
+        validate_plan(Plan.parse(plan), dict.fromkeys(declared), max_nodes=max_nodes)
+    except PlanInvalid as exc:
+        return PlanRefused(exc)
+    return None
 
 
 def _names_unlisted(plan: Mapping[str, Any], offer: Offer) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.protocols import Validator
 
-from dag.contracts import ToolCatalogue, ToolContract
+from dag.contracts import ToolContract
 from dag.errors import PlanErrorCode, PlanInvalid
 from dag.plan import EARLIER_ROUND_REF, NODE_ID_PATTERN, Plan, PlanNode
 from dag.refs import ItemRef, Path, check_pointer, format_path, iter_references
@@ -38,9 +38,14 @@ FORBIDDEN_ARGUMENT_KEYS = frozenset(
 """Identity and credentials come from authentication, never from a plan: a plan carrying them is rejected."""
 
 
+Declared = Mapping[str, ToolContract | None]
+"""Tools by name, a tool's contract ``None`` while its server has not been listed: a node naming it is checked
+for everything but its arguments. A ``ToolCatalogue`` is one whose every contract is known."""
+
+
 def validate_plan(
     plan: Plan,
-    catalogue: ToolCatalogue,
+    catalogue: Declared,
     *,
     max_nodes: int,
     round_number: int = 1,
@@ -79,7 +84,7 @@ class PlanValidator:
 
     def __init__(
         self,
-        catalogue: ToolCatalogue,
+        catalogue: Declared,
         *,
         max_nodes: int,
         round_number: int = 1,
@@ -115,8 +120,7 @@ class PlanValidator:
                 node_id=node.id,
                 location=f"{location}/id",
             )
-        contract = self._catalogue.get(node.tool)
-        if contract is None:
+        if node.tool not in self._catalogue:
             raise PlanInvalid(
                 PlanErrorCode.UNKNOWN_TOOL,
                 f"tool {node.tool[:80]!r} is not in this run's tool catalogue",
@@ -126,7 +130,9 @@ class PlanValidator:
         _check_no_identity_fields(node, location)
         _check_storable(node, location)
         _check_references(node, self._seen, self._announced, self._earlier, self._round, location)
-        _check_static_arguments(node, contract, location)
+        contract = self._catalogue[node.tool]
+        if contract is not None:
+            _check_static_arguments(node, contract, location)
         self._seen.add(node.id)
 
 

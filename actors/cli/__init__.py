@@ -1,5 +1,6 @@
 """The ``raydag`` command: ``main`` (the commands: demo, run, serve, batch, report, …), ``batch`` (a file of
 runs, driven with bounded concurrency), ``report`` (a run as the terminal shows it, and its exit code),
+``problems`` (a refusal as the terminal shows it: the API's, or the supervisor's, with every member),
 ``approvals`` (a person's decisions on a run's writes), ``reviews`` (on its plans) and ``questions`` (answers to
 its planner), all through the API.
 

@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from actors.cli.problems import problem
 from actors.cli.report import EXIT_BAD_INPUT, EXIT_RUN_FAILED, console_for
 
 approvals = typer.Typer(
@@ -49,7 +50,8 @@ def api_request(
     retryable: Collection[int] = (),
 ) -> Any:
     """The API's JSON answer to one request; a refusal or an unreachable API is printed and exits: 2 for a
-    refusal the request must change to avoid, 1 for a 5xx, an unreachable API, or a ``retryable`` status."""
+    refusal the request must change to avoid, 1 for a 5xx, an unreachable API, or a ``retryable`` status. A
+    refusal is printed whole: its detail, then each field at fault and each member the API adds (``known``…)."""
     import httpx
 
     if not api_key:
@@ -71,12 +73,13 @@ def api_request(
     except ValueError:
         answer = {"title": str(response.status_code), "detail": response.text[:500]}
     if response.status_code >= 400:
-        problem = str(answer.get("type", "")).rsplit("/", 1)[-1]
-        title = str(answer.get("title", response.status_code))
-        named = f"{title} ({problem})" if problem else title
-        errors.print(f"[red]{escape(named)}:[/red] {escape(str(answer.get('detail', '')))}")
-        again = response.status_code >= 500 or response.status_code in retryable
-        raise typer.Exit(EXIT_RUN_FAILED if again else EXIT_BAD_INPUT)
+        refused = problem(
+            answer if isinstance(answer, dict) else {"detail": str(answer)},
+            status=response.status_code,
+            retry=response.status_code in retryable,
+        )
+        errors.print(refused.text)
+        raise typer.Exit(refused.exit_code)
     return answer
 
 

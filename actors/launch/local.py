@@ -16,11 +16,11 @@ from typing import Any
 
 from actors.launch.background_server import BackgroundServer
 from actors.launch.hosting import MCP_PATH, HostedServer, hosted
-from actors.launch.settings import Settings
+from actors.launch.settings import ConfigurationError, Settings
 from actors.launch.shutdown import become_subreaper, catch_stop_signals, stop_descendants
 from actors.observe.tracing import configure_tracing
 from actors.run.submission import Drained
-from actors.store.database import embedded_postgres
+from actors.store.database import DatabaseUnreachable, embedded_postgres, reach
 from actors.store.setup import prepare_database
 from actors.supervisor import NAMESPACE, SupervisorConfig, get_or_create_supervisor, supervisor_names
 from actors.toolsets.config import Toolsets, load_toolsets
@@ -62,9 +62,16 @@ class Runtime:
 
 @contextmanager
 def database(settings: Settings) -> Iterator[str]:
-    """The DSN of ``RAYDAG_DATABASE_URL``, or of the embedded server (stopped again on exit)."""
+    """The DSN of ``RAYDAG_DATABASE_URL``, once it answers a connection (a ``ConfigurationError`` naming the
+    variable and the reason otherwise, before anything else is started); or of the embedded server (stopped
+    again on exit)."""
     if settings.database_url is not None:
-        yield settings.database_url.get_secret_value()
+        dsn = settings.database_url.get_secret_value()
+        try:
+            reach(dsn)
+        except DatabaseUnreachable as exc:
+            raise ConfigurationError(f"RAYDAG_DATABASE_URL: {exc}") from None
+        yield dsn
     else:
         with embedded_postgres(settings.home_dir) as dsn:
             yield dsn

@@ -74,7 +74,8 @@ def run_api(
     """``raydag serve`` until SIGINT or SIGTERM; ``build(settings, dsn)`` is the Serve application. Returns the
     signal that stopped it once everything it started has stopped, and says how long each step of the stop
     took. ``PortTaken`` / ``PortShared`` when it cannot own its port (after stopping what it had started; a
-    Serve it found running in a cluster it joined is left as it was).
+    Serve it found running in a cluster it joined is left as it was). ``ConfigurationError`` before anything
+    starts when the API would refuse its keys, or when ``RAYDAG_DATABASE_URL`` does not answer.
 
     With a Ray of its own, no ``RAYDAG_MCP_URL`` and toolsets that have raydag host a server, the supervisor's
     tool calls go to that server in this process (``tool_server_beside``), not through the Serve proxy to the
@@ -82,6 +83,7 @@ def run_api(
     ``mcp_url``. Toolsets that host none (servers of your own, over stdio or HTTP) are called where they are."""
     from ray import serve
 
+    settings.api_key_grants()  # ConfigurationError: the development keys off loopback, before anything starts
     own_ray = not os.environ.get("RAY_ADDRESS")
     if own_ray:  # refuse a taken port before starting anything
         ensure_free(settings.host, settings.port)

@@ -6,6 +6,7 @@ import ipaddress
 import json
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -16,6 +17,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +33,10 @@ from dag.contracts import Risk
 from dag.policy import Principal, TenantPolicy
 from dag.tokens import MIN_KEY_BYTES
 from planner.openai_planner import OpenAISettings
+
+
+class ConfigurationError(ValueError):
+    """The environment holds settings raydag cannot run with; the message names each variable at fault."""
 
 
 class ApiKeyGrant(BaseModel):
@@ -155,11 +161,31 @@ class Settings(BaseSettings):
     """JSON ``{"<tenant>": {"self_approval": ["reversible_write"]}}``: what each tenant lets its people do.
     Unset, or a tenant not named: the strictest (nobody decides their own run's operations)."""
 
-    @field_validator("tenant_policy")
+    @field_validator("api_keys", "tenant_tools", "tenant_policy")
     @classmethod
-    def _tenant_policy_parses(cls, value: str | None) -> str | None:
+    def _json_parses(cls, value: SecretStr | str | None, info: ValidationInfo) -> SecretStr | str | None:
+        """A malformed JSON setting stops the command at load, named, before it starts anything."""
         if value is not None:
-            _tenant_policy_entries(value)  # a malformed policy stops the command at start, named
+            _JSON_SETTINGS[info.field_name or ""](
+                value.get_secret_value() if isinstance(value, SecretStr) else value
+            )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_is_postgresql(cls, value: SecretStr | None) -> SecretStr | None:
+        from actors.store.database import dsn_problem  # not asyncpg on every import of the settings
+
+        problem = dsn_problem(value.get_secret_value()) if value is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("token_key")
+    @classmethod
+    def _token_key_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and 0 < len(value.get_secret_value().encode("utf-8")) < MIN_KEY_BYTES:
+            raise ValueError(f"must be at least {MIN_KEY_BYTES} bytes long")
         return value
 
     @model_validator(mode="after")
@@ -179,10 +205,7 @@ class Settings(BaseSettings):
         """The key task tokens are signed with: ``RAYDAG_TOKEN_KEY`` if set, else one generated once per
         installation under ``RAYDAG_HOME`` (written atomically: a concurrent first start keeps exactly one)."""
         if self.token_key is not None and self.token_key.get_secret_value():
-            key = self.token_key.get_secret_value().encode("utf-8")
-            if len(key) < MIN_KEY_BYTES:
-                raise ValueError(f"RAYDAG_TOKEN_KEY must be at least {MIN_KEY_BYTES} bytes long")
-            return key
+            return self.token_key.get_secret_value().encode("utf-8")  # long enough: checked at load
         home = self.home_dir
         path = home / "token.key"
         if not path.exists():
@@ -204,24 +227,16 @@ class Settings(BaseSettings):
         return Budgets(max_nodes=self.max_nodes, max_fanout=self.max_fanout)
 
     def api_key_grants(self) -> dict[str, ApiKeyGrant]:
-        """``RAYDAG_API_KEYS`` (JSON: key → grant), or the documented dev keys — on a loopback host only."""
+        """``RAYDAG_API_KEYS`` (JSON: key → grant), or the documented dev keys — on a loopback host only: a
+        ``ConfigurationError`` otherwise, which ``raydag serve`` meets before it starts anything."""
         if self.api_keys is None:
             if not _is_loopback(self.host):
-                raise ValueError(
+                raise ConfigurationError(
                     f"RAYDAG_HOST={self.host} is not a loopback address: set RAYDAG_API_KEYS; the documented "
                     "development keys are refused off loopback"
                 )
             return dict(DEV_API_KEYS)
-        try:
-            raw: Any = json.loads(self.api_keys.get_secret_value())
-            if not isinstance(raw, dict):
-                raise ValueError("expected a JSON object")
-            return {key: ApiKeyGrant.model_validate(grant) for key, grant in raw.items()}
-        except (ValueError, ValidationError) as exc:
-            raise ValueError(
-                'RAYDAG_API_KEYS must be a JSON object {"<key>": {"tenant_id": ..., "subject": ..., '
-                f'"scopes": [...]}}: {exc}'
-            ) from None
+        return _api_key_grants(self.api_keys.get_secret_value())
 
     def openai_settings(self) -> OpenAISettings | None:
         """The model planner's settings, or ``None`` without ``OPENAI_API_KEY``."""
@@ -263,20 +278,7 @@ class Settings(BaseSettings):
 
     def tenant_tool_grants(self) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
         """``RAYDAG_TENANT_TOOLS`` as (tenant, tools) pairs, or ``None`` when every tenant gets every tool."""
-        if self.tenant_tools is None:
-            return None
-        try:
-            raw: Any = json.loads(self.tenant_tools)
-            if not isinstance(raw, dict) or not all(
-                isinstance(tools, list) and all(isinstance(tool, str) for tool in tools)
-                for tools in raw.values()
-            ):
-                raise ValueError("expected a JSON object of lists of tool names")
-        except ValueError as exc:
-            raise ValueError(
-                f'RAYDAG_TENANT_TOOLS must be JSON {{"<tenant>": ["<tool>", ...]}}: {exc}'
-            ) from None
-        return tuple(sorted((tenant, tuple(sorted(tools))) for tenant, tools in raw.items()))
+        return _tenant_tools(self.tenant_tools) if self.tenant_tools is not None else None
 
     def tenant_policies(self) -> tuple[tuple[str, TenantPolicy], ...]:
         """``RAYDAG_TENANT_POLICY`` as (tenant, policy) pairs; a tenant not named gets ``TenantPolicy()``."""
@@ -284,26 +286,67 @@ class Settings(BaseSettings):
         return tuple((tenant, entries[tenant].policy()) for tenant in sorted(entries))
 
 
-def _tenant_policy_entries(text: str) -> dict[str, TenantPolicyEntry]:
-    """Each tenant's entry of ``RAYDAG_TENANT_POLICY``; a ``ValueError`` names the tenant and field at fault."""
-    shape = 'JSON {"<tenant>": {"self_approval": ["reversible_write", ...]}}'
+def _json_object(text: str, shape: str) -> dict[str, Any]:
+    """``text`` as a JSON object; a ``ValueError`` says it is not ``shape`` (JSON's own reason quotes no part of
+    the text: a setting may be a secret)."""
     try:
         raw: Any = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"expected {shape}: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"expected {shape}")
+    return raw
+
+
+def _problems(exc: ValidationError) -> str:
+    """Each error of ``exc`` as ``field: what is wrong``, never the value given."""
+    return "; ".join(
+        f"{'.'.join(map(str, error['loc'])) or 'entry'}: {str(error['msg']).removeprefix('Value error, ')}"
+        for error in exc.errors(include_url=False)
+    )
+
+
+def _tenant_policy_entries(text: str) -> dict[str, TenantPolicyEntry]:
+    """Each tenant's entry of ``RAYDAG_TENANT_POLICY``; a ``ValueError`` names the tenant and field at fault."""
+    raw = _json_object(text, 'JSON {"<tenant>": {"self_approval": ["reversible_write", ...]}}')
     entries = {}
     for tenant, entry in raw.items():
         try:
             entries[tenant] = TenantPolicyEntry.model_validate(entry)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, error['loc'])) or 'entry'}: {str(error['msg']).removeprefix('Value error, ')}"
-                for error in exc.errors(include_url=False)
-            )
-            raise ValueError(f"tenant {tenant!r}: {problems}") from None
+            raise ValueError(f"tenant {tenant!r}: {_problems(exc)}") from None
     return entries
+
+
+def _api_key_grants(text: str) -> dict[str, ApiKeyGrant]:
+    """Each key's grant in ``RAYDAG_API_KEYS``; a ``ValueError`` names the grant at fault by its position, never
+    by its key."""
+    raw = _json_object(text, 'a JSON object {"<key>": {"tenant_id": ..., "subject": ..., "scopes": [...]}}')
+    grants = {}
+    for position, (key, grant) in enumerate(raw.items(), start=1):
+        try:
+            grants[key] = ApiKeyGrant.model_validate(grant)
+        except ValidationError as exc:
+            raise ValueError(f"the grant of key {position} of {len(raw)}: {_problems(exc)}") from None
+    return grants
+
+
+def _tenant_tools(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``RAYDAG_TENANT_TOOLS`` as (tenant, tools) pairs; a ``ValueError`` says what is wrong."""
+    shape = 'JSON {"<tenant>": ["<tool>", ...]}'
+    raw = _json_object(text, shape)
+    for tenant, tools in raw.items():
+        if not isinstance(tools, list) or not all(isinstance(tool, str) for tool in tools):
+            raise ValueError(f"tenant {tenant!r}: expected a list of tool names, as in {shape}")
+    return tuple(sorted((tenant, tuple(sorted(tools))) for tenant, tools in raw.items()))
+
+
+_JSON_SETTINGS: dict[str, Callable[[str], object]] = {
+    "api_keys": _api_key_grants,
+    "tenant_tools": _tenant_tools,
+    "tenant_policy": _tenant_policy_entries,
+}
+"""The parser of each JSON setting: what the settings' methods answer from, and what loading checks."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -313,10 +356,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-class ConfigurationError(ValueError):
-    """The environment holds settings raydag cannot run with; the message names each variable at fault."""
 
 
 def load_settings() -> Settings:

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -30,6 +30,7 @@ from actors.run.submission import (
     RunRequest,
     Submission,
     SubmitResult,
+    refused_submission,
 )
 from actors.store.decisions import DecisionWakeups
 from actors.store.operations import Operation, OperationStore
@@ -42,20 +43,7 @@ from actors.store.runs import Creation, RunStore
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets
 from actors.toolsets.pinning import run_pin
 from actors.toolsets.withdrawal import Withdrawal
-from dag.admission import (
-    NoPlanner,
-    Offer,
-    OverLimits,
-    PlannerLacksTools,
-    PlannerUnavailable,
-    PlanRefused,
-    ResourceUnfit,
-    RunAdmitted,
-    RunRefusal,
-    UnknownPlanner,
-    UnknownStage,
-    admit_run,
-)
+from dag.admission import Offer, OverLimits, RunAdmitted, admit_run
 from dag.budget import BudgetAboveLimit, Budgets
 from dag.continuation import (
     ContinueRefusal,
@@ -206,7 +194,7 @@ class RunService:
             stage=request.stage,
         )
         if not isinstance(admission, RunAdmitted):
-            return _refused(admission)
+            return refused_submission(admission)
         refused = await self._check_resource(request.principal, request.resource, admission)
         if refused is not None:
             return refused
@@ -345,11 +333,11 @@ class RunService:
             stage=earlier.stage,
         )
         if not isinstance(admission, RunAdmitted):
-            return _refused(admission)
+            return refused_submission(admission)
         try:
             budgets = continued_budgets(earlier.budgets, self._limits, request.budgets)
         except BudgetAboveLimit as exc:
-            return _refused(OverLimits(exc))
+            return refused_submission(OverLimits(exc))
         refused = await self._check_resource(principal, earlier.resource, admission)
         if refused is not None:
             return refused
@@ -754,32 +742,3 @@ class RunService:
         for cancel in self._cancels.values():
             cancel.set()
         await asyncio.gather(*self._background, *self._runs.values(), return_exceptions=True)
-
-
-def _refused(refusal: RunRefusal) -> SubmitResult:
-    """Admission's refusal, as the submission's answer."""
-    match refusal:
-        case NoPlanner(known=known):
-            return SubmitResult(Submission.NO_PLANNER, error={"known": list(known)})
-        case UnknownPlanner(planner=planner, known=known):
-            return SubmitResult(Submission.UNKNOWN_PLANNER, error={"planner": planner, "known": list(known)})
-        case PlannerUnavailable(planner=planner, reason=reason):
-            return SubmitResult(Submission.PLANNER_UNAVAILABLE, error={"planner": planner, "reason": reason})
-        case OverLimits(error=exc):
-            above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
-            return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})
-        case PlanRefused(error=exc):
-            return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
-        case ResourceUnfit(mismatch=mismatch):
-            return SubmitResult(
-                Submission.RESOURCE_MISMATCH, error={"message": mismatch.message, **mismatch.as_dict()}
-            )
-        case UnknownStage(stage=stage, known=known):
-            return SubmitResult(Submission.UNKNOWN_STAGE, error={"stage": stage, "known": list(known)})
-        case PlannerLacksTools(planner=planner, missing=missing, lacking=lacking):
-            error: dict[str, Any] = {"planner": planner, "missing": list(missing)}
-            if lacking:
-                error["resource_lacks"] = list(lacking)
-            return SubmitResult(Submission.PLANNER_LACKS_TOOLS, error=error)
-        case _:
-            assert_never(refusal)

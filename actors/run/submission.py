@@ -11,6 +11,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, assert_never
 
+from dag.admission import (
+    NoPlanner,
+    OverLimits,
+    PlannerLacksTools,
+    PlannerUnavailable,
+    PlanRefused,
+    ResourceUnfit,
+    RunRefusal,
+    UnknownPlanner,
+    UnknownStage,
+)
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE
 from dag.fingerprint import sha256_hex
@@ -241,6 +252,35 @@ class SubmitResult:
                 return Refusal(409, "run-already-continued", detail, {"run_id": self.run_id})
             case _:
                 assert_never(self.outcome)
+
+
+def refused_submission(refusal: RunRefusal) -> SubmitResult:
+    """Admission's refusal, as the submission's answer (whichever surface asked admission)."""
+    match refusal:
+        case NoPlanner(known=known):
+            return SubmitResult(Submission.NO_PLANNER, error={"known": list(known)})
+        case UnknownPlanner(planner=planner, known=known):
+            return SubmitResult(Submission.UNKNOWN_PLANNER, error={"planner": planner, "known": list(known)})
+        case PlannerUnavailable(planner=planner, reason=reason):
+            return SubmitResult(Submission.PLANNER_UNAVAILABLE, error={"planner": planner, "reason": reason})
+        case OverLimits(error=exc):
+            above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
+            return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})
+        case PlanRefused(error=exc):
+            return SubmitResult(Submission.PLAN_INVALID, error=exc.as_dict())
+        case ResourceUnfit(mismatch=mismatch):
+            return SubmitResult(
+                Submission.RESOURCE_MISMATCH, error={"message": mismatch.message, **mismatch.as_dict()}
+            )
+        case UnknownStage(stage=stage, known=known):
+            return SubmitResult(Submission.UNKNOWN_STAGE, error={"stage": stage, "known": list(known)})
+        case PlannerLacksTools(planner=planner, missing=missing, lacking=lacking):
+            error: dict[str, Any] = {"planner": planner, "missing": list(missing)}
+            if lacking:
+                error["resource_lacks"] = list(lacking)
+            return SubmitResult(Submission.PLANNER_LACKS_TOOLS, error=error)
+        case _:
+            assert_never(refusal)
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+import os
+import socket
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_DATABASE = "raydag"
+T = TypeVar("T")
 
 
 @contextmanager
@@ -60,10 +66,15 @@ def _forget_dead_users(pgdata: Path) -> None:
             users.put(alive)
 
 
-def _run_sync(coroutine: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coroutine)
+def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``coroutine`` run to its end from synchronous code: in a thread of its own when this thread runs an event
+    loop already (a Serve replica's constructor does), where ``asyncio.run`` refuses."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1, thread_name_prefix="raydag-database") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def ensure_database(admin_dsn: str, name: str) -> None:
@@ -135,9 +146,86 @@ async def create_pool(dsn: str, *, max_size: int, application_name: str = "rayda
     return pool
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+REACH_TIMEOUT_S = 5.0
+"""How long ``reach`` waits for the database to answer a connection."""
+
+
+class DatabaseUnreachable(Exception):
+    """No connection to the database a DSN names: ``where`` (its host and port as written) and ``reason``;
+    never the DSN itself, which may hold a password."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"cannot connect to {where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+def dsn_problem(dsn: str) -> str | None:
+    """Why ``dsn`` is not a PostgreSQL URL, or ``None``; the answer never quotes it (it may hold a password).
+    What only asyncpg or the server can tell (an unknown ``sslmode``, a host that does not resolve) is
+    ``reach``'s to say."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError as exc:  # an unbalanced [ or ] around a host
+        return f"not a URL ({exc})"
+    if parts.scheme not in POSTGRES_SCHEMES:
+        return "expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+    for host in parts.netloc.rpartition("@")[2].split(","):  # host[:port], several for a multi-host URL
+        port = host.rsplit("]", 1)[-1].partition(":")[2]
+        if port and not port.isdigit():
+            return f"the port {port!r} is not a number"
+    return None
+
+
+def reach(dsn: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Connect to ``dsn`` once and close, from synchronous code: ``DatabaseUnreachable`` says why not, in a
+    line."""
+    _run_sync(_connect_once(dsn, timeout_s))
+
+
+async def _connect_once(dsn: str, timeout_s: float) -> None:
+    try:
+        connection = await asyncpg.connect(dsn, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise DatabaseUnreachable(_address(dsn), _reason(exc, dsn, timeout_s)) from None
+    await connection.close()
+
+
+def _address(dsn: str) -> str:
+    """The host and port ``dsn`` names, as written (several for a multi-host URL); PostgreSQL's default port
+    added to one host without a port."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "the database"
+    hosts = parts.netloc.rpartition("@")[2] or ",".join(parse_qs(parts.query).get("host", ()))
+    if not hosts:
+        return "the default local socket"
+    single = "," not in hosts and not hosts.startswith("/")
+    return f"{hosts}:5432" if single and not hosts.rsplit("]", 1)[-1].count(":") else hosts
+
+
+def _reason(exc: BaseException, dsn: str, timeout_s: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout_s:g}s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host ({exc.strerror})"
+    if isinstance(exc, asyncpg.InvalidPasswordError) and not _has_password(dsn):
+        return f"{exc} (the URL holds no password)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _has_password(dsn: str) -> bool:
+    parts = urlsplit(dsn)
+    return parts.password is not None or "password" in parse_qs(parts.query) or "PGPASSWORD" in os.environ
+
+
 def with_database(dsn: str, name: str) -> str:
     """``dsn`` pointed at database ``name`` on the same server (query parameters such as ``host`` kept)."""
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(dsn)
     return urlunsplit(parts._replace(path="/" + name))

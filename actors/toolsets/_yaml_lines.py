@@ -139,7 +139,7 @@ def _is_tag(mapping: dict[Any, Any], part: str) -> bool:
 def located_error(exc: ValidationError, document: LocatedYaml) -> ToolsetsInvalid:
     """The first error of ``exc`` placed in ``document``, the others listed after it."""
     problems: list[tuple[int | None, str, str]] = []
-    for error in exc.errors(include_input=False, include_url=False):
+    for error in _causes(exc.errors(include_input=False, include_url=False)):
         location = tuple(error["loc"])
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
@@ -151,6 +151,21 @@ def located_error(exc: ValidationError, document: LocatedYaml) -> ToolsetsInvali
     line, name, message = problems[0]
     more = [f"{document.source}:{line}: {name}: {text}" for line, name, text in problems[1:]]
     return ToolsetsInvalid(document.source, line, name or None, message, more)
+
+
+def _causes(errors: Sequence[Any]) -> list[Any]:
+    """``errors`` without those that only follow from another: pydantic-core checks a tuple's ``min_length``
+    against the items that validated, so a server that fails makes ``servers`` "too short after validation"
+    as well, an error placed on line 1 that would be reported before the server's own."""
+    return [
+        error
+        for error in errors
+        if error["type"] != "too_short"
+        or not any(
+            len(other["loc"]) > len(error["loc"]) and other["loc"][: len(error["loc"])] == error["loc"]
+            for other in errors
+        )
+    ]
 
 
 def _tag_message(error: Any) -> str:

@@ -69,6 +69,78 @@ def test_a_malformed_tenant_policy_stops_at_start_naming_the_tenant_and_field(
     assert problem in str(raised.value)
 
 
+SECRET_KEY = "sk-secret-key-0123"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        pytest.param(
+            "RAYDAG_API_KEYS",
+            "{broken",
+            'RAYDAG_API_KEYS: expected a JSON object {"<key>": {"tenant_id": ..., "subject": ..., "scopes": '
+            "[...]}}: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+            id="api-keys-not-json",
+        ),
+        pytest.param(
+            "RAYDAG_API_KEYS",
+            f'["{SECRET_KEY}"]',
+            'RAYDAG_API_KEYS: expected a JSON object {"<key>": {"tenant_id": ..., "subject": ..., "scopes": '
+            "[...]}}",
+            id="api-keys-not-an-object",
+        ),
+        pytest.param(
+            "RAYDAG_API_KEYS",
+            f'{{"dev": {{"tenant_id": "t", "subject": "s"}}, "{SECRET_KEY}": {{"tenant_id": "t"}}}}',
+            "RAYDAG_API_KEYS: the grant of key 2 of 2: subject: Field required",
+            id="api-keys-a-grant-short-of-a-field",
+        ),
+        pytest.param(
+            "RAYDAG_TENANT_TOOLS",
+            '{"tenant-a": "caseops_get_case_snapshot"}',
+            "RAYDAG_TENANT_TOOLS: tenant 'tenant-a': expected a list of tool names",
+            id="tenant-tools-not-a-list",
+        ),
+        pytest.param(
+            "RAYDAG_DATABASE_URL",
+            "not-a-dsn",
+            "RAYDAG_DATABASE_URL: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
+            id="database-url-not-a-url",
+        ),
+        pytest.param(
+            "RAYDAG_DATABASE_URL",
+            f"postgresql://raydag:{SECRET_KEY}@db.example:54x2/raydag",
+            "RAYDAG_DATABASE_URL: the port '54x2' is not a number",
+            id="database-url-port-not-a-number",
+        ),
+        pytest.param(
+            "RAYDAG_TOKEN_KEY",
+            "short",
+            "RAYDAG_TOKEN_KEY: must be at least 32 bytes long",
+            id="token-key-short",
+        ),
+    ],
+)
+def test_a_setting_that_does_not_parse_stops_the_load_naming_it_and_quoting_no_secret(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, problem: str
+) -> None:
+    """Parsed at load, not when the API first builds its keys inside Ray Serve, after everything started."""
+    monkeypatch.setenv(variable, value)
+
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings()
+
+    assert str(raised.value).startswith(problem)
+    assert SECRET_KEY not in str(raised.value)
+
+
+def test_the_development_keys_off_loopback_are_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDAG_HOST", "0.0.0.0")
+
+    with pytest.raises(ConfigurationError, match=r"RAYDAG_HOST=0\.0\.0\.0 is not a loopback address"):
+        load_settings().api_key_grants()
+
+
 def test_a_tenant_not_named_in_the_policy_gets_the_strictest(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYDAG_TENANT_POLICY", '{"tenant-a": {"self_approval": ["reversible_write"]}}')
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from actors.api import Problem, raise_for_submission
-from actors.cli.main import EXIT_BAD_INPUT, _refusal
-from actors.cli.report import EXIT_RUN_FAILED
+from actors.cli.problems import Refused, refusal_of
+from actors.cli.report import EXIT_BAD_INPUT, EXIT_RUN_FAILED
 from actors.python_api.session import RunRefused
 from actors.run.submission import RunRequest, Submission, SubmitResult
 from dag.fingerprint import sha256_hex
@@ -96,7 +96,7 @@ def test_a_created_or_replayed_run_is_no_refusal(outcome: Submission) -> None:
 
     assert submitted.refusal() is None
     assert raise_for_submission(submitted, conflicting_run_visible=True) is None
-    assert _refusal(submitted, resource={"case_id": "C-1"}, tenant="t") is None
+    assert refusal_of(submitted, resource={"case_id": "C-1"}, tenant="t") is None
 
 
 def test_the_api_details_and_fields_are_those_it_always_gave() -> None:
@@ -147,33 +147,31 @@ def test_no_planner_says_what_to_set() -> None:
 def test_the_cli_exits_2_when_the_request_must_change_and_1_when_it_may_be_retried(
     outcome: Submission,
 ) -> None:
-    message, code = _refusal(refused(outcome), resource={"case_id": "C-9"}, tenant="tenant-a") or ("", -1)
+    refusal = refusal_of(refused(outcome), resource={"case_id": "C-9"}, tenant="tenant-a")
 
-    assert code == (EXIT_BAD_INPUT if ANSWERED[outcome][0] < 500 else EXIT_RUN_FAILED)
-    assert message.startswith("[red]")
+    assert isinstance(refusal, Refused)
+    assert refusal.exit_code == (EXIT_BAD_INPUT if ANSWERED[outcome][0] < 500 else EXIT_RUN_FAILED)
+    assert refusal.text.startswith("[red]")
 
 
 def test_the_cli_says_which_tools_a_planner_lacks() -> None:
-    message, code = _refusal(
-        refused(Submission.PLANNER_LACKS_TOOLS), resource={"root": "/srv"}, tenant="t"
-    ) or ("", 0)
+    refusal = refusal_of(refused(Submission.PLANNER_LACKS_TOOLS), resource={"root": "/srv"}, tenant="t")
 
-    assert code == EXIT_BAD_INPUT == 2
-    assert "caseops_get_case_snapshot, x" in message
-    assert "planner-lacks-tools" in message
+    assert isinstance(refusal, Refused)
+    assert refusal.exit_code == EXIT_BAD_INPUT == 2
+    assert "caseops_get_case_snapshot, x" in refusal.text
+    assert "planner-lacks-tools" in refusal.text
 
 
 def test_the_cli_says_an_unknown_case_was_not_found_for_the_tenant_and_how_to_load_data() -> None:
-    message, code = _refusal(
+    refusal = refusal_of(
         refused(Submission.RESOURCE_NOT_FOUND), resource={"case_id": "C-9"}, tenant="tenant-a"
-    ) or (
-        "",
-        0,
     )
 
-    assert code == EXIT_BAD_INPUT
-    assert "case 'C-9' was not found for tenant 'tenant-a'" in message
-    assert "raydag seed" in message
+    assert isinstance(refusal, Refused)
+    assert refusal.exit_code == EXIT_BAD_INPUT
+    assert "case 'C-9' was not found for tenant 'tenant-a'" in refusal.text
+    assert "raydag seed" in refusal.text
 
 
 def test_the_python_api_raises_the_refusal_with_its_outcome_and_detail() -> None:

@@ -444,3 +444,57 @@ def test_a_write_tools_operation_loads_with_its_defaults() -> None:
 )
 def test_an_operation_that_cannot_hold_is_refused_at_load(text: str, problem: str) -> None:
     assert problem in str(invalid(text, {}))
+
+
+ONE_SERVER = """\
+servers:
+  - name: toy
+    transport: streamable-http
+    url: ${TOY_URL}
+    auth: {mode: bearer, env: TOY_TOKEN}
+    tools:
+      echo: {scope: toy:read, risk: read_only}
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "field", "message"),
+    [
+        pytest.param(
+            "risk: read_only",
+            "risk: read_mostly",
+            7,
+            "servers[0].tools.echo.risk",
+            "Input should be 'read_only', 'reversible_write' or 'irreversible_write'",
+            id="a-bad-risk",
+        ),
+        pytest.param(
+            "${TOY_URL}",
+            "${TOY_UNSET}",
+            4,
+            "servers[0].url",
+            "names variables that are not set: TOY_UNSET",
+            id="an-unset-variable",
+        ),
+        pytest.param(
+            "env: TOY_TOKEN",
+            "token: sk-live-0123",
+            5,
+            "servers[0].auth",
+            "a secret is never written in the toolsets file: name an env variable or a file",
+            id="an-inline-secret",
+        ),
+    ],
+)
+def test_the_only_server_failing_is_reported_as_its_own_error_alone(
+    tmp_path: Path, old: str, new: str, line: int, field: str, message: str
+) -> None:
+    """pydantic-core also finds a one-server ``servers`` "too short after validation" once that server fails;
+    that consequence, placed on line 1, was reported first."""
+    path = tmp_path / "toolsets.yaml"
+    path.write_text(ONE_SERVER.replace(old, new))
+
+    with pytest.raises(ToolsetsInvalid) as caught:
+        load_toolsets(path, {"TOY_URL": "http://127.0.0.1:9/mcp"})
+
+    assert str(caught.value) == f"{path}:{line}: {field}: {message}"

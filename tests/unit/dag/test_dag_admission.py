@@ -25,6 +25,7 @@ from dag.admission import (
     admit_round,
     admit_run,
     choose_planner,
+    refuse_before_listing,
     round_validator,
 )
 from dag.budget import NODES_CAP, BudgetRequest, Budgets
@@ -233,6 +234,43 @@ def test_a_resource_key_only_an_unlisted_tool_binds_is_not_a_mismatch() -> None:
 
     assert isinstance(admitted, RunAdmitted)
     assert admitted.checked_by == (*CASEOPS_CHECKS, "read_file")
+
+
+# ---------------------------------------------------------------- a plan before any server is listed
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        pytest.param({"nodes": [{"id": "a", "tool": "nope", "args": {}}]}, id="a-tool-no-toolset-declares"),
+        pytest.param(
+            {"nodes": [{"id": "a", "tool": CASE_TOOL, "args": {"case_id": {"$ref": "b"}}}]}, id="ref"
+        ),
+        pytest.param({"nodes": [CASE_PLAN["nodes"][0], CASE_PLAN["nodes"][0]]}, id="an-id-twice"),
+        pytest.param({"nodes": [{"id": "a", "tool": CASE_TOOL}], "extra": 1}, id="not-the-plan-format"),
+        pytest.param({"nodes": [{**CASE_PLAN["nodes"][0], "id": f"n{i}"} for i in range(65)]}, id="too-many"),
+        pytest.param({"nodes": [{"id": "a", "tool": CASE_TOOL, "args": {"tenant_id": "t"}}]}, id="identity"),
+    ],
+)
+def test_a_plan_certainly_wrong_is_refused_before_listing_as_admission_refuses_it(
+    plan: dict[str, Any],
+) -> None:
+    """Only the names of the declared tools are known before their servers are listed: enough for these."""
+    early = refuse_before_listing(plan, frozenset(CASEOPS_CHECKS), max_nodes=Budgets().max_nodes)
+    admitted = admit(plan=plan)
+
+    assert isinstance(early, PlanRefused)
+    assert isinstance(admitted, PlanRefused)
+    assert early.error.as_dict() == admitted.error.as_dict()
+
+
+def test_arguments_only_a_listed_schema_can_judge_are_left_to_admission() -> None:
+    plan = {"nodes": [{"id": "case", "tool": CASE_TOOL, "args": {"case_id": 102}}]}
+
+    assert refuse_before_listing(plan, frozenset(CASEOPS_CHECKS), max_nodes=64) is None
+    refused = admit(plan=plan)
+    assert isinstance(refused, PlanRefused)
+    assert refused.error.code is PlanErrorCode.INVALID_ARGUMENTS
 
 
 # ---------------------------------------------------------------- a plan for a round
