@@ -54,6 +54,10 @@ class SupervisorConfig:
     mcp_url: str
     token_key: bytes
     limits: Budgets
+    """The most of each budget a request may ask for."""
+    defaults: Budgets | None = None
+    """What a run gets of each budget it does not ask for (a tenant's policy may say otherwise); ``None``:
+    the limits."""
     pool_size: int = 4
     tenant_tools: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     """Each tenant's tool catalogue (tenant → tool names); ``None`` grants every tool to every tenant."""
@@ -222,6 +226,7 @@ class RunSupervisor:
                     tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
                     mcp_url=config.mcp_url,
                     limits=config.limits,
+                    defaults=config.defaults,
                     tenant_tools=dict(config.tenant_tools) if config.tenant_tools is not None else None,
                     tenant_policies=dict(config.tenant_policies),
                     health=self._health,
@@ -271,6 +276,7 @@ class RunSupervisor:
                 tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
                 mcp_url=config.mcp_url,
                 limits=config.limits,
+                defaults=config.defaults,
                 tenant_tools=dict(config.tenant_tools) if config.tenant_tools is not None else None,
                 tenant_policies=dict(config.tenant_policies),
             )

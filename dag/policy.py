@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, Risk, ToolCatalogue, ToolContract
 from dag.run_resource import Resource, missing_resource_keys
 
@@ -49,6 +50,9 @@ class TenantPolicy:
     """Every run of the tenant waits for a person to approve its plan before anything of it runs."""
     self_review: bool = False
     """The run's own principal may approve or reject its run's plan."""
+    budgets: BudgetRequest | None = None
+    """What the tenant's runs get of each budget they do not ask for, in place of the server's defaults (each
+    within the server's limits); ``None``: the server's."""
 
 
 def policy_of(policies: Iterable[tuple[str, TenantPolicy]], tenant_id: str) -> TenantPolicy:

@@ -505,7 +505,7 @@ def _refuse_a_wrong_plan(
     from dag.admission import refuse_before_listing
 
     declared = settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL).tool_servers
-    refused = refuse_before_listing(plan, declared, max_nodes=settings.budgets.max_nodes)
+    refused = refuse_before_listing(plan, declared, max_nodes=settings.limits.max_nodes)
     refusal = refusal_of(refused_submission(refused), resource=resource, tenant=tenant) if refused else None
     if refusal is not None:
         errors.print(refusal.text)

@@ -28,7 +28,7 @@ from actors.calls.call import ExecutorKind
 from actors.calls.exchange import DEFAULT_CALLERS
 from actors.run.submission import MAX_ACTIVE_RUNS
 from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, load_toolsets
-from dag.budget import NODES_CAP, Budgets
+from dag.budget import NODES_CAP, WAIT_CAP_S, BudgetRequest, Budgets
 from dag.contracts import Risk
 from dag.policy import Principal, TenantPolicy
 from dag.tokens import MIN_KEY_BYTES
@@ -62,6 +62,16 @@ DEV_API_KEYS: dict[str, ApiKeyGrant] = {
 }
 
 
+SERVER_LIMITS = Budgets(
+    deadline_s=3_600.0,
+    approval_wait_s=WAIT_CAP_S,
+    review_wait_s=WAIT_CAP_S,
+    question_wait_s=WAIT_CAP_S,
+    resolution_wait_s=WAIT_CAP_S,
+)
+"""The most of each budget a request may ask for, unless ``RAYDAG_BUDGET_LIMITS`` says otherwise: an hour of
+a run's own work, thirty days for a person's decision, the defaults (``Budgets()``) for the rest."""
+
 MAX_USD_PER_MTOK = 1_000_000.0
 """The highest model price a setting may give, in USD per million tokens: far above any model's, and far below
 what a run's token counts could multiply past a float (a cost of Infinity no event can record)."""
@@ -80,12 +90,15 @@ class TenantPolicyEntry(BaseModel):
     """Every run of the tenant waits for a person to approve its plan (as if it asked ``review: plan``)."""
     self_review: bool = False
     """The run's own principal may approve or reject its run's plan."""
+    budgets: BudgetRequest | None = None
+    """What the tenant's runs get of each budget they do not ask for (each within the server's limits)."""
 
     def policy(self) -> TenantPolicy:
         return TenantPolicy(
             self_approval=frozenset(self.self_approval),
             plan_review=self.plan_review,
             self_review=self.self_review,
+            budgets=self.budgets,
         )
 
     @model_validator(mode="after")
@@ -160,8 +173,14 @@ class Settings(BaseSettings):
     tenant_policy: str | None = None
     """JSON ``{"<tenant>": {"self_approval": ["reversible_write"]}}``: what each tenant lets its people do.
     Unset, or a tenant not named: the strictest (nobody decides their own run's operations)."""
+    budget_limits: str | None = None
+    """JSON ``{"deadline_s": 7200, ...}``: the most of each budget a request may ask for, in place of
+    ``SERVER_LIMITS`` (``RAYDAG_MAX_NODES`` and ``RAYDAG_MAX_FANOUT`` set those two)."""
+    budget_defaults: str | None = None
+    """JSON ``{"deadline_s": 300, ...}``: what a run gets of each budget it does not ask for, in place of the
+    built-in defaults; each at most its limit."""
 
-    @field_validator("api_keys", "tenant_tools", "tenant_policy")
+    @field_validator("api_keys", "tenant_tools", "tenant_policy", "budget_limits", "budget_defaults")
     @classmethod
     def _json_parses(cls, value: SecretStr | str | None, info: ValidationInfo) -> SecretStr | str | None:
         """A malformed JSON setting stops the command at load, named, before it starts anything."""
@@ -187,6 +206,21 @@ class Settings(BaseSettings):
         if value is not None and 0 < len(value.get_secret_value().encode("utf-8")) < MIN_KEY_BYTES:
             raise ValueError(f"must be at least {MIN_KEY_BYTES} bytes long")
         return value
+
+    @model_validator(mode="after")
+    def _defaults_within_limits(self) -> Settings:
+        """A default, the server's or a tenant's, above its limit is an operator's mistake: named at load."""
+        limits = self.limits
+        above = _above(self.defaults.model_dump(), limits)
+        if above:
+            raise ValueError(f"RAYDAG_BUDGET_DEFAULTS: {above}, above the limits (RAYDAG_BUDGET_LIMITS)")
+        for tenant, policy in self.tenant_policies():
+            above = _above(policy.budgets.model_dump(exclude_none=True) if policy.budgets else {}, limits)
+            if above:
+                raise ValueError(
+                    f"RAYDAG_TENANT_POLICY: tenant {tenant!r}'s budgets: {above}, above the limits"
+                )
+        return self
 
     @model_validator(mode="after")
     def _replica_range(self) -> Settings:
@@ -223,8 +257,25 @@ class Settings(BaseSettings):
         return path.read_text().strip().encode("utf-8")
 
     @property
-    def budgets(self) -> Budgets:
-        return Budgets(max_nodes=self.max_nodes, max_fanout=self.max_fanout)
+    def limits(self) -> Budgets:
+        """The most of each budget a request may ask for."""
+        limits = _budget_request(self.budget_limits) if self.budget_limits is not None else {}
+        return Budgets.model_validate(
+            {
+                **SERVER_LIMITS.model_dump(),
+                "max_nodes": self.max_nodes,
+                "max_fanout": self.max_fanout,
+                **limits,
+            }
+        )
+
+    @property
+    def defaults(self) -> Budgets:
+        """What a run gets of each budget it does not ask for (a tenant's policy may say otherwise)."""
+        asked = _budget_request(self.budget_defaults) if self.budget_defaults is not None else {}
+        capped = {"max_nodes": self.max_nodes, "max_fanout": self.max_fanout}
+        base = Budgets().model_dump()
+        return Budgets.model_validate({**base, **{k: min(v, base[k]) for k, v in capped.items()}, **asked})
 
     def api_key_grants(self) -> dict[str, ApiKeyGrant]:
         """``RAYDAG_API_KEYS`` (JSON: key → grant), or the documented dev keys — on a loopback host only: a
@@ -341,10 +392,37 @@ def _tenant_tools(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(sorted((tenant, tuple(sorted(tools))) for tenant, tools in raw.items()))
 
 
+def _budget_request(text: str) -> dict[str, Any]:
+    """``RAYDAG_BUDGET_LIMITS`` or ``RAYDAG_BUDGET_DEFAULTS``: budget names and values, each within its bounds."""
+    raw = _json_object(text, 'JSON {"<budget>": <value>, ...}, e.g. {"deadline_s": 600}')
+    try:
+        asked = BudgetRequest.model_validate(raw).model_dump(exclude_none=True)
+        Budgets.model_validate({**Budgets().model_dump(), **asked})  # each within its documented maximum
+    except ValidationError as exc:
+        raise ValueError(_problems(exc)) from None
+    return asked
+
+
+def _above(budgets: dict[str, Any], limits: Budgets) -> str:
+    """Which of ``budgets`` (by name) exceed ``limits``, as ``deadline_s 7200 > 3600``; empty when none does."""
+    return ", ".join(
+        f"{name} {_plain(value)} > {_plain(getattr(limits, name))}"
+        for name, value in budgets.items()
+        if value > getattr(limits, name)
+    )
+
+
+def _plain(value: float) -> str:
+    """A budget's value as a person writes it: ``3600``, ``0.5``."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 _JSON_SETTINGS: dict[str, Callable[[str], object]] = {
     "api_keys": _api_key_grants,
     "tenant_tools": _tenant_tools,
     "tenant_policy": _tenant_policy_entries,
+    "budget_limits": _budget_request,
+    "budget_defaults": _budget_request,
 }
 """The parser of each JSON setting: what the settings' methods answer from, and what loading checks."""
 

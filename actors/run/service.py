@@ -92,6 +92,7 @@ class RunService:
         tokens: TaskTokens,
         mcp_url: str,
         limits: Budgets,
+        defaults: Budgets | None = None,
         tenant_tools: Mapping[str, tuple[str, ...]] | None = None,
         tenant_policies: Mapping[str, TenantPolicy] | None = None,
         health: ToolHealth | None = None,
@@ -137,6 +138,7 @@ class RunService:
         """Each planner offered, with the tools it cannot plan or judge a run without."""
         self._catalogue = catalogue
         self._limits = limits
+        self._defaults = defaults
         self._tenant_tools = tenant_tools
         self._tenant_policies: Mapping[str, TenantPolicy] = tenant_policies or {}
         self._driver = RunDriver(
@@ -190,7 +192,7 @@ class RunService:
             plan=request.plan,
             resource=request.resource,
             budgets=request.budgets,
-            offer=self._offer(tenant_tools, unlisted),
+            offer=self._offer(request.principal.tenant_id, tenant_tools, unlisted),
             stage=request.stage,
         )
         if not isinstance(admission, RunAdmitted):
@@ -227,11 +229,19 @@ class RunService:
             checked_plan=admission.plan,
         )
 
-    def _offer(self, tenant_tools: Sequence[str] | None, unlisted: Mapping[str, frozenset[str]]) -> Offer:
-        """What a run of a tenant granted ``tenant_tools`` is offered now: admission weighs a request by it."""
+    def _offer(
+        self, tenant_id: str, tenant_tools: Sequence[str] | None, unlisted: Mapping[str, frozenset[str]]
+    ) -> Offer:
+        """What a run of ``tenant_id``, granted ``tenant_tools``, is offered now: admission weighs a request by
+        it. Its budgets' defaults are its tenant's where its policy names them, else the server's."""
+        defaults = self._defaults
+        tenant_budgets = self._tenant_policies.get(tenant_id, TenantPolicy()).budgets
+        if tenant_budgets is not None:
+            defaults = self._limits.granted(tenant_budgets, defaults=defaults)
         return Offer(
             catalogue=self._catalogue,
             limits=self._limits,
+            defaults=defaults,
             planners=self._planner_tools,
             unavailable_planners=self._unavailable_planners,
             toolset_planner=self._toolset_planner,
@@ -329,7 +339,7 @@ class RunService:
             plan=earlier.proposal,
             resource=earlier.resource,
             budgets=None,
-            offer=self._offer(tenant_tools, unlisted),
+            offer=self._offer(principal.tenant_id, tenant_tools, unlisted),
             stage=earlier.stage,
         )
         if not isinstance(admission, RunAdmitted):
@@ -725,11 +735,13 @@ class RunService:
         tokens: TaskTokens,
         mcp_url: str,
         limits: Budgets,
+        defaults: Budgets | None,
         tenant_tools: Mapping[str, tuple[str, ...]] | None,
         tenant_policies: Mapping[str, TenantPolicy],
     ) -> None:
         """New tokens, tool server, limits and tenants' rules for what happens from now on."""
         self._limits = limits
+        self._defaults = defaults
         self._tenant_tools = tenant_tools
         self._tenant_policies = tenant_policies
         self._driver.context.tokens = tokens

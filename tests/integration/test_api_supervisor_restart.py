@@ -59,7 +59,7 @@ def api_config(dsn: str, mcp_url: str, token_key: bytes, **supervisor: Any) -> A
 
     return ApiConfig(
         supervisor=SupervisorConfig(
-            dsn=dsn, mcp_url=mcp_url, token_key=token_key, limits=Budgets(), **supervisor
+            dsn=dsn, mcp_url=mcp_url, token_key=token_key, **{"limits": Budgets(), **supervisor}
         ),
         api_keys=TEST_API_KEYS,
         supervisor_name=f"raydag-test-outage-{uuid.uuid4().hex[:8]}",

@@ -25,6 +25,7 @@ import pytest
 
 from actors.launch.settings import DEV_API_KEYS
 from actors.supervisor import NAMESPACE
+from dag.budget import BudgetRequest, Budgets
 from dag.contracts import Risk
 from dag.policy import TenantPolicy
 from tests.conftest import REPO
@@ -326,6 +327,45 @@ def own_api(
     toolsets = toolsets_for(tools.url) if toolsets_for is not None else None
     config = api_config(scratch_dsn, tools.url, token_key, toolsets=toolsets, **supervisor)
     return start_api(config), tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
+
+
+def test_a_tenants_policy_sets_how_long_its_people_have_and_a_request_may_ask_up_to_the_limit(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    """A budget a run does not ask for is its tenant's default; one it asks for may be above any default, up
+    to the server's limit; an approval nobody gives within the tenant's window expires the write."""
+    quick = TenantPolicy(budgets=BudgetRequest(approval_wait_s=3))
+    limits = Budgets(deadline_s=600, approval_wait_s=30 * 86_400)
+    base, _, _ = own_api(
+        start_tool_server,
+        scratch_dsn,
+        token_key,
+        serve_api,
+        limits=limits,
+        defaults=Budgets(),
+        tenant_policies=(("tenant-demo", quick),),
+    )
+    with httpx.Client(base_url=base, timeout=30) as client:
+        longer = client.post(
+            "/runs", json={"case_id": "C-102", "budgets": {"deadline_s": 600}}, headers=auth(DEMO_KEY)
+        )
+        beyond = client.post(
+            "/runs", json={"case_id": "C-102", "budgets": {"deadline_s": 601}}, headers=auth(DEMO_KEY)
+        )
+        run_id, send = waiting_send(client)
+        run = wait_for(client, run_id, finished, within_s=60)
+        created = client.get(f"/runs/{run_id}/events", headers=auth(DEMO_KEY)).json()[0]
+
+    assert longer.status_code == 201, longer.text  # above the default (120 s), within the limit
+    assert problem(beyond) == (422, "budget-above-limit")
+    assert (created["budgets"]["approval_wait_s"], created["budgets"]["deadline_s"]) == (3, 120)
+    assert (run["status"], run["stop_reason"]) == ("stopped", "APPROVAL_EXPIRED"), run
+    assert sent(dsn, send) == 0
 
 
 def test_a_tenant_may_let_requesters_approve_their_own_irreversible_writes_and_others_still_may_not(

@@ -215,3 +215,67 @@ def test_a_short_configured_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 32 bytes"):
         task_token_key(tmp_path, "c" * 31)
     assert not (tmp_path / "token.key").exists()
+
+
+# ---------------------------------------------------------------- budgets: limits, defaults, a tenant's
+
+
+def test_by_default_a_run_gets_two_minutes_of_its_own_work_and_may_ask_for_an_hour(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = load_settings()
+
+    assert (settings.defaults.deadline_s, settings.limits.deadline_s) == (120, 3600)
+    assert settings.defaults.approval_wait_s == 86_400  # a person gets a day
+    assert settings.limits.approval_wait_s == 30 * 86_400
+    assert settings.limits.max_nodes == settings.defaults.max_nodes == 64
+
+
+def test_the_budget_settings_set_limits_and_defaults_and_the_max_settings_keep_theirs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAYDAG_BUDGET_LIMITS", '{"deadline_s": 7200, "max_replans": 5}')
+    monkeypatch.setenv("RAYDAG_BUDGET_DEFAULTS", '{"deadline_s": 300}')
+    monkeypatch.setenv("RAYDAG_MAX_NODES", "128")
+
+    settings = load_settings()
+
+    assert (settings.limits.deadline_s, settings.limits.max_replans, settings.limits.max_nodes) == (
+        7200,
+        5,
+        128,
+    )
+    assert (settings.defaults.deadline_s, settings.defaults.max_replans, settings.defaults.max_nodes) == (
+        300,
+        2,
+        64,
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("RAYDAG_BUDGET_LIMITS", "{deadline", "RAYDAG_BUDGET_LIMITS: expected JSON"),
+        ("RAYDAG_BUDGET_LIMITS", '{"deadline": 60}', "RAYDAG_BUDGET_LIMITS: deadline: Extra inputs"),
+        (
+            "RAYDAG_BUDGET_LIMITS",
+            '{"deadline_s": 100000}',
+            "RAYDAG_BUDGET_LIMITS: deadline_s: Input should be",
+        ),
+        ("RAYDAG_BUDGET_DEFAULTS", '{"deadline_s": 4000}', "RAYDAG_BUDGET_DEFAULTS: deadline_s 4000 > 3600"),
+        (
+            "RAYDAG_TENANT_POLICY",
+            '{"tenant-a": {"budgets": {"approval_wait_s": 9999999}}}',
+            "tenant 'tenant-a''s budgets: approval_wait_s 9999999 > 2592000",
+        ),
+    ],
+)
+def test_a_budget_setting_that_cannot_hold_is_refused_at_load_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, problem: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings()
+
+    assert problem in str(raised.value)
