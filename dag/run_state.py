@@ -175,6 +175,8 @@ class RunState:
     it until it is woken (``RunWoken``)."""
     parked_s: float = 0.0
     """The seconds the run spent parked so far: its clock stood still meanwhile."""
+    waiting_on: tuple[str, ...] = ()
+    """The operations the run was last said to wait on (``RunWaiting``), until it runs again."""
 
     @property
     def deadline(self) -> datetime:
@@ -494,10 +496,9 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 interruption_detail=event.reason,
             )
         case RunWaiting():
-            if state.status is RunStatus.WAITING:
-                return state
-            check_run_transition(state.status, RunStatus.WAITING)
-            return _set_run_status(state, RunStatus.WAITING)
+            if state.status is RunStatus.WAITING:  # one more operation waits
+                return _evolve(state, waiting_on=event.operation_ids)
+            return _set_run_status(state, RunStatus.WAITING, waiting_on=event.operation_ids)
         case PlanReviewRequested():
             if not state.review or event.round != state.round or state.review_round is not None:
                 raise EventRefused(
@@ -532,8 +533,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 state, RunStatus.PLANNING, question=None, answers=(*state.answers, answered)
             )
         case RunResumed():
-            check_run_transition(state.status, RunStatus.RUNNING)
-            return _set_run_status(state, RunStatus.RUNNING)
+            return _set_run_status(state, RunStatus.RUNNING, waiting_on=())
         case RunParked():
             if state.status is not RunStatus.WAITING or state.parked_since is not None:
                 raise EventRefused(event.kind, f"a run {state.status.value} cannot be parked")

@@ -263,8 +263,10 @@ class RoundExecution:
     async def _follow_waiting(self) -> None:
         """The run's status follows its operations: ``waiting`` while one waits for a person."""
         self._attention.clear()
-        status = self._run.state.status
-        if self._waiting and status is RunStatus.RUNNING:
+        state = self._run.state
+        status = state.status
+        unannounced = self._waiting.keys() - set(state.waiting_on)
+        if self._waiting and (status is RunStatus.RUNNING or unannounced):  # a wait starts: said once
             reasons = sorted({wait.why for wait in self._waiting.values()})
             await self._run.record(
                 RunWaiting(at=now(), operation_ids=tuple(sorted(self._waiting)), reason="; ".join(reasons))

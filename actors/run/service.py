@@ -659,7 +659,9 @@ class RunService:
                 done, _ = await asyncio.wait({task}, timeout=left)
                 if not done:
                     return False
-                continue  # it ended here: finished, handed over or parked; its row says which
+                if task.cancelled() or not isinstance(task.exception(), Parked):
+                    return True  # it ended here (finished, handed over, lost): nothing more to wait for here
+                task = None  # parked: it waits for people, and its row says when it ends
             status = await self.store.run_status(run_id)
             if status is None or RunStatus(status).terminal:
                 return True
@@ -667,7 +669,7 @@ class RunService:
                 return True
             if time.monotonic() >= deadline:
                 return False
-            if task is not None:
+            if task is not None and not task.done():
                 await asyncio.wait({task}, timeout=min(_POLL_S, left))
             else:
                 await asyncio.sleep(min(_POLL_S, left))

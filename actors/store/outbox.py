@@ -1,7 +1,11 @@
-"""The outbox relay: delivers each terminal event at least once, then marks it delivered.
+"""The outbox relay: delivers each event at least once, each run's in order, then marks it delivered.
 
-Delivery happens before marking, so a crash between the two delivers again; every event carries a stable
-``event_id`` that receivers use to de-duplicate.
+What the outbox holds: a run's end (``run.finished``), each wait for people it starts (``run.waiting``), and
+each decision a person or a deadline makes (``decision.decided``), each written in the transaction of what it
+tells. Delivery happens before marking, so a crash between the two delivers again; every event carries a
+stable ``event_id`` that receivers use to de-duplicate. A run's events go out in the order they were written
+(``seq``), one after the other: a relay takes only the oldest undelivered event of each run, and an event not
+delivered holds back the run's later ones (never another run's).
 """
 
 from __future__ import annotations
@@ -57,19 +61,38 @@ class OutboxRelay:
         self._batch = batch
 
     async def relay_once(self) -> int:
-        """Deliver what is pending now; return how many events were delivered and marked."""
+        """Deliver what is pending now, each run's in order; return how many events were delivered and marked."""
+        delivered = 0
+        held: set[str] = set()
+        """Runs whose oldest event failed this time: nothing later of theirs goes before it."""
+        while delivered < self._batch:
+            moved = await self._relay_heads(held, self._batch - delivered)
+            if moved == 0:
+                return delivered
+            delivered += moved
+        return delivered
+
+    async def _relay_heads(self, held: set[str], limit: int) -> int:
+        """Deliver the oldest undelivered event of each run (locked: another relay takes other runs' heads),
+        but those of ``held`` runs; a failure holds its run for this pass. How many were delivered."""
         delivered = 0
         async with self._pool.acquire() as connection, connection.transaction():
             rows = await connection.fetch(
-                """SELECT event_id, payload FROM outbox WHERE delivered_at IS NULL
-                   ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED""",
-                self._batch,
+                """SELECT event_id, run_id, payload FROM outbox AS head
+                   WHERE delivered_at IS NULL AND NOT (run_id::text = ANY($2::text[]))
+                     AND NOT EXISTS (SELECT 1 FROM outbox AS earlier
+                                     WHERE earlier.run_id = head.run_id AND earlier.delivered_at IS NULL
+                                       AND earlier.seq < head.seq)
+                   ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED""",
+                limit,
+                sorted(held),
             )
             for row in rows:
                 try:
                     await self._sink.deliver(row["payload"])
-                except Exception as exc:  # one failing event must not stop the others
+                except Exception as exc:  # one failing event must not stop other runs'
                     log.warning("outbox event %s not delivered: %s", row["event_id"], type(exc).__name__)
+                    held.add(str(row["run_id"]))
                     await connection.execute(
                         "UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE event_id = $1",
                         row["event_id"],

@@ -21,11 +21,14 @@ from dag.events import (
     NodeRetryScheduled,
     NodeSucceeded,
     PlanAccepted,
+    PlanReviewRequested,
+    QuestionAsked,
     RunContinued,
     RunCreated,
     RunEvent,
     RunFinished,
     RunParked,
+    RunWaiting,
     event_from_json,
     event_node_id,
     event_to_json,
@@ -180,6 +183,7 @@ class RunStore:
         opened, closed = _ledger_rows(state, events)
         finished = next((event for event in events if isinstance(event, RunFinished)), None)
         audit, outbox = _terminal_records(run_id, state, finished) if finished is not None else (None, None)
+        told = _waits_told(run_id, state, first_seq, events) + ([outbox] if outbox is not None else [])
         parked = next((event for event in events if isinstance(event, RunParked)), None)
         # By name: the function's 22 parameters are matched to its signature, not to their order.
         arguments = {
@@ -203,7 +207,7 @@ class RunStore:
             "p_cancelled": NodeStatus.CANCELLED.value,
             "p_cancelled_at": finished.at if finished is not None else None,
             "p_audit": audit,
-            "p_outbox": [outbox] if outbox is not None else None,
+            "p_outbox": told or None,
             "p_parked_until": (parked.wake_at or PARKED_FOREVER) if parked is not None else None,
         }
         statement = _append_statement(tuple(arguments))
@@ -339,6 +343,47 @@ def _ledger_rows(
             case _:
                 pass
     return opened, closed
+
+
+def _waits_told(
+    run_id: uuid.UUID, state: RunState, first_seq: int, events: Sequence[RunEvent]
+) -> list[dict[str, Any]]:
+    """The outbox's ``run.waiting`` events of an append: one for each wait for people it starts (a write
+    awaiting approval or a resolution, a plan review, a question), naming what the run waits on. Their ids are
+    stable: a retried append writes them once."""
+    told = []
+    waits: list[dict[str, Any]]
+    for seq, event in enumerate(events, first_seq):
+        match event:
+            case RunWaiting(operation_ids=operations):
+                waits = [{"kind": "operation", "operation_id": op} for op in operations]
+            case PlanReviewRequested():
+                waits = [
+                    {
+                        "kind": "review",
+                        "round": event.round,
+                        "plan_hash": event.plan_hash,
+                        "expires_at": _iso(event.expires_at),
+                    }
+                ]
+            case QuestionAsked():
+                waits = [{"kind": "question", "number": event.number, "expires_at": _iso(event.expires_at)}]
+            case _:
+                continue
+        event_id = str(uuid.uuid5(run_id, f"run.waiting/{seq}"))
+        payload = {
+            "event_id": event_id,
+            "type": "run.waiting",
+            "run_id": str(run_id),
+            "tenant_id": state.principal.tenant_id,
+            "resource": dict(state.resource),
+            "waits": waits,
+            "at": _iso(event.at),
+        }
+        told.append(
+            {"event_id": event_id, "topic": "run.waiting", "payload": payload, "created_at": _iso(event.at)}
+        )
+    return told
 
 
 def _terminal_records(
