@@ -25,6 +25,7 @@ BENCHMARKS = {
     "layer": "bench.layer_timeline",
     "effects": "bench.effects",
     "scale": "bench.scale",
+    "waiting": "bench.waiting",
 }
 """Each benchmark's module; imported only when it runs, after ``--smoke`` has chosen its sizes."""
 
