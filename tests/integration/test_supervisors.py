@@ -43,27 +43,29 @@ def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them
 ) -> None:
     import ray
 
-    tools: RunningToolServer = start_tool_server()
+    tools: RunningToolServer = start_tool_server(latency_ms=1500)  # each layer 1.5 s: runs live long enough
     # Leases of 3 s: a dead supervisor's runs lapse to the other in seconds, not the default 15.
     config = replace(api_config(scratch_dsn, tools.url, token_key, lease_s=3.0), supervisors=2)
     first, second = config.supervisor_names
     base = serve_api(config)
     with httpx.Client(base_url=base, timeout=30) as client:
-        runs = []
-        for _ in range(4):  # each waits for a person to approve its send: live, and owned
-            created = client.post("/runs", json=ACT, headers=auth(DEMO_KEY))
-            assert created.status_code == 201, created.text
-            runs.append(created.json()["run_id"])
-        for run_id in runs:
-            wait_for(client, run_id, waiting)
-        owners = {run_id: asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in runs}
+
+        def created(body: dict[str, Any]) -> str:
+            answer = client.post("/runs", json=body, headers=auth(DEMO_KEY))
+            assert answer.status_code == 201, answer.text
+            run_id: str = answer.json()["run_id"]
+            return run_id
+
+        acting = [created(ACT) for _ in range(3)]  # each comes to wait for a person to approve its send
+        checking = [created({"case_id": "C-102"}) for _ in range(4)]  # live, and owned, for seconds
+        owners = {run_id: asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in checking}
         assert set(owners.values()) == {first, second}, owners  # spread, each run with one owner
 
         # A cancellation reaches the run's owner, whichever supervisor that is.
-        [cancelled] = [run_id for run_id in runs if owners[run_id] == second][:1]
+        [cancelled] = [run_id for run_id in checking if owners[run_id] == second][:1]
         answer = client.post(f"/runs/{cancelled}/cancel", headers=auth(DEMO_KEY))
         assert (answer.status_code, answer.json()["cancel"]) == (200, "cancelled"), answer.text
-        live = [run_id for run_id in runs if run_id != cancelled]
+        live = [run_id for run_id in checking if run_id != cancelled]
 
         ray.kill(ray.get_actor(second, namespace=NAMESPACE), no_restart=True)  # gone for good
         not_ready = client.get("/readyz")
@@ -83,18 +85,25 @@ def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them
         reads = [answer.json()["run_id"] for answer in submitted if answer.status_code == 201]
         assert {asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in reads} == {first}
 
+        # The dead supervisor's live runs are taken over by the survivor, and end as they would have.
         deadline = time.monotonic() + 60
-        while {asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in live} != {first}:
+        while {asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in live} - {None} != {first}:
             assert time.monotonic() < deadline, "the survivor never took the dead supervisor's runs over"
             time.sleep(0.25)
-        sends = {run_id: operations(client, run_id)[SEND] for run_id in live}
+        # The runs waiting for a person are parked: nobody's, so no supervisor's death touches them, and a
+        # decision wakes each under the survivor.
+        for run_id in acting:
+            wait_for(client, run_id, waiting, within_s=90)
+        sends = {run_id: operations(client, run_id)[SEND] for run_id in acting}
         for run_id, send in sends.items():
             assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
-        ended = {run_id: wait_for(client, run_id, finished) for run_id in [*live, *reads]}
+        ended = {
+            run_id: wait_for(client, run_id, finished, within_s=90) for run_id in [*acting, *live, *reads]
+        }
         refused_cancel = client.post(f"/runs/{live[0]}/cancel", headers=auth(DEMO_KEY))
 
     assert {run["status"] for run in ended.values()} == {"completed"}, ended
-    assert len(ended) >= 6
+    assert len(ended) >= 9
     assert [sent(dsn, send) for send in sends.values()] == [1, 1, 1]  # each write executed once
     assert tools.server.calls.get(SEND, 0) == 3
     assert refused_cancel.json()["cancel"] == "already_finished"
