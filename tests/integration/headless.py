@@ -48,6 +48,7 @@ class Chromium:
         self._next_id = 0
         self._buffer = b""
         self._session = ""
+        self._events: list[dict[str, Any]] = []
 
     def __enter__(self) -> Chromium:
         if not CHROMIUM.exists():
@@ -143,6 +144,80 @@ class Chromium:
         html: str = self.evaluate("document.documentElement.outerHTML")
         return html
 
+    def click(self, selector: str) -> None:
+        """A person's click: the mouse pressed and released at the middle of ``selector`` (scrolled into view),
+        on whatever the page shows there."""
+        where = self.evaluate(
+            f"""(() => {{
+              const found = document.querySelector({json.dumps(selector)});
+              if (!found) return null;
+              found.scrollIntoView({{block: "center"}});
+              const box = found.getBoundingClientRect();
+              return [box.x + box.width / 2, box.y + box.height / 2];
+            }})()"""
+        )
+        if where is None:
+            raise BrowserError(f"nothing on the page matches {selector!r}")
+        x, y = where
+        for kind in ("mousePressed", "mouseReleased"):
+            self.command("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def type_text(self, selector: str, text: str) -> None:
+        """Click into ``selector`` and type ``text`` there, as a keyboard would."""
+        self.click(selector)
+        self.command("Input.insertText", text=text)
+
+    def hold_requests(self, *url_patterns: str) -> None:
+        """From now on, hold the page's requests whose URL matches one of ``url_patterns`` (``*`` matches
+        anything) until ``release_requests``: a network slow for those requests only."""
+        self.command("Fetch.enable", patterns=[{"urlPattern": pattern} for pattern in url_patterns])
+
+    def held_requests(self) -> list[dict[str, Any]]:
+        """The requests held so far and not yet released (``Fetch.requestPaused`` events)."""
+        self._read_pending_events()
+        return [event["params"] for event in self._events if event.get("method") == "Fetch.requestPaused"]
+
+    def wait_for_held(self, *, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """The held requests, once there is one (a bound against hanging, not a timing claim)."""
+        deadline = time.monotonic() + timeout_s
+        while not (held := self.held_requests()):
+            if time.monotonic() > deadline:
+                raise BrowserError(f"no request was held within {timeout_s} s")
+            time.sleep(0.05)
+        return held
+
+    def release_requests(self, *, rewrite: dict[str, str] | None = None) -> None:
+        """Let every held request go and hold no more; ``rewrite`` maps a held request's URL to the body it
+        is sent with instead of its own."""
+        for held in self.held_requests():
+            body = (rewrite or {}).get(held["request"]["url"])
+            extra = {"postData": base64.b64encode(body.encode()).decode()} if body is not None else {}
+            self.command("Fetch.continueRequest", requestId=held["requestId"], **extra)
+        self._events = [event for event in self._events if event.get("method") != "Fetch.requestPaused"]
+        self.command("Fetch.disable")
+
+    def record_responses(self) -> None:
+        """From now on, note every response the page receives (``responses``)."""
+        self.command("Network.enable")
+
+    def responses(self) -> list[tuple[str, str, int]]:
+        """Each response the page received since ``record_responses``: its request's method, URL and status."""
+        self._read_pending_events()
+        sent = {
+            event["params"]["requestId"]: event["params"]["request"]["method"]
+            for event in self._events
+            if event.get("method") == "Network.requestWillBeSent"
+        }
+        return [
+            (
+                sent.get(event["params"]["requestId"], "?"),
+                event["params"]["response"]["url"],
+                event["params"]["response"]["status"],
+            )
+            for event in self._events
+            if event.get("method") == "Network.responseReceived"
+        ]
+
     def screenshot(self, path: Path) -> None:
         png = self.command("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(png))
@@ -160,12 +235,31 @@ class Chromium:
         deadline = time.monotonic() + COMMAND_TIMEOUT_S
         while True:
             reply = self._read_message(deadline)
+            if "method" in reply:
+                self._events.append(reply)  # an event: kept for whoever asks (held requests, responses)
+                continue
             if reply.get("id") != self._next_id:
-                continue  # an event, or a reply we stopped waiting for
+                continue  # a reply we stopped waiting for
             if "error" in reply:
                 raise BrowserError(f"{method}: {reply['error']}")
             result: dict[str, Any] = reply["result"]
             return result
+
+    def _read_pending_events(self) -> None:
+        """Every message Chromium has written so far, without waiting for more."""
+        while True:
+            while b"\0" in self._buffer:
+                message, _, self._buffer = self._buffer.partition(b"\0")
+                parsed = json.loads(message)
+                if "method" in parsed:
+                    self._events.append(parsed)
+            readable, _, _ = select.select([self._from_browser], [], [], 0)
+            if not readable:
+                return
+            chunk = os.read(self._from_browser, 1 << 16)
+            if not chunk:
+                raise BrowserError("chromium closed its DevTools pipe")
+            self._buffer += chunk
 
     def _read_message(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buffer:

@@ -47,18 +47,28 @@ EVENT_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+PAGE_SCRIPTS = ("decide.js",)
+"""Scripts of the page kept in files of their own; each is inlined where ``view.html`` names it."""
+
+
 @dataclass(frozen=True)
 class ViewerPage:
-    """``view.html`` and the headers it is served with. Its CSP admits only its own inline script and
+    """``view.html`` and the headers it is served with. Its CSP admits only its own inline scripts and
     style (by hash) and requests to this origin: nothing can be loaded from anywhere else, and markup that
-    tool outputs might smuggle into the page cannot run."""
+    tool outputs might smuggle into the page cannot run. Nothing may frame it (``frame-ancestors``,
+    ``X-Frame-Options``): a page that decides must not be clicked through another site's."""
 
     html: str
     headers: dict[str, str]
 
     @classmethod
     def load(cls) -> ViewerPage:
-        html = resources.files("actors.api.viewer").joinpath("view.html").read_text(encoding="utf-8")
+        files = resources.files("actors.api.viewer")
+        html = files.joinpath("view.html").read_text(encoding="utf-8")
+        for name in PAGE_SCRIPTS:
+            tag = f'<script src="{name}"></script>'
+            assert html.count(tag) == 1, f"view.html names {name} once"
+            html = html.replace(tag, f"<script>{files.joinpath(name).read_text(encoding='utf-8')}</script>")
         policy = "; ".join(
             [
                 "default-src 'none'",
@@ -75,6 +85,8 @@ class ViewerPage:
             html=html,
             headers={
                 "Content-Security-Policy": policy,
+                "X-Frame-Options": "DENY",
+                "Cross-Origin-Opener-Policy": "same-origin",
                 "Referrer-Policy": "no-referrer",
                 "X-Content-Type-Options": "nosniff",
                 "Cache-Control": "no-cache",

@@ -112,16 +112,29 @@ def test_the_page_loads_nothing_from_outside_and_its_policy_admits_only_its_own_
     policy = page.headers["Content-Security-Policy"]
     assert "default-src 'none'" in policy
     assert "connect-src 'self'" in policy
-    for tag in ("script", "style"):
-        (body,) = re.findall(rf"<{tag}>(.*?)</{tag}>", page.html, flags=re.DOTALL)
-        digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
-        assert f"{tag}-src 'sha256-{digest}'" in policy
+    assert "form-action 'none'" in policy
+    for tag, count in (("script", 2), ("style", 1)):  # the viewer's script and decide.js, inlined
+        bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", page.html, flags=re.DOTALL)
+        assert len(bodies) == count
+        for body in bodies:
+            digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+            assert f"'sha256-{digest}'" in policy.split(f"{tag}-src ")[1].split(";")[0]
     assert "unsafe-inline" not in policy
 
 
-def test_the_page_never_turns_data_into_markup() -> None:
-    script = ViewerPage.load().html.split("<script>")[1]
+def test_no_other_site_may_frame_the_page_that_decides() -> None:
+    page = ViewerPage.load()
 
-    assert not re.search(
-        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function", script
-    )
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert page.headers["Cross-Origin-Opener-Policy"] == "same-origin"
+
+
+def test_the_page_never_turns_data_into_markup() -> None:
+    scripts = re.findall(r"<script>(.*?)</script>", ViewerPage.load().html, flags=re.DOTALL)
+
+    assert len(scripts) == 2
+    for script in scripts:
+        assert not re.search(
+            r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function", script
+        )
