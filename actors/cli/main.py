@@ -31,6 +31,7 @@ from actors.cli.report import (
 from actors.cli.reviews import reviews
 from actors.launch.settings import ConfigurationError, Settings, load_settings
 from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
+from dag.contracts import INVESTIGATE
 
 if TYPE_CHECKING:
     from actors.run.submission import SubmitResult
@@ -62,6 +63,15 @@ ToolsetsOption = Annotated[
         "[default: the shipped toolsets, caseops]",
         dir_okay=False,
         show_default=False,
+    ),
+]
+
+StageOption = Annotated[
+    str,
+    typer.Option(
+        "--stage",
+        help="The run's stage: the tools its toolsets declare for it (investigate reads; a stage that acts, "
+        "caseops' act, offers writes, each approved as an operation: docs/EFFECTS.md).",
     ),
 ]
 
@@ -155,6 +165,7 @@ def run(
     ] = None,
     toolsets: ToolsetsOption = None,
     review: ReviewOption = False,
+    stage: StageOption = INVESTIGATE,
 ) -> None:
     """Run one case (or any resource) to completion and print its result (usable as a `ray job submit`
     entrypoint)."""
@@ -176,6 +187,7 @@ def run(
                 planner=planner,
                 plan=proposal,
                 review=review,
+                stage=stage,
             )
     except KeyboardInterrupt as stop:
         raise typer.Exit(_stopped(interrupted(stop))) from None
@@ -212,6 +224,7 @@ def batch(
     ] = None,
     toolsets: ToolsetsOption = None,
     review: ReviewOption = False,
+    stage: StageOption = INVESTIGATE,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
     from actors.cli.batch import (
@@ -249,7 +262,14 @@ def batch(
             ) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
                 about = {key: case_id}
                 submitted = _submit(
-                    runtime, principal, resource=about, goal=None, key=None, planner=planner, review=review
+                    runtime,
+                    principal,
+                    resource=about,
+                    goal=None,
+                    key=None,
+                    planner=planner,
+                    review=review,
+                    stage=stage,
                 )
                 refused = refusal_of(submitted, resource=about, tenant=tenant)
                 if refused is not None:
@@ -561,10 +581,19 @@ def _run_case(
     planner: str | None,
     plan: dict[str, Any] | None = None,
     review: bool = False,
+    stage: str = INVESTIGATE,
 ) -> dict[str, Any]:
     principal = _operator(tenant, runtime.toolsets)
     submitted = _submit(
-        runtime, principal, resource=resource, goal=goal, key=key, planner=planner, plan=plan, review=review
+        runtime,
+        principal,
+        resource=resource,
+        goal=goal,
+        key=key,
+        planner=planner,
+        plan=plan,
+        review=review,
+        stage=stage,
     )
     refused = refusal_of(submitted, resource=resource, tenant=tenant)
     if refused is not None:
@@ -615,6 +644,7 @@ def _submit(
     planner: str | None,
     plan: dict[str, Any] | None = None,
     review: bool = False,
+    stage: str = INVESTIGATE,
 ) -> SubmitResult:
     import ray
 
@@ -628,6 +658,7 @@ def _submit(
         plan=plan,
         idempotency_key=key,
         review=review,
+        stage=stage,
     )
     result: SubmitResult = ray.get(runtime.next_supervisor().submit.remote(request))
     return result

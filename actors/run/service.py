@@ -633,7 +633,7 @@ class RunService:
         if self._driver.handover.is_set() or run_id in self._runs:
             return False
         try:
-            claimed = await self._leases.claim_parked(run_id)
+            claimed = await self._leases.claim_parked(run_id, serving=self._served_tools())
         except DatabaseUnavailable:
             log.warning("could not wake run %s now; the orphan scan will", run_id)
             return False

@@ -89,19 +89,22 @@ class Leases:
         )
         return [Claim(str(row["run_id"]), row["previous_owner"]) for row in rows]
 
-    async def claim_parked(self, run_id: str) -> bool:
-        """Take a parked run to wake it (a decision about it was written, or it is to be cancelled); ``False``
-        if it is not parked (any more): it is live and driven, or already finished."""
+    async def claim_parked(self, run_id: str, *, serving: Collection[str] | None = None) -> bool:
+        """Take a parked run to wake it (a decision about it was written, or it is to be cancelled), if its
+        tools are all in ``serving`` (``None``: whatever they are); ``False`` if it is not parked (any more:
+        it is live and driven, or finished) or not this supervisor's to drive."""
 
         async def update() -> bool:
             claimed = await self._pool.fetchval(
                 """UPDATE runs SET owner = $1, lease_expires_at = now() + make_interval(secs => $2),
                                    parked_until = NULL
                    WHERE run_id = $3 AND parked_until IS NOT NULL AND finished_at IS NULL
+                     AND ($4::text[] IS NULL OR tools IS NULL OR tools <@ $4::text[])
                    RETURNING run_id""",
                 self.owner,
                 self.lease_s,
                 uuid.UUID(run_id),
+                sorted(serving) if serving is not None else None,
             )
             return claimed is not None
 

@@ -342,24 +342,63 @@ def test_a_malformed_toolsets_file_stops_the_command_naming_file_line_and_field(
     assert "Traceback" not in done.stderr
 
 
+async def newest_cli_run(dsn: str, since: float) -> str | None:
+    """The newest run a command line created on ``dsn`` since ``since`` (a Unix time)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        found: str | None = await connection.fetchval(
+            """SELECT run_id::text FROM runs WHERE subject LIKE 'cli:%' AND created_at >= to_timestamp($1)
+               ORDER BY created_at DESC LIMIT 1""",
+            since,
+        )
+        return found
+    finally:
+        await connection.close()
+
+
+def test_raydag_run_of_stage_act_sends_once_a_person_approves_through_the_api_on_its_database(
+    client: httpx.Client, dsn: str, tmp_path: Path
+) -> None:
+    """``raydag run C-103 --stage act``: the run drafts a request for the missing document and its send waits
+    for a person, who approves it through the API on the same database; the send goes out once."""
+    from tests.integration.test_operations import SEND, operations, sent
+    from tests.integration.test_operations import decide as decide_operation
+
+    started = time.time()
+    process = subprocess.Popen(
+        [RAYDAG, "run", "C-103", "--stage", "act", "--json"],
+        cwd=tmp_path,
+        env=environment(tmp_path / "home", RAYDAG_DATABASE_URL=dsn),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while (run_id := asyncio.run(newest_cli_run(dsn, started))) is None or SEND not in operations(
+            client, run_id
+        ):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the run never proposed its send"
+            time.sleep(0.25)
+        send = operations(client, run_id)[SEND]
+        assert decide_operation(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+        stdout, stderr = process.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # its own Ray included: nothing stays behind
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, stderr[-3000:]
+    report = json.loads(stdout)
+    assert (report["run"]["run_id"], report["run"]["status"]) == (run_id, "completed")
+    assert sent(dsn, send) == 1
+
+
 def test_raydag_run_review_waits_for_a_person_approving_through_the_api_on_its_database(
     client: httpx.Client, dsn: str, tmp_path: Path
 ) -> None:
     """``raydag run --review`` (a job on a cluster, say) runs its own supervisor over the deployment's database;
     a person approves through the API on that database. Nothing is dispatched before."""
-
-    async def newest_cli_run(since: float) -> str | None:
-        connection = await asyncpg.connect(dsn)
-        try:
-            found: str | None = await connection.fetchval(
-                """SELECT run_id::text FROM runs WHERE subject LIKE 'cli:%' AND created_at >= to_timestamp($1)
-                   ORDER BY created_at DESC LIMIT 1""",
-                since,
-            )
-            return found
-        finally:
-            await connection.close()
-
     started = time.time()
     process = subprocess.Popen(
         [RAYDAG, "run", "C-102", "--review", "--json"],
@@ -372,7 +411,7 @@ def test_raydag_run_review_waits_for_a_person_approving_through_the_api_on_its_d
     )
     try:
         deadline = time.monotonic() + 120
-        while (run_id := asyncio.run(newest_cli_run(started))) is None or not reviews(client, run_id):
+        while (run_id := asyncio.run(newest_cli_run(dsn, started))) is None or not reviews(client, run_id):
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the run never asked for its review"
             time.sleep(0.25)
