@@ -630,19 +630,23 @@ class RunService:
     async def wake(self, run_id: str, *, cancel: bool = False) -> bool:
         """Claim a parked run and drive it again here (``cancel``: to record its cancellation); ``False`` if
         it is not parked (any more), or this supervisor is stopping."""
-        if self._driver.handover.is_set() or run_id in self._runs:
+        if self._driver.handover.is_set() or run_id in self._runs or run_id in self._creating:
             return False
+        self._creating.add(run_id)  # claimed and not driven yet: no orphan of this owner's scan
         try:
-            claimed = await self._leases.claim_parked(run_id, serving=self._served_tools())
-        except DatabaseUnavailable:
-            log.warning("could not wake run %s now; the orphan scan will", run_id)
-            return False
-        if not claimed:
-            return False
-        stored = await self.store.events(run_id)
-        self._start(
-            fold(item.event for item in stored), last_seq=stored[-1].seq, recovered=(self.owner, None)
-        )
+            try:
+                claimed = await self._leases.claim_parked(run_id, serving=self._served_tools())
+            except DatabaseUnavailable:
+                log.warning("could not wake run %s now; the orphan scan will", run_id)
+                return False
+            if not claimed:
+                return False
+            stored = await self.store.events(run_id)
+            self._start(
+                fold(item.event for item in stored), last_seq=stored[-1].seq, recovered=(self.owner, None)
+            )
+        finally:
+            self._creating.discard(run_id)
         if cancel:
             self._cancels[run_id].set()
         return True
