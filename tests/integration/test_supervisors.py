@@ -15,8 +15,8 @@ from actors.supervisor import NAMESPACE, supervisor_names
 from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, RunningToolServer, auth
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import (
-    ACT,
     SEND,
+    act_on_a_copy,
     decide,
     finished,
     operations,
@@ -50,8 +50,8 @@ def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them
     base = serve_api(config)
     with httpx.Client(base_url=base, timeout=30) as client:
         runs = []
-        for _ in range(4):  # each waits for a person to approve its send: live, and owned
-            created = client.post("/runs", json=ACT, headers=auth(DEMO_KEY))
+        for _ in range(4):  # each, over a case of its own, waits for a person to approve its send
+            created = client.post("/runs", json=act_on_a_copy(dsn, scratch_dsn), headers=auth(DEMO_KEY))
             assert created.status_code == 201, created.text
             runs.append(created.json()["run_id"])
         for run_id in runs:
