@@ -184,11 +184,7 @@ def approval_refusal(
     """
     if quoted_hash != operation.args_hash:
         return DecisionRefusal.HASH_MISMATCH
-    if operation.state is OperationState.EXPIRED or (
-        operation.state is OperationState.AWAITING_APPROVAL
-        and operation.expires_at is not None
-        and now >= operation.expires_at
-    ):
+    if operation.state is OperationState.EXPIRED or overdue(operation.state, operation.expires_at, now):
         return DecisionRefusal.EXPIRED
     if operation.state is not OperationState.AWAITING_APPROVAL:
         return DecisionRefusal.ALREADY_DECIDED
@@ -218,6 +214,12 @@ def _self_decided(operation: OperationView, decider: str, policy: TenantPolicy) 
     """Separation of duties: the principal of any run that shares the operation (one intent, many requesters)
     decides only the risks its tenant lets it."""
     return decider in operation.subjects and operation.risk not in policy.self_approval
+
+
+def overdue(state: OperationState, expires_at: datetime | None, now: datetime) -> bool:
+    """Whether an operation still awaiting a person has passed its deadline: a yes now is too late, and
+    whoever finds it so (its waiter, a run proposing its intent) expires it."""
+    return state is OperationState.AWAITING_APPROVAL and expires_at is not None and now >= expires_at
 
 
 def approval_deadline(now: datetime, spec: OperationSpec, budgets: Budgets) -> datetime:

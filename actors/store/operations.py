@@ -27,10 +27,14 @@ from actors.store._operation_rows import (
 from actors.store.resilience import RUN_WINDOW_S, retrying
 from dag.contracts import Recording, Risk
 from dag.events import NodeError
-from dag.operations import OperationState, joinable, sources_of
+from dag.operations import OperationState, joinable, overdue, sources_of
 from dag.writes import Approval, Intent
 
 __all__ = ["Operation", "OperationStore", "Sharer", "Transition"]
+
+_STILL_SHARED = """SELECT EXISTS (SELECT 1 FROM operation_runs s JOIN runs r USING (run_id)
+                          WHERE s.operation_id = $1 AND s.left_at IS NULL AND r.finished_at IS NULL)"""
+"""Whether a live run still shares operation ``$1``: one that has not finished, nor left it as it stopped."""
 
 
 class OperationStore:
@@ -97,6 +101,18 @@ class OperationStore:
                 )
                 if found is None and latest is not None:
                     state = OperationState(latest["state"])
+                    if overdue(state, latest["expires_at"], latest["at"]):
+                        # Nobody waits on it any more, or its waiter has not looked yet: too late either way.
+                        expired = await move_row(
+                            connection,
+                            str(latest["operation_id"]),
+                            OperationState.EXPIRED,
+                            [state.value],
+                            actor="deadline",
+                            note="no decision before the operation's deadline",
+                        )
+                        # None: a decision landed at that very moment, and stands.
+                        state = expired.state if expired is not None else await _state_of(connection, latest)
                     if joinable(state, latest["updated_at"], intent, latest["at"]):
                         found = latest
                 if found is None:
@@ -203,12 +219,14 @@ class OperationStore:
                         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
                         intent_lock(row.tenant_id, row.tool, row.intent_hash),
                     )
-                    if await connection.fetchval(
-                        """SELECT EXISTS (SELECT 1 FROM operation_runs s JOIN runs r USING (run_id)
-                                          WHERE s.operation_id = $1 AND s.run_id <> $2 AND r.finished_at IS NULL)""",
+                    # The run leaves it first: of two sharing runs stopping at once, the second sees the first
+                    # gone, and expires it.
+                    await connection.execute(
+                        "UPDATE operation_runs SET left_at = now() WHERE operation_id = $1 AND run_id = $2",
                         uuid.UUID(row.operation_id),
                         uuid.UUID(run_id),
-                    ):
+                    )
+                    if await connection.fetchval(_STILL_SHARED, uuid.UUID(row.operation_id)):
                         return False
                     moved = await move_row(
                         connection, row.operation_id, OperationState.EXPIRED, allowed, actor=actor, note=note
@@ -294,7 +312,7 @@ class OperationStore:
             """SELECT o.* FROM operations o
                WHERE o.state IN ('executing', 'unknown') AND NOT EXISTS (
                    SELECT 1 FROM operation_runs s JOIN runs r USING (run_id)
-                   WHERE s.operation_id = o.operation_id AND r.finished_at IS NULL)
+                   WHERE s.operation_id = o.operation_id AND s.left_at IS NULL AND r.finished_at IS NULL)
                ORDER BY o.updated_at LIMIT $1""",
             limit,
         )
@@ -316,3 +334,9 @@ def _uuid(text: str) -> uuid.UUID | None:
         return uuid.UUID(text)
     except ValueError:
         return None
+
+
+async def _state_of(connection: asyncpg.Connection, row: asyncpg.Record) -> OperationState:
+    return OperationState(
+        await connection.fetchval("SELECT state FROM operations WHERE operation_id = $1", row["operation_id"])
+    )

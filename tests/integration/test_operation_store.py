@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 import pytest_asyncio
@@ -276,11 +276,35 @@ async def test_a_stopping_run_expires_only_what_no_other_live_run_waits_on(pool:
     await propose(store, second, args=dict(awaiting.args))
 
     assert await store.expire_unshared(first, actor="test", note="first stopped") == []
-    assert (await store.get(awaiting.operation_id)).state is OperationState.AWAITING_APPROVAL  # type: ignore[union-attr]
+    current = await store.get(awaiting.operation_id)
+    assert current is not None
+    assert current.state is OperationState.AWAITING_APPROVAL  # the second run still waits on it
 
-    await finish(pool, first)
-    await finish(pool, second)
+    # Both stopping at once, neither finished yet: the first let go of it, so the second expires it.
     assert await store.expire_unshared(second, actor="test", note="second stopped") == [awaiting.operation_id]
+
+
+async def test_an_intent_left_waiting_past_its_deadline_is_expired_and_proposed_anew(
+    pool: asyncpg.Pool,
+) -> None:
+    store = OperationStore(pool)
+    first, second = await a_run(pool), await a_run(pool)
+    row = await moved_through(store, await propose(store, first), OperationState.VALIDATED)
+    late = await store.move(
+        row.operation_id,
+        OperationState.AWAITING_APPROVAL,
+        actor="test",
+        expires_at=datetime.now().astimezone() - timedelta(seconds=1),
+    )
+    assert late is not None
+
+    anew = await propose(store, second, args=dict(row.args))
+
+    assert (anew.generation, anew.state) == (2, OperationState.PROPOSED)
+    expired = await store.get(row.operation_id)
+    assert expired is not None
+    assert expired.state is OperationState.EXPIRED
+    assert (await store.history([row.operation_id]))[row.operation_id][-1].actor == "deadline"
 
 
 async def test_an_operation_out_is_unattended_only_once_every_run_sharing_it_has_ended(

@@ -21,13 +21,15 @@ CREATE UNIQUE INDEX operations_intent ON operations (tenant_id, tool, intent_has
 
 -- Which runs share an operation: the run that proposed it first, and every run that joined it (a row each,
 -- once per run: a run's later nodes and recoveries proposing it again find their row). `subject` is the
--- run's principal: none of them may decide the operation unless their tenant's policy says so.
+-- run's principal: none of them may decide the operation unless their tenant's policy says so. `left_at`:
+-- when the run, stopping, let go of the operation before it executed; the last run to let go expires it.
 CREATE TABLE operation_runs (
     operation_id  uuid NOT NULL REFERENCES operations (operation_id),
     run_id        uuid NOT NULL REFERENCES runs (run_id),
     node_id       text NOT NULL,
     subject       text NOT NULL,
     joined_at     timestamptz NOT NULL DEFAULT now(),
+    left_at       timestamptz,
     PRIMARY KEY (operation_id, run_id)
 );
 CREATE INDEX operation_runs_by_run ON operation_runs (run_id);

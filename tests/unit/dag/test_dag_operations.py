@@ -27,6 +27,7 @@ from dag.operations import (
     joinable,
     may_still_land,
     outcome_state,
+    overdue,
     reconcile_arguments,
     reconciled_output,
     reconciled_state,
@@ -108,6 +109,15 @@ def test_a_success_is_joined_within_its_window_and_forever_by_default() -> None:
 @pytest.mark.parametrize("state", [OperationState.FAILED, OperationState.REJECTED, OperationState.EXPIRED])
 def test_an_intent_that_never_acted_is_proposed_anew(state: OperationState) -> None:
     assert not joinable(state, NOW, Intent(), NOW)
+
+
+def test_an_operation_awaiting_a_person_is_overdue_from_its_deadline_on() -> None:
+    awaiting = OperationState.AWAITING_APPROVAL
+
+    assert overdue(awaiting, NOW, NOW)
+    assert not overdue(awaiting, NOW + timedelta(seconds=1), NOW)
+    assert not overdue(awaiting, None, NOW)
+    assert not overdue(OperationState.APPROVED, NOW - timedelta(days=1), NOW)  # decided in time
 
 
 def test_a_call_out_may_land_until_its_callers_limit() -> None:
