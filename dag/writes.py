@@ -1,6 +1,6 @@
 """What the operator declares for a write tool (its overlay's ``operation``): who approves, how the operation id
-reaches the tool, and how to find out whether an effect exists. Read by ``dag.contracts`` (a contract carries
-its tool's declaration) and ``dag.operations`` (which decides with it)."""
+reaches the tool, how to find out whether an effect exists, and what makes two proposals one intent. Read by
+``dag.contracts`` (a contract carries its tool's declaration) and ``dag.operations`` (which decides with it)."""
 
 from __future__ import annotations
 

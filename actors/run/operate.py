@@ -2,8 +2,9 @@
 
 ``Operate.drive`` is what a round runs for a node whose tool writes, in place of a plain call. It takes the
 operation's row from whatever state it is in — a first proposal, an approval that arrived, a recovery after
-its supervisor died mid-call — and moves it, one conditional update at a time, each recorded before it is
-acted on, to an outcome the node can end with. The decisions (which state an outcome means, who may approve,
+its supervisor died mid-call, or another run's operation of the same intent, which this run joined — and moves
+it, one conditional update at a time, each recorded before it is acted on, to an outcome the node can end
+with. The decisions (which state an outcome means, who may approve,
 what a reconciling read says) are ``dag.operations``'s.
 """
 

@@ -462,6 +462,13 @@ def test_raydag_approvals_lists_refuses_a_stale_hash_and_approves_through_the_ap
     assert listed.returncode == 0, listed.stderr
     send = next(operation for operation in json.loads(listed.stdout) if operation["tool"] == SEND)
     assert send["state"] == "awaiting_approval"
+    table = approvals("list", acting_run)
+    header, *rows = [line.split() for line in table.stdout.splitlines() if line.strip()]
+    assert header[:5] == ["operation", "tool", "state", "approval", "runs"], table.stdout
+    sends = [
+        row for row in rows if row[0].startswith(send["operation_id"][:8])
+    ]  # cut to the terminal's width
+    assert [row[4] for row in sends] == ["1"]  # no other run shares it
 
     stale = approvals("approve", acting_run, send["operation_id"], "--hash", "0" * 64)
     unauthorized = approvals(
