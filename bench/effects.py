@@ -42,11 +42,7 @@ SUPERVISOR = "raydag-bench-effects"
 REQUESTER = "dev-key-tenant-demo"
 APPROVER = "bench-approver"
 CASE = {"case_id": "C-103"}
-DRAFT = {
-    "id": "draft",
-    "tool": "caseops_draft_document_request",
-    "args": {**CASE, "missing_document_codes": ["ACCIDENT_CERTIFICATE"]},
-}
+DRAFT_TOOL = "caseops_draft_document_request"
 SEND = {
     "id": "send",
     "tool": "caseops_send_document_request",
@@ -96,9 +92,17 @@ class Arms:
             raise RuntimeError(f"the read did not complete: {run}")
         return elapsed, run["run_id"]
 
+    def _draft(self) -> dict[str, Any]:
+        """A draft no earlier sample asked for: the same one would be the same intent, its outcome read from
+        the ledger without a call (docs/EFFECTS.md), and the arm would time a read."""
+        self.samples += 1
+        codes = ["ACCIDENT_CERTIFICATE", f"BENCH_SAMPLE_{self.samples}"]
+        return {"id": "draft", "tool": DRAFT_TOOL, "args": {**CASE, "missing_document_codes": codes}}
+
     def policy_write(self) -> tuple[float, str]:
+        draft = self._draft()
         started = time.perf_counter()
-        run = self._post([DRAFT], wait=True)
+        run = self._post([draft], wait=True)
         elapsed = (time.perf_counter() - started) * 1000
         if run["status"] != "completed":
             raise RuntimeError(f"the draft did not complete: {run}")
@@ -106,8 +110,9 @@ class Arms:
 
     def person_write(self) -> tuple[float, float, str]:
         """Submit to completion, and the approval's answer to completion (ms each), of a draft and a send."""
+        draft = self._draft()
         started = time.perf_counter()
-        run_id = self._post([DRAFT, SEND], wait=False)["run_id"]
+        run_id = self._post([draft, SEND], wait=False)["run_id"]
         self._wait(run_id, lambda run: run["status"] == "waiting")
         operations = self.client.get(f"/runs/{run_id}/operations", headers=auth(APPROVER)).json()
         send = next(operation for operation in operations if operation["tool"] == SEND["tool"])

@@ -242,6 +242,9 @@ class ToolContract:
         for bound in (self.run_bound, self.observed_bound):
             if not bound <= inputs:
                 raise ValueError(f"{self.name}: bound fields {sorted(bound - inputs)} are not inputs")
+        named = self.operation.intent.arguments if self.operation is not None else None
+        if named is not None and not set(named) <= inputs:
+            raise ValueError(f"{self.name}: intent arguments {sorted(set(named) - inputs)} are not inputs")
         unbound = {binding.field for binding in self.resource_keys} - self.run_bound
         if unbound:
             raise ValueError(f"{self.name}: resource keys for {sorted(unbound)}, which are not run-bound")

@@ -1,11 +1,13 @@
 """Operations: a write a run wants to make, as one business intent with a ledger row of its own.
 
 A node whose tool writes (``Risk.REVERSIBLE_WRITE`` or ``IRREVERSIBLE_WRITE``) is not called like a read. It
-becomes an **operation**: an id that stays the same across attempts, retries, replans and recovery (it is
-derived from the run, the tool and the SHA-256 of the canonical resolved arguments), approved by a policy or a
-person against that hash, executed by one caller at most (the one that moves it ``approved → executing``), and
-— when the call's outcome is unknown (a timeout, a dropped connection, a dead caller) — reconciled with a read,
-never blindly retried.
+becomes an **operation**: the business intent, not the run's attempt. Its key is the tenant, the tool and the
+hash of the arguments that name the intent (all of them by default, ``dag.writes.Intent``), so the same write
+proposed again — by another node, a replan, a recovery, or another run — is the same operation while it is
+joinable (``joinable``); a run that proposes it later joins it, waits for the same decision, and reads its
+outcome. It is approved by a policy or a person against the hash of its arguments, executed by one caller at
+most (the one that moves it ``approved → executing``), and — when the call's outcome is unknown (a timeout, a
+dropped connection, a dead caller) — reconciled with a read, never blindly retried.
 
 This module holds the values and the decisions: the states and their legal transitions, the operator's
 declaration (``OperationSpec``), how an outcome maps to a state, who may decide, and what a reconciling read
@@ -14,7 +16,6 @@ says. The store keeps the rows (``actors.store.operations``); the round drives t
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,7 +27,7 @@ from dag.contracts import Risk
 from dag.events import ErrorKind, NodeError
 from dag.fingerprint import sha256_hex
 from dag.policy import TenantPolicy
-from dag.writes import META_KEY, OPERATION_ID_SOURCE, Approval, KeyCarrier, OperationSpec, Reconcile
+from dag.writes import META_KEY, OPERATION_ID_SOURCE, Approval, Intent, KeyCarrier, OperationSpec, Reconcile
 
 
 class OperationState(StrEnum):
@@ -103,13 +104,28 @@ def arguments_hash(args: Mapping[str, Any]) -> str:
     return sha256_hex(dict(args))
 
 
-_OPERATIONS = uuid.UUID("6f3b1c2e-8a4d-5e7f-9b0a-1c2d3e4f5a6b")
+def intent_hash(intent: Intent, args: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the arguments that name the intent: all of them by default (then it is
+    ``arguments_hash``), else those the overlay names (an argument left out is absent from the hash)."""
+    if intent.arguments is None:
+        return arguments_hash(args)
+    return sha256_hex({name: args[name] for name in intent.arguments if name in args})
 
 
-def operation_id(run_id: str, tool: str, args_hash: str) -> str:
-    """The operation of writing ``args_hash`` with ``tool`` in run ``run_id``: the same whenever the same write
-    is proposed in the run (a second node, a replan, a recovery), so PostgreSQL keeps one row for it."""
-    return str(uuid.uuid5(_OPERATIONS, f"{run_id}\x00{tool}\x00{args_hash}"))
+def joinable(state: OperationState, settled_at: datetime, intent: Intent, now: datetime) -> bool:
+    """Whether a new proposal of an intent joins its operation in ``state`` (``settled_at``: when it last
+    moved) rather than proposing the intent anew.
+
+    An operation not settled yet is always joined: it waits for a person, executes, or may have acted
+    (``unknown``), and a second one could act twice. A success is joined within the intent's window (forever
+    by default): its outcome is read, the tool is not called again. A failure, a rejection or an expiry never
+    acted: the intent may be proposed anew, and needs a decision of its own.
+    """
+    if not state.terminal:
+        return True
+    if state is not OperationState.SUCCEEDED:
+        return False
+    return intent.window_s is None or now - settled_at < timedelta(seconds=intent.window_s)
 
 
 def call_meta(spec: OperationSpec, op_id: str) -> dict[str, Any]:
@@ -147,7 +163,8 @@ class OperationView:
     state: OperationState
     args_hash: str
     risk: Risk
-    subject: str
+    subjects: frozenset[str]
+    """The principals of every run that proposed or joined it: the requesters of the intent."""
     expires_at: datetime | None
 
 
@@ -162,15 +179,12 @@ def approval_refusal(
     """Why ``decider`` may not approve or reject ``operation`` quoting ``quoted_hash`` at ``now``, or ``None``.
 
     The hash is checked first: a decision about other arguments than the operation's is no decision about it.
-    The run's own principal decides only the risks its tenant's ``policy`` lets it (by default none).
+    The principal of a run that shares it decides only the risks its tenant's ``policy`` lets it (by default
+    none).
     """
     if quoted_hash != operation.args_hash:
         return DecisionRefusal.HASH_MISMATCH
-    if operation.state is OperationState.EXPIRED or (
-        operation.state is OperationState.AWAITING_APPROVAL
-        and operation.expires_at is not None
-        and now >= operation.expires_at
-    ):
+    if operation.state is OperationState.EXPIRED or overdue(operation.state, operation.expires_at, now):
         return DecisionRefusal.EXPIRED
     if operation.state is not OperationState.AWAITING_APPROVAL:
         return DecisionRefusal.ALREADY_DECIDED
@@ -184,8 +198,8 @@ def resolution_refusal(
 ) -> DecisionRefusal | None:
     """Why ``decider`` may not settle ``operation``'s unknown outcome, or ``None``.
 
-    Saying what a write did is a decision about it as much as approving it: the run's own principal settles
-    only the risks its tenant's ``policy`` lets it approve.
+    Saying what a write did is a decision about it as much as approving it: the principal of a run that
+    shares it settles only the risks its tenant's ``policy`` lets it approve.
     """
     if quoted_hash != operation.args_hash:
         return DecisionRefusal.HASH_MISMATCH
@@ -197,8 +211,15 @@ def resolution_refusal(
 
 
 def _self_decided(operation: OperationView, decider: str, policy: TenantPolicy) -> bool:
-    """Separation of duties: the run's own principal decides only the risks its tenant lets it."""
-    return decider == operation.subject and operation.risk not in policy.self_approval
+    """Separation of duties: the principal of any run that shares the operation (one intent, many requesters)
+    decides only the risks its tenant lets it."""
+    return decider in operation.subjects and operation.risk not in policy.self_approval
+
+
+def overdue(state: OperationState, expires_at: datetime | None, now: datetime) -> bool:
+    """Whether an operation still awaiting a person has passed its deadline: a yes now is too late, and
+    whoever finds it so (its waiter, a run proposing its intent) expires it."""
+    return state is OperationState.AWAITING_APPROVAL and expires_at is not None and now >= expires_at
 
 
 def approval_deadline(now: datetime, spec: OperationSpec, budgets: Budgets) -> datetime:
@@ -287,11 +308,16 @@ def reconciled_state(
     """
     if seen is Existence.EXISTS:
         return OperationState.SUCCEEDED
-    if seen is Existence.ABSENT:
-        if executing_since is None or now >= executing_since + timedelta(seconds=call_limit_s):
-            return OperationState.FAILED
-        return None
+    if seen is Existence.ABSENT and not may_still_land(executing_since, call_limit_s=call_limit_s, now=now):
+        return OperationState.FAILED
     return None
+
+
+def may_still_land(executing_since: datetime | None, *, call_limit_s: float, now: datetime) -> bool:
+    """Whether the call out since ``executing_since`` may still reach the tool and answer: its caller gives up
+    after ``call_limit_s``. Until then an executing operation is its caller's, wherever that caller is (another
+    supervisor, another run sharing the intent); after, nobody will record its outcome, and it is ``unknown``."""
+    return executing_since is not None and now < executing_since + timedelta(seconds=call_limit_s)
 
 
 NOT_DONE: Final = "WRITE_NOT_DONE"

@@ -1,6 +1,6 @@
 """What the operator declares for a write tool (its overlay's ``operation``): who approves, how the operation id
-reaches the tool, and how to find out whether an effect exists. Read by ``dag.contracts`` (a contract carries
-its tool's declaration) and ``dag.operations`` (which decides with it)."""
+reaches the tool, how to find out whether an effect exists, and what makes two proposals one intent. Read by
+``dag.contracts`` (a contract carries its tool's declaration) and ``dag.operations`` (which decides with it)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,23 @@ OPERATION_ID_SOURCE: Final = "$operation_id"
 
 
 @dataclass(frozen=True)
+class Intent:
+    """What makes two proposals of a write the same business operation (its overlay's ``operation.intent``).
+
+    Two proposals of the same tool in the same tenant are one operation when their ``arguments`` hold the same
+    values, whichever runs propose them: the later ones join the first (docs/EFFECTS.md). By default every
+    argument names the intent, and an intent that succeeded stays the same operation forever; an overlay may
+    narrow it to some arguments and give it a ``window_s``, past which a success is history and the same intent
+    is a new operation (a reminder sent a day later)."""
+
+    arguments: tuple[str, ...] | None = None
+    """The arguments whose values name the intent, sorted; ``None``: all of them."""
+    window_s: float | None = None
+    """How long after it succeeded an intent is still the same operation; ``None``: forever. An intent not yet
+    settled (waiting for a person, executing, unknown) is always joined, whatever its age."""
+
+
+@dataclass(frozen=True)
 class OperationSpec:
     """What the operator declared for one write tool (its overlay's ``operation``)."""
 
@@ -74,3 +91,5 @@ class OperationSpec:
     ``approval_wait_s`` (``None``: the run's)."""
     compensate: str | None = None
     """The write tool that undoes this one's effect, if any: compensating is an operation of its own."""
+    intent: Intent = Intent()
+    """What makes another proposal of this tool the same operation (by default: the same arguments)."""

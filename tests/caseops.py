@@ -3,6 +3,8 @@ its ``hosting`` in ``mcp_server/caseops.yaml`` declares them) and, by default, i
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 
 from actors.launch.hosting import HostedToolset, hosted
@@ -33,3 +35,39 @@ async def prepare_caseops_database(dsn: str, seed: SeedData | object | None = _D
             await load_seed(connection, data)
 
     return await prepare_database(dsn, schemas=(CASEOPS_SCHEMA,), seed=loaded)
+
+
+MISSING_A_CERTIFICATE = "C-103"
+"""The demo case whose accident certificate is missing: a run of stage ``act`` over it asks to send a request."""
+
+
+async def copy_case(*dsns: str, case_id: str = MISSING_A_CERTIFICATE, tenant_id: str = "tenant-demo") -> str:
+    """A new case of ``tenant_id``, as ``case_id`` is (its documents aside: it must have none), in each database
+    of ``dsns`` (the tool server's, and a supervisor's that checks which cases are the tenant's): its id.
+
+    A request to send documents is one business intent per case across runs (docs/EFFECTS.md): a test that
+    needs a send of its own, not one an earlier test already made, needs a case of its own."""
+    copy = f"{case_id}-{uuid.uuid4().hex[:8]}"
+    for dsn in dict.fromkeys(dsns):
+        connection = await asyncpg.connect(dsn)
+        try:
+            documents = await connection.fetchval(
+                "SELECT count(*) FROM source_documents WHERE tenant_id = $1 AND case_id = $2",
+                tenant_id,
+                case_id,
+            )
+            assert documents == 0, f"{case_id} has documents, which a copy would not have"
+            copied = await connection.execute(
+                """INSERT INTO cases (tenant_id, case_id, version, status, policy_id, policy_version, submitted_at,
+                                      submitted_at_offset_minutes, received_document_codes)
+                   SELECT tenant_id, $3, version, status, policy_id, policy_version, submitted_at,
+                          submitted_at_offset_minutes, received_document_codes
+                   FROM cases WHERE tenant_id = $1 AND case_id = $2""",
+                tenant_id,
+                case_id,
+                copy,
+            )
+            assert copied != "INSERT 0 0", f"{case_id} is no case of {tenant_id}"
+        finally:
+            await connection.close()
+    return copy

@@ -9,7 +9,7 @@ the other is told it was already decided. The supervisor that drives the run rea
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, NoReturn
 
 from fastapi import APIRouter, Depends, Path
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors.api._problem import Problem, problem_responses
 from actors.api.views import iso
 from actors.run.approvals import DecisionRefused, Person, Verdict, decide, resolve
-from actors.store.operations import Operation, OperationStore, Transition
+from actors.store.operations import Operation, OperationStore, Sharer, Transition
 from dag.contracts import Recording
 from dag.fingerprint import sha256_hex
 from dag.operations import DecisionRefusal
@@ -62,7 +62,7 @@ class Resolution(BaseModel):
     note: str = Field(min_length=1, max_length=2000, description="What was checked, and how")
 
 
-def decision_view(moved: Operation, history: list[Transition]) -> dict[str, Any]:
+def decision_view(moved: Operation, history: list[Transition], sharers: Sequence[Sharer]) -> dict[str, Any]:
     """The operation a person's decision moved, with its history as the decision left it: the run it wakes
     may move it on (approved → executing) before the history is read, and the answer shows the decision."""
     made = next(
@@ -73,15 +73,25 @@ def decision_view(moved: Operation, history: list[Transition]) -> dict[str, Any]
         ),
         len(history) - 1,
     )
-    return operation_view(moved, history[: made + 1])
+    return operation_view(moved, history[: made + 1], sharers)
 
 
-def operation_view(operation: Operation, history: list[Transition]) -> dict[str, Any]:
+def operation_view(
+    operation: Operation, history: list[Transition], sharers: Sequence[Sharer]
+) -> dict[str, Any]:
+    """One operation as its runs list it: ``run_id`` and ``node_id`` name the run and node that proposed it
+    first; ``runs``, every run that shares it (proposed or joined it), in that order; ``shared``, whether
+    any other run does."""
     digest = operation.recording is Recording.DIGEST
     return {
         "operation_id": operation.operation_id,
         "run_id": operation.run_id,
         "node_id": operation.node_id,
+        "shared": len(sharers) > 1,
+        "runs": [
+            {"run_id": sharer.run_id, "node_id": sharer.node_id, "joined_at": iso(sharer.joined_at)}
+            for sharer in sharers
+        ],
         "tool": operation.tool,
         "description": operation.description,
         "risk": operation.risk.value,
@@ -110,6 +120,25 @@ def operation_view(operation: Operation, history: list[Transition]) -> dict[str,
     }
 
 
+async def listed_views(store: OperationStore, run_id: str) -> list[dict[str, Any]]:
+    """What ``GET /runs/{run_id}/operations`` answers (``OperationStore.listed_for``), each with its history
+    and the runs that share it."""
+    found = await store.listed_for(run_id)
+    ids = [operation.operation_id for operation in found]
+    history, sharers = await store.history(ids), await store.sharers(ids)
+    return [
+        operation_view(operation, history[operation.operation_id], sharers[operation.operation_id])
+        for operation in found
+    ]
+
+
+async def moved_view(store: OperationStore, moved: Operation) -> dict[str, Any]:
+    """What a decision answers: the operation it moved (``decision_view``)."""
+    history = await store.history([moved.operation_id])
+    sharers = await store.sharers([moved.operation_id])
+    return decision_view(moved, history[moved.operation_id], sharers[moved.operation_id])
+
+
 def operations_router(
     *,
     operations: Callable[[], OperationStore],
@@ -133,18 +162,16 @@ def operations_router(
             moved = await decision
         except DecisionRefused as refused:
             _refuse(refused.refusal)
-        history = await operations().history([moved.operation_id])
-        return decision_view(moved, history[moved.operation_id])
+        return await moved_view(operations(), moved)
 
     @router.get("/runs/{run_id}/operations", responses=problem_responses(401, 404, 503))
     async def list_operations(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
-        """The run's writes, and those a continuation took over from the runs it continues: each with the run
-        that proposed it, its arguments (a digest where the tool records digests), their hash, the tool's
+        """The run's writes (those it proposed, and those of other runs it joined: the same intent), and those
+        a continuation took over from the runs it continues: each with the run that proposed it, the runs that
+        share it, its arguments (a digest where the tool records digests), their hash, the tool's
         description, its state, and who moved it when."""
         row = await readable_run(principal, run_id)
-        found = await operations().listed_for(str(row["run_id"]))
-        history = await operations().history([op.operation_id for op in found])
-        return [operation_view(op, history[op.operation_id]) for op in found]
+        return await listed_views(operations(), str(row["run_id"]))
 
     async def verdict(
         principal: Principal, run_id: str, op_id: str, body: Decision, verdict: Verdict

@@ -98,7 +98,7 @@ def list_operations(
     if not listed:
         console.print(f"run {run_id} has no operations")
         return
-    table = Table("operation", "tool", "state", "approval", "arguments", "args_hash", box=None)
+    table = Table("operation", "tool", "state", "approval", "runs", "arguments", "args_hash", box=None)
     for operation in listed:
         arguments = (
             json.dumps(operation["args"], ensure_ascii=False) if operation["args"] is not None else "(digest)"
@@ -108,6 +108,7 @@ def list_operations(
             operation["tool"],
             operation["state"],
             operation["approval"],
+            str(max(len(operation.get("runs") or ()), 1)),  # more than one: the intent is shared
             escape(arguments),
             operation["args_hash"],
         )

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from actors.api.operations import decision_view, operation_view
+from actors.api.operations import listed_views, moved_view
 from actors.api.questions import question_view
 from actors.api.reviews import review_view
 from actors.api.views import read_report
@@ -40,7 +40,7 @@ from actors.run.approvals import (
 )
 from actors.run.submission import DEFAULT_GOAL, ContinueRequest, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
-from actors.store.operations import Operation, OperationStore
+from actors.store.operations import OperationStore
 from actors.store.questions import QuestionStore
 from actors.store.reviews import ReviewStore
 from actors.toolsets.config import Toolsets
@@ -362,7 +362,7 @@ class Raydag:
                 policy=policy,
                 note=note,
             )
-            return await _shown(store, moved)
+            return await moved_view(store, moved)
 
         return asyncio.run(self._ledger(settle))
 
@@ -384,7 +384,7 @@ class Raydag:
                 policy=policy,
                 note=note,
             )
-            return await _shown(store, moved)
+            return await moved_view(store, moved)
 
         return asyncio.run(self._ledger(made))
 
@@ -416,14 +416,7 @@ class Raydag:
 
 
 async def _listed(store: OperationStore, run_id: str) -> list[dict[str, Any]]:
-    found = await store.listed_for(run_id) if _is_uuid(run_id) else []
-    history = await store.history([operation.operation_id for operation in found])
-    return [operation_view(operation, history[operation.operation_id]) for operation in found]
-
-
-async def _shown(store: OperationStore, moved: Operation) -> dict[str, Any]:
-    history = await store.history([moved.operation_id])
-    return decision_view(moved, history[moved.operation_id])
+    return await listed_views(store, run_id) if _is_uuid(run_id) else []
 
 
 def _is_uuid(text: str) -> bool:

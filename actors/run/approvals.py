@@ -18,7 +18,13 @@ from actors.store.operations import Operation, OperationStore
 from actors.store.questions import Question, QuestionStore
 from actors.store.reviews import Review, ReviewStore
 from dag.errors import RaydagError
-from dag.operations import DecisionRefusal, OperationState, approval_refusal, resolution_refusal
+from dag.operations import (
+    DecisionRefusal,
+    OperationState,
+    OperationView,
+    approval_refusal,
+    resolution_refusal,
+)
 from dag.policy import TenantPolicy
 from dag.questions import AnswerRefusal, QuestionState, answer_refusal
 from dag.review import ReviewRefusal, ReviewState, review_refusal
@@ -49,12 +55,16 @@ class Person:
         return f"person:{self.tenant_id}/{self.subject}"
 
 
-async def operation_of_run(store: OperationStore, run_id: str, operation_id: str) -> Operation:
-    """The run's operation ``operation_id``; ``DecisionRefused(NOT_FOUND)`` if the run has none such."""
+async def operation_of_run(store: OperationStore, run_id: str, operation_id: str) -> OperationView:
+    """The run's operation ``operation_id`` (one it proposed or joined), as a decision weighs it: among every
+    run that shares it. ``DecisionRefused(NOT_FOUND)`` if the run shares none such."""
     operation = await store.get(operation_id)
-    if operation is None or operation.run_id != run_id:
+    if operation is None:
         raise DecisionRefused(DecisionRefusal.NOT_FOUND)
-    return operation
+    sharers = (await store.sharers([operation_id]))[operation_id]
+    if run_id not in {sharer.run_id for sharer in sharers}:
+        raise DecisionRefused(DecisionRefusal.NOT_FOUND)
+    return operation.view(sharers)
 
 
 async def decide(
@@ -69,10 +79,10 @@ async def decide(
     note: str | None = None,
 ) -> Operation:
     """Approve or reject the run's operation for ``person``, quoting ``quoted_hash``: the moved row.
-    ``policy``, the tenant's, says whether the run's own principal may decide it."""
+    ``policy``, the tenant's, says whether the principal of a run that shares it may decide it."""
     operation = await operation_of_run(store, run_id, operation_id)
     refusal = approval_refusal(
-        operation.view, quoted_hash=quoted_hash, decider=person.subject, policy=policy, now=datetime.now(UTC)
+        operation, quoted_hash=quoted_hash, decider=person.subject, policy=policy, now=datetime.now(UTC)
     )
     if refusal is not None:
         raise DecisionRefused(refusal)
@@ -101,11 +111,9 @@ async def resolve(
     note: str,
 ) -> Operation:
     """Settle the run's operation whose outcome is unknown with what ``person`` found (``note``: how).
-    ``policy``, the tenant's, says whether the run's own principal may settle it."""
+    ``policy``, the tenant's, says whether the principal of a run that shares it may settle it."""
     operation = await operation_of_run(store, run_id, operation_id)
-    refusal = resolution_refusal(
-        operation.view, quoted_hash=quoted_hash, decider=person.subject, policy=policy
-    )
+    refusal = resolution_refusal(operation, quoted_hash=quoted_hash, decider=person.subject, policy=policy)
     if refusal is not None:
         raise DecisionRefused(refusal)
     target = OperationState(found)

@@ -2,8 +2,9 @@
 
 ``Operate.drive`` is what a round runs for a node whose tool writes, in place of a plain call. It takes the
 operation's row from whatever state it is in — a first proposal, an approval that arrived, a recovery after
-its supervisor died mid-call — and moves it, one conditional update at a time, each recorded before it is
-acted on, to an outcome the node can end with. The decisions (which state an outcome means, who may approve,
+its supervisor died mid-call, or another run's operation of the same intent, which this run joined — and moves
+it, one conditional update at a time, each recorded before it is acted on, to an outcome the node can end
+with. The decisions (which state an outcome means, who may approve,
 what a reconciling read says) are ``dag.operations``'s.
 """
 
@@ -33,8 +34,9 @@ from dag.operations import (
     call_arguments,
     call_meta,
     existence,
+    intent_hash,
+    may_still_land,
     not_done_error,
-    operation_id,
     outcome_state,
     reconcile_arguments,
     reconciled_output,
@@ -105,13 +107,9 @@ class Operate:
         assert spec is not None, "only a write tool with an operation declared is driven here"
         started = now()
         digest = arguments_hash(args)
-        # A continuation proposing a write of the run it continues takes that operation over, by id.
-        op_id = state.carried_operations.get((contract.name, digest)) or operation_id(
-            state.run_id, contract.name, digest
-        )
+        run_id = state.run_id
         row = await self.store.propose(
-            operation_id=op_id,
-            run_id=state.run_id,
+            run_id=run_id,
             node_id=node_id,
             tenant_id=state.principal.tenant_id,
             subject=state.principal.subject,
@@ -123,8 +121,13 @@ class Operate:
             recording=contract.recording,
             args=args,
             args_hash=digest,
+            intent=spec.intent,
+            intent_hash=intent_hash(spec.intent, args),
             actor=self.actor,
+            # A continuation proposing a write of the run it continues takes that operation over, by id.
+            carried=state.carried_operations.get((contract.name, digest)),
         )
+        op_id = row.operation_id
         try:
             while True:
                 match row.state:
@@ -137,24 +140,20 @@ class Operate:
                         moved = await self._ask(row, spec, decision, state.budgets)
                     case OperationState.AWAITING_APPROVAL:
                         waiting(op_id, Wait(AWAITING_APPROVAL, person=True, until=row.expires_at))
-                        moved = await self._await_decision(row)
+                        moved = await self._await_decision(row, run_id)
                     case OperationState.APPROVED:
                         waiting(op_id, None)
                         moved = await self._execute(row, spec, call)
                     case OperationState.EXECUTING:  # found executing, by a caller that is not this one
-                        moved = await self.store.move(
-                            op_id,
-                            OperationState.UNKNOWN,
-                            actor=self.actor,
-                            note="found executing by a caller that did not record its outcome",
-                            sources={OperationState.EXECUTING},
-                        )
+                        moved = await self._await_caller(row, call_limit_s)
                     case OperationState.UNKNOWN:
                         resolve_by = row.updated_at + timedelta(seconds=state.budgets.resolution_wait_s)
                         if now() >= resolve_by:
                             waiting(op_id, None)
                             return _unresolved(row, started)
-                        moved = await self._reconcile(row, spec, call, call_limit_s, waiting, resolve_by)
+                        moved = await self._reconcile(
+                            row, spec, call, call_limit_s, waiting, resolve_by, run_id
+                        )
                     case _:
                         waiting(op_id, None)
                         return _outcome_of(row, started)
@@ -165,18 +164,10 @@ class Operate:
 
     async def expire_unexecuted(self, run_id: str, *, note: str) -> list[str]:
         """Expire the run's operations that have not begun executing (its run stopped): awaiting a person, or
-        approved and not yet claimed. A later yes executes nothing; a claim that won first executes, and its
-        outcome is recorded as always. The ids of those expired."""
-        unexecuted = {OperationState.AWAITING_APPROVAL, OperationState.APPROVED}
-        expired = []
-        for row in await self.store.of_run(run_id):
-            if row.state in unexecuted:
-                moved = await self.store.move(
-                    row.operation_id, OperationState.EXPIRED, actor=self.actor, note=note, sources=unexecuted
-                )
-                if moved is not None:
-                    expired.append(row.operation_id)
-        return expired
+        approved and not yet claimed, unless another live run shares them and still waits on them. A later
+        yes executes nothing; a claim that won first executes, and its outcome is recorded as always. The ids
+        of those expired."""
+        return await self.store.expire_unshared(run_id, actor=self.actor, note=note)
 
     async def expired_of(self, run_id: str) -> set[str]:
         """The ids of the run's operations that expired (at their deadline, or when the run stopped)."""
@@ -207,9 +198,10 @@ class Operate:
             note="a person must approve these exact arguments",
         )
 
-    async def _await_decision(self, row: Operation) -> Operation | None:
-        """Wait for a person's decision, which lands in the row; expire the operation at its deadline."""
-        with self.decisions.watching(row.run_id) as woken:
+    async def _await_decision(self, row: Operation, run_id: str) -> Operation | None:
+        """Wait for a person's decision, which lands in the row (and wakes ``run_id``, as every run sharing
+        the operation); expire the operation at its deadline."""
+        with self.decisions.watching(run_id) as woken:
             while True:
                 if row.expires_at is not None and now() >= row.expires_at:
                     return await self.store.move(
@@ -224,6 +216,23 @@ class Operate:
                 current = await self._reread(row.operation_id)
                 if current.state is not OperationState.AWAITING_APPROVAL:
                     return current
+
+    async def _await_caller(self, row: Operation, call_limit_s: float) -> Operation | None:
+        """The operation executes under a caller that is not this drive: another run sharing the intent, another
+        node of this run, or a caller of this run that stopped. Its outcome is that caller's to record while
+        its call may still land; after that nobody will, and it is ``unknown``, to reconcile."""
+        while may_still_land(row.executing_since, call_limit_s=call_limit_s, now=now()):
+            await asyncio.sleep(self.poll_s)
+            row = await self._reread(row.operation_id)
+            if row.state is not OperationState.EXECUTING:
+                return row
+        return await self.store.move(
+            row.operation_id,
+            OperationState.UNKNOWN,
+            actor=self.actor,
+            note="found executing past its call's limit: its caller did not record its outcome",
+            sources={OperationState.EXECUTING},
+        )
 
     async def _execute(self, row: Operation, spec: OperationSpec, call: CallTool) -> Operation | None:
         """Claim the one execution right, call the tool once, and record what its outcome means."""
@@ -271,9 +280,10 @@ class Operate:
         call_limit_s: float,
         waiting: Waiting,
         resolve_by: datetime,
+        run_id: str,
     ) -> Operation | None:
         """Find out whether an unknown operation's effect exists; until something can tell, a person may (by
-        ``resolve_by``)."""
+        ``resolve_by``: a resolution wakes ``run_id``)."""
         reconcile = spec.reconcile
         if reconcile is not None:
             arguments = reconcile_arguments(reconcile, row.args, row.operation_id)
@@ -294,7 +304,7 @@ class Operate:
         clock = asyncio.get_running_loop().time
         left_s = max(0.0, (resolve_by - now()).total_seconds())
         deadline = clock() + (min(self.reconcile_every_s, left_s) if reconcile else left_s)
-        with self.decisions.watching(row.run_id) as woken:
+        with self.decisions.watching(run_id) as woken:
             while clock() < deadline:
                 await self._woken(woken, deadline - clock())
                 current = await self._reread(row.operation_id)
@@ -363,7 +373,9 @@ async def sweep(
             continue  # a tool this supervisor does not serve: another one's sweep settles it
         limit_s = call_limit_s(contract)
         if row.state is OperationState.EXECUTING:
-            if row.executing_since is None or now() < row.executing_since + timedelta(seconds=limit_s):
+            if row.executing_since is None or may_still_land(
+                row.executing_since, call_limit_s=limit_s, now=now()
+            ):
                 continue  # its call may still land
             moved = await store.move(
                 row.operation_id,

@@ -5,7 +5,9 @@
 - ``runs``: ``RunStore``: runs created once per idempotency key, their events appended under the run's lease,
   and the reads the API serves;
 - ``ownership``: ``Leases``: one owner per live run, renewed, taken over when it lapses;
-- ``operations``: the operation ledger's rows (a write's one execution right, docs/EFFECTS.md);
+- ``operations``: the operation ledger: one row per business intent, shared by the runs that propose it (a
+  write's one execution right, docs/EFFECTS.md); its rows as values, and the statement that moves one, in
+  ``_operation_rows``;
 - ``reviews``: plan reviews' rows (a person's yes to a plan's hash, docs/PEOPLE.md);
 - ``questions``: a planner's questions and a person's answers (docs/PEOPLE.md);
 - ``decisions``: ``DecisionWakeups``: a supervisor's one listening connection, which wakes a run waiting on a

@@ -31,7 +31,7 @@ from pydantic import (
 from actors.toolsets._yaml_lines import LocatedYaml, ToolsetsInvalid, located_error, parse_located
 from dag.budget import WAIT_CAP_S
 from dag.contracts import INVESTIGATE, MAX_CONTENT_BLOCKS, MAX_OUTPUT_BYTES, BindingMatch, Recording, Risk
-from dag.writes import META_CARRIER, Approval, KeyCarrier, OperationSpec, Reconcile
+from dag.writes import META_CARRIER, Approval, Intent, KeyCarrier, OperationSpec, Reconcile
 
 TOOLSETS_ENV = "RAYDAG_TOOLSETS"
 """The environment variable that names the toolsets file."""
@@ -149,6 +149,30 @@ class ReconcileOverlay(_Strict):
         return self
 
 
+class IntentOverlay(_Strict):
+    """What makes two proposals of a write one business operation, whichever runs propose them."""
+
+    arguments: tuple[str, ...] | None = Field(default=None, min_length=1, max_length=64)
+    """The arguments whose values name the intent; unset: all of them. Each run-bound and observed-bound
+    argument must be among them: an intent over another resource is another operation."""
+    window_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """How long after it succeeded the same intent is still the same operation (its outcome read, no second
+    call); unset: forever. An operation not yet settled is always joined."""
+
+    @field_validator("arguments")
+    @classmethod
+    def _each_once(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"names {twice} more than once")
+        return tuple(sorted(value))
+
+    def spec(self) -> Intent:
+        return Intent(arguments=self.arguments, window_s=self.window_s)
+
+
 class OperationOverlay(_Strict):
     """How a write tool acts: only as an operation of the ledger (docs/EFFECTS.md)."""
 
@@ -162,6 +186,17 @@ class OperationOverlay(_Strict):
     """How long an operation of this tool waits for a person, if shorter than the run's ``approval_wait_s``."""
     compensate: str | None = Field(default=None, min_length=1, max_length=128)
     """A write tool of the same server that undoes this one's effect (an operation of its own)."""
+    intent: IntentOverlay = IntentOverlay()
+    """What makes another proposal of this tool, in any run of the tenant, the same operation."""
+
+    @model_validator(mode="after")
+    def _key_is_not_intent(self) -> OperationOverlay:
+        key = self.idempotency_key
+        if key is not None and self.intent.arguments is not None and key in self.intent.arguments:
+            raise ValueError(
+                f"intent.arguments names {key!r}, the idempotency_key: raydag sets it to the operation id"
+            )
+        return self
 
     def spec(self) -> OperationSpec:
         reconcile = self.reconcile
@@ -184,6 +219,7 @@ class OperationOverlay(_Strict):
             else None,
             approval_window_s=self.approval_window_s,
             compensate=self.compensate,
+            intent=self.intent.spec(),
         )
 
 
@@ -237,6 +273,25 @@ class ToolOverlay(_Strict):
         if key is not None and key != META_CARRIER and key in {*self.run_bound, *self.observed_bound}:
             raise ValueError(f"idempotency_key {key!r} is set by raydag, so it cannot be bound as well")
         return self
+
+    @field_validator("operation")
+    @classmethod
+    def _intent_keeps_the_bound(
+        cls, value: OperationOverlay | None, info: ValidationInfo
+    ) -> OperationOverlay | None:
+        """An intent narrowed to some arguments keeps every bound one: two runs over different resources (or
+        values each observed) must never share an operation."""
+        named = value.intent.arguments if value is not None else None
+        if named is None:
+            return value
+        bound = {*info.data.get("run_bound", {}), *info.data.get("observed_bound", ())}
+        missing = sorted(bound - set(named))
+        if missing:
+            raise ValueError(
+                f"intent.arguments leaves out {missing}, which are bound: an intent over another resource "
+                "is another operation"
+            )
+        return value
 
 
 class ResourceCheckSpec(_Strict):

@@ -22,6 +22,7 @@ from tests.integration.test_operations import (
     ACT,
     DRAFT,
     SEND,
+    act_on_a_copy,
     decide,
     finished,
     operations,
@@ -66,7 +67,7 @@ def test_a_run_stopped_on_a_rejected_send_continues_without_drafting_again_and_s
     client: httpx.Client, dsn: str, tool_server: RunningToolServer
 ) -> None:
     calls_before = dict(tool_server.server.calls)
-    created = client.post("/runs", json=ACT, headers=auth(DEMO_KEY))
+    created = client.post("/runs", json=act_on_a_copy(dsn), headers=auth(DEMO_KEY))
     assert created.status_code == 201, created.text
     first = created.json()["run_id"]
     wait_for(client, first, waiting)
@@ -100,7 +101,10 @@ def test_a_run_stopped_on_a_rejected_send_continues_without_drafting_again_and_s
         **{tool: 1 for tool in called(nodes(client, first))},
         SEND: 1,
     }, calls
-    assert operations(client, first)[DRAFT] == draft  # the draft is the first run's, untouched
+    # The draft is the first run's, untouched; the continuation took it over, and shares it.
+    taken_over = operations(client, first)[DRAFT]
+    assert {**taken_over, "shared": False, "runs": draft["runs"]} == draft
+    assert [entry["run_id"] for entry in taken_over["runs"]] == [first, second]
     reused = [node for node in second_nodes.values() if node["status"] == "reused"]
     assert reused, second_nodes
     assert {node["reused_from_run"] for node in reused} == {first}
@@ -160,8 +164,10 @@ def test_a_run_stopped_by_a_server_that_was_down_continues_once_it_is_back_calli
     assert done["result"]["outputs"]["echo"]["text"] == "C-102"
 
 
-def test_what_a_continuation_may_not_do_is_refused_with_a_specific_problem(client: httpx.Client) -> None:
-    live = client.post("/runs", json=ACT, headers=auth(DEMO_KEY)).json()["run_id"]
+def test_what_a_continuation_may_not_do_is_refused_with_a_specific_problem(
+    client: httpx.Client, dsn: str
+) -> None:
+    live = client.post("/runs", json=act_on_a_copy(dsn), headers=auth(DEMO_KEY)).json()["run_id"]
     wait_for(client, live, waiting)
     completed = client.post("/runs", json={"case_id": "C-102"}, headers=auth(DEMO_KEY)).json()["run_id"]
     wait_for(client, completed, finished)
@@ -298,7 +304,8 @@ def test_a_supervisor_killed_mid_continuation_loses_nothing_and_calls_nothing_ag
 def test_a_send_left_unknown_when_its_run_stopped_is_reconciled_by_the_continuation_never_sent_again(
     client: httpx.Client, dsn: str, simulated: RunningToolServer
 ) -> None:
-    created = client.post("/runs", json={**ACT, "budgets": {"deadline_s": 8}}, headers=auth(DEMO_KEY))
+    body = {**act_on_a_copy(dsn), "budgets": {"deadline_s": 8}}
+    created = client.post("/runs", json=body, headers=auth(DEMO_KEY))
     assert created.status_code == 201, created.text
     first = created.json()["run_id"]
     wait_for(client, first, waiting)

@@ -2,11 +2,12 @@
 duplicated and zero lost effects, and every operation ends ``succeeded``, ``failed``, ``rejected``, ``expired``
 or ``unknown`` and named.
 
-Each fault is a C-103 run of stage ``act`` that waits for a person to approve sending its request, then one of:
-an approval; two approvals at once; a rejection; an approval quoting a stale hash, then the right one; a send
-that commits and never answers (its caller times out: ``unknown``, reconciled); a cancellation right after the
-approval, with the send possibly out; the supervisor killed at a random moment after the approval. The
-effect is counted in caseops' outbox, under the operation's id: never in raydag's own ledger.
+Each fault is a run of stage ``act`` over a copy of C-103 of its own (a send is one intent per case across runs)
+that waits for a person to approve sending its request, then one of: an approval; two approvals at once; a
+rejection; an approval quoting a stale hash, then the right one; a send that commits and never answers (its
+caller times out: ``unknown``, reconciled); a cancellation right after the approval, with the send possibly out;
+the supervisor killed at a random moment after the approval. The effect is counted in caseops' outbox, under
+the operation's id: never in raydag's own ledger.
 
 ``RAYDAG_FAULT_SEED`` replays a sequence; ``RAYDAG_FAULTS`` sets how many (100).
 """
@@ -27,6 +28,7 @@ import pytest
 
 from actors.supervisor import NAMESPACE
 from actors.toolsets.config import parse_toolsets
+from tests.caseops import copy_case
 from tests.conftest import REPO
 from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, RunningToolServer, auth
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
@@ -56,10 +58,12 @@ def toolsets_with_a_short_send(mcp_url: str, *, reconcile: bool = True) -> Any:
 
 
 class Faults:
-    def __init__(self, base: str, dsn: str, tools: RunningToolServer, supervisor: Any) -> None:
+    def __init__(self, base: str, dsn: str, ledger: str, tools: RunningToolServer, supervisor: Any) -> None:
         self.base = base
         self.client = httpx.Client(base_url=base, timeout=30)
         self.dsn = dsn
+        self.ledger = ledger
+        """The supervisor's database, which checks that a run's case is its tenant's."""
         self.tools = tools
         self.supervisor = supervisor
 
@@ -111,7 +115,9 @@ class Faults:
         """Apply one fault to a fresh run; its send's final state, and what the run ended as."""
         import ray
 
-        created = self.request("POST", "/runs", json={"case_id": "C-103", "stage": "act"})
+        # A case of its own: a request for one case's certificate is one intent across runs (docs/EFFECTS.md).
+        case = asyncio.run(copy_case(self.dsn, self.ledger))
+        created = self.request("POST", "/runs", json={"case_id": case, "stage": "act"})
         assert created.status_code == 201, created.text
         run_id = created.json()["run_id"]
         self.until(run_id, lambda run: run["status"] == "waiting")
@@ -170,7 +176,9 @@ def test_a_hundred_faults_in_a_row_duplicate_no_effect_and_lose_none(
     rng = random.Random(seed)
     tools: RunningToolServer = start_tool_server()
     config = api_config(scratch_dsn, tools.url, token_key, toolsets=toolsets_with_a_short_send(tools.url))
-    faults = Faults(serve_api(config), dsn, tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE))
+    faults = Faults(
+        serve_api(config), dsn, scratch_dsn, tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
+    )
 
     endings: Counter[tuple[str, str, str]] = Counter()
     with faults.client:

@@ -28,6 +28,7 @@ from actors.supervisor import NAMESPACE
 from dag.budget import BudgetRequest, Budgets
 from dag.contracts import Risk
 from dag.policy import TenantPolicy
+from tests.caseops import copy_case
 from tests.conftest import REPO
 from tests.integration.conftest import (
     APPROVER_KEY,
@@ -44,6 +45,13 @@ from tests.integration.test_viewer import view_url
 SEND = "caseops_send_document_request"
 DRAFT = "caseops_draft_document_request"
 ACT = {"case_id": "C-103", "stage": "act"}
+"""A run that may act on C-103: for a test with a ledger of its own (``own_api``). A send is one business intent
+per case across runs, so on the session's ledger a test acts on a case of its own (``act_on_a_copy``)."""
+
+
+def act_on_a_copy(*dsns: str) -> dict[str, str]:
+    """A run that may act on a new copy of C-103 (in each of ``dsns``): a send no other test made."""
+    return {"case_id": asyncio.run(copy_case(*dsns)), "stage": "act"}
 
 
 def wait_for(client: httpx.Client, run_id: str, done: Any, within_s: float = 60.0) -> dict[str, Any]:
@@ -110,9 +118,10 @@ def sent(dsn: str, operation: dict[str, Any]) -> int:
     return asyncio.run(_sent(dsn, operation["operation_id"]))
 
 
-def waiting_send(client: httpx.Client) -> tuple[str, dict[str, Any]]:
-    """A new C-103 run of stage ``act``, once it waits for a person to approve its send; and that send."""
-    created = client.post("/runs", json=ACT, headers=auth(DEMO_KEY))
+def waiting_send(client: httpx.Client, body: dict[str, Any] = ACT) -> tuple[str, dict[str, Any]]:
+    """A new run of stage ``act`` (over C-103 unless ``body`` says otherwise), once it waits for a person to
+    approve its send; and that send."""
+    created = client.post("/runs", json=body, headers=auth(DEMO_KEY))
     assert created.status_code == 201, created.text
     run_id: str = created.json()["run_id"]
     wait_for(client, run_id, waiting)
@@ -136,9 +145,9 @@ def send_out_unanswered(
 
 
 @pytest.fixture
-def acting_run(client: httpx.Client) -> Iterator[str]:
-    """A C-103 run of stage ``act``, waiting for a person to approve its send."""
-    run_id, _ = waiting_send(client)
+def acting_run(client: httpx.Client, dsn: str) -> Iterator[str]:
+    """A run of stage ``act`` over a copy of C-103 of its own, waiting for a person to approve its send."""
+    run_id, _ = waiting_send(client, act_on_a_copy(dsn))
     yield run_id
     client.post(f"/runs/{run_id}/cancel", headers=auth(DEMO_KEY))
 
@@ -154,7 +163,8 @@ def test_a_run_that_may_act_waits_for_a_person_then_sends_exactly_one_request(
         "awaiting_approval",
         "irreversible_write",
     )
-    assert send["args"] == {"case_id": "C-103", "draft_id": draft["output"]["draft_id"]}  # no key: raydag's
+    case = client.get(f"/runs/{acting_run}", headers=auth(DEMO_KEY)).json()["resource"]["case_id"]
+    assert send["args"] == {"case_id": case, "draft_id": draft["output"]["draft_id"]}  # no key: raydag's
     assert [step["to"] for step in send["history"]] == ["proposed", "validated", "awaiting_approval"]
     assert sent(dsn, send) == 0  # nothing is sent while it waits
     calls_before = tool_server.server.calls.get(SEND, 0)
@@ -236,7 +246,8 @@ def test_a_rejected_send_is_never_executed_and_the_run_says_so(
 def test_a_send_nobody_approves_within_its_approval_budget_expires_and_stops_the_run(
     client: httpx.Client, dsn: str
 ) -> None:
-    created = client.post("/runs", json={**ACT, "budgets": {"approval_wait_s": 2}}, headers=auth(DEMO_KEY))
+    body = {**act_on_a_copy(dsn), "budgets": {"approval_wait_s": 2}}
+    created = client.post("/runs", json=body, headers=auth(DEMO_KEY))
     assert created.status_code == 201, created.text
     run_id = created.json()["run_id"]
 
@@ -254,7 +265,8 @@ def test_a_person_may_take_longer_than_the_runs_own_deadline_and_the_run_complet
 ) -> None:
     """The run's deadline measures its own work: parked while its send waits for a person, its clock stands
     still, and a yes given well past ``deadline_s`` is executed once."""
-    created = client.post("/runs", json={**ACT, "budgets": {"deadline_s": 3}}, headers=auth(DEMO_KEY))
+    body = {**act_on_a_copy(dsn), "budgets": {"deadline_s": 3}}
+    created = client.post("/runs", json=body, headers=auth(DEMO_KEY))
     assert created.status_code == 201, created.text
     run_id = created.json()["run_id"]
     wait_for(client, run_id, waiting)
@@ -490,6 +502,13 @@ def test_raydag_approvals_lists_refuses_a_stale_hash_and_approves_through_the_ap
     assert listed.returncode == 0, listed.stderr
     send = next(operation for operation in json.loads(listed.stdout) if operation["tool"] == SEND)
     assert send["state"] == "awaiting_approval"
+    table = approvals("list", acting_run)
+    header, *rows = [line.split() for line in table.stdout.splitlines() if line.strip()]
+    assert header[:5] == ["operation", "tool", "state", "approval", "runs"], table.stdout
+    sends = [
+        row for row in rows if row[0].startswith(send["operation_id"][:8])
+    ]  # cut to the terminal's width
+    assert [row[4] for row in sends] == ["1"]  # no other run shares it
 
     stale = approvals("approve", acting_run, send["operation_id"], "--hash", "0" * 64)
     unauthorized = approvals(
@@ -592,23 +611,25 @@ def test_a_run_parked_on_a_person_is_held_by_no_supervisor_and_a_decision_wakes_
 
 
 def test_while_a_write_waits_for_a_person_the_rest_of_the_dag_goes_on(client: httpx.Client, dsn: str) -> None:
+    act = act_on_a_copy(dsn)
+    case = act["case_id"]
     plan = {
         "nodes": [
             {
                 "id": "draft",
                 "tool": DRAFT,
-                "args": {"case_id": "C-103", "missing_document_codes": ["ACCIDENT_CERTIFICATE"]},
+                "args": {"case_id": case, "missing_document_codes": ["ACCIDENT_CERTIFICATE"]},
             },
             {
                 "id": "send",
                 "tool": SEND,
-                "args": {"case_id": "C-103", "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
+                "args": {"case_id": case, "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
             },
-            {"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": "C-103"}},
-            {"id": "policy", "tool": "caseops_get_policy_requirements", "args": {"case_id": "C-103"}},
+            {"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": case}},
+            {"id": "policy", "tool": "caseops_get_policy_requirements", "args": {"case_id": case}},
         ]
     }
-    created = client.post("/runs", json={**ACT, "plan": plan}, headers=auth(DEMO_KEY))
+    created = client.post("/runs", json={**act, "plan": plan}, headers=auth(DEMO_KEY))
     assert created.status_code == 201, created.text
     run_id = created.json()["run_id"]
     wait_for(client, run_id, waiting)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import asyncpg
 
+from tests.caseops import copy_case
 from tests.conftest import REPO
 from tests.integration.test_cli import environment
 from tests.processes import run_to_end
@@ -23,6 +24,12 @@ def readme_example() -> str:
     found = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert found is not None
     return found.group(1)
+
+
+def a_case_of_its_own(dsn: str) -> str:
+    """A copy of C-103 for a script that sends its request: on the session's ledger, C-103's request is one intent,
+    which another test may have sent already (docs/EFFECTS.md)."""
+    return asyncio.run(copy_case(dsn))
 
 
 def run_script(text: str, dsn: str, folder: Path, **variables: str) -> tuple[int, str, str]:
@@ -69,13 +76,13 @@ def test_the_public_surface_is_reexported_from_one_place() -> None:
 
 
 APPROVING_SCRIPT = """\
-import json, time
+import json, os, time
 import ray
 import raydag
 
 ray.init()
 with raydag.start() as rd:
-    run_id = rd.submit(resource={"case_id": "C-103"}, stage="act")
+    run_id = rd.submit(resource={"case_id": os.environ["CASE_ID"]}, stage="act")
     deadline = time.monotonic() + 120
     while True:
         sends = [op for op in rd.operations(run_id) if op["tool"] == "caseops_send_document_request"]
@@ -98,7 +105,7 @@ with raydag.start() as rd:
 
 
 def test_a_script_approves_a_runs_write_by_its_hash_and_the_run_sends_once(dsn: str, tmp_path: Path) -> None:
-    returncode, stdout, stderr = run_script(APPROVING_SCRIPT, dsn, tmp_path)
+    returncode, stdout, stderr = run_script(APPROVING_SCRIPT, dsn, tmp_path, CASE_ID=a_case_of_its_own(dsn))
 
     assert returncode == 0, stderr[-3000:]
     answer = json.loads(stdout.strip().splitlines()[-1])
@@ -108,13 +115,13 @@ def test_a_script_approves_a_runs_write_by_its_hash_and_the_run_sends_once(dsn: 
 
 
 SELF_APPROVING_SCRIPT = """\
-import json, time
+import json, os, time
 import ray
 import raydag
 
 ray.init()
 with raydag.start() as rd:
-    run_id = rd.submit(resource={"case_id": "C-103"}, stage="act")
+    run_id = rd.submit(resource={"case_id": os.environ["CASE_ID"]}, stage="act")
     deadline = time.monotonic() + 120
     while not (sends := [op for op in rd.operations(run_id)
                          if op["tool"] == "caseops_send_document_request" and op["state"] == "awaiting_approval"]):
@@ -131,7 +138,9 @@ def test_a_tenant_whose_policy_lets_requesters_approve_their_irreversible_writes
     dsn: str, tmp_path: Path
 ) -> None:
     policy = json.dumps({"tenant-demo": {"self_approval": ["irreversible_write"]}})
-    returncode, stdout, stderr = run_script(SELF_APPROVING_SCRIPT, dsn, tmp_path, RAYDAG_TENANT_POLICY=policy)
+    returncode, stdout, stderr = run_script(
+        SELF_APPROVING_SCRIPT, dsn, tmp_path, RAYDAG_TENANT_POLICY=policy, CASE_ID=a_case_of_its_own(dsn)
+    )
 
     assert returncode == 0, stderr[-3000:]
     answer = json.loads(stdout.strip().splitlines()[-1])
@@ -238,7 +247,7 @@ async def outbox_rows(dsn: str, key: str) -> list[str]:
 
 
 CONTINUING_SCRIPT = """\
-import json, time
+import json, os, time
 import ray
 import raydag
 
@@ -256,7 +265,7 @@ def awaiting_send(rd, run_id):
 
 ray.init()
 with raydag.start() as rd:
-    first = rd.submit(resource={"case_id": "C-103"}, stage="act")
+    first = rd.submit(resource={"case_id": os.environ["CASE_ID"]}, stage="act")
     rejected = awaiting_send(rd, first)
     rd.reject(first, rejected["operation_id"], rejected["args_hash"], by="approver", note="not yet")
     stopped = rd.wait(first, timeout_s=120)
@@ -278,7 +287,7 @@ with raydag.start() as rd:
 def test_a_script_continues_a_run_a_person_stopped_and_the_write_is_sent_once(
     dsn: str, tmp_path: Path
 ) -> None:
-    returncode, stdout, stderr = run_script(CONTINUING_SCRIPT, dsn, tmp_path)
+    returncode, stdout, stderr = run_script(CONTINUING_SCRIPT, dsn, tmp_path, CASE_ID=a_case_of_its_own(dsn))
 
     assert returncode == 0, stderr[-3000:]
     answer = json.loads(stdout.strip().splitlines()[-1])

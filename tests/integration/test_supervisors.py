@@ -15,8 +15,8 @@ from actors.supervisor import NAMESPACE, supervisor_names
 from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, RunningToolServer, auth
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import (
-    ACT,
     SEND,
+    act_on_a_copy,
     decide,
     finished,
     operations,
@@ -56,7 +56,8 @@ def test_two_supervisors_share_the_runs_and_one_gone_for_good_loses_none_of_them
             run_id: str = answer.json()["run_id"]
             return run_id
 
-        acting = [created(ACT) for _ in range(3)]  # each comes to wait for a person to approve its send
+        acting = [created(act_on_a_copy(dsn, scratch_dsn)) for _ in range(3)]  # each, over a case of its own,
+        # comes to wait for a person to approve its send
         checking = [created({"case_id": "C-102"}) for _ in range(4)]  # live, and owned, for seconds
         owners = {run_id: asyncio.run(run_owner(scratch_dsn, run_id)) for run_id in checking}
         assert set(owners.values()) == {first, second}, owners  # spread, each run with one owner

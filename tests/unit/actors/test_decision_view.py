@@ -28,6 +28,8 @@ def approved_at(at: datetime) -> Operation:
         recording=Recording.FULL,
         args={"case_id": "C-103"},
         args_hash="a" * 64,
+        intent_hash="a" * 64,
+        generation=1,
         state=OperationState.APPROVED,
         attempts=0,
         expires_at=None,
@@ -54,7 +56,7 @@ HISTORY = [
 def test_the_run_moving_the_operation_on_is_not_shown_as_the_decision() -> None:
     woken = [*HISTORY, step(OperationState.APPROVED, OperationState.EXECUTING, "supervisor:s", AT)]
 
-    view = decision_view(approved_at(AT), woken)
+    view = decision_view(approved_at(AT), woken, [])
 
     assert view["state"] == "approved"
     assert [(entry["to"], entry["actor"]) for entry in view["history"]] == [
@@ -64,4 +66,4 @@ def test_the_run_moving_the_operation_on_is_not_shown_as_the_decision() -> None:
 
 
 def test_a_history_that_ends_at_the_decision_is_shown_whole() -> None:
-    assert len(decision_view(approved_at(AT), HISTORY)["history"]) == 2
+    assert len(decision_view(approved_at(AT), HISTORY, [])["history"]) == 2

@@ -22,6 +22,7 @@ from actors.toolsets.config import (
     shipped_toolsets,
 )
 from dag.contracts import BindingMatch, Recording, Risk
+from dag.writes import Intent
 
 VALID = """\
 version: 1
@@ -420,6 +421,29 @@ def test_a_write_tools_operation_loads_with_its_defaults() -> None:
     assert spec.approval_window_s is None  # the run's approval_wait_s
 
 
+def test_a_write_tools_intent_is_every_argument_forever_unless_the_overlay_narrows_it() -> None:
+    [server] = parse_toolsets(write_tool(), "toolsets.yaml", {}).servers
+    [narrowed] = parse_toolsets(
+        write_tool(
+            operation="{intent: {arguments: [path, content], window_s: 86400}}", run_bound="{path: root}"
+        ),
+        "toolsets.yaml",
+        {},
+    ).servers
+    default, daily = server.tools["write_file"].operation, narrowed.tools["write_file"].operation
+    assert default is not None
+    assert daily is not None
+
+    assert default.spec().intent == Intent(arguments=None, window_s=None)
+    assert daily.spec().intent == Intent(arguments=("content", "path"), window_s=86400)
+
+
+def test_an_intent_that_leaves_a_bound_argument_out_is_refused_at_its_line() -> None:
+    refused = invalid(write_tool(operation="{intent: {arguments: [content]}}", run_bound="{path: root}"), {})
+
+    assert (refused.line, refused.field) == (11, "servers[0].tools.write_file.operation")
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
@@ -440,6 +464,19 @@ def test_a_write_tools_operation_loads_with_its_defaults() -> None:
             "is set by raydag, so it cannot be bound",
         ),
         (write_tool(operation="{approval: whoever}"), "operation"),
+        (
+            write_tool(operation="{intent: {arguments: [content]}}", run_bound="{path: root}"),
+            "intent.arguments leaves out ['path'], which are bound",
+        ),
+        (
+            write_tool(operation="{idempotency_key: key, intent: {arguments: [key, path]}}"),
+            "names 'key', the idempotency_key",
+        ),
+        (write_tool(operation="{intent: {arguments: [path, path]}}"), "names ['path'] more than once"),
+        (write_tool(operation="{intent: {arguments: []}}"), "at least 1 item"),
+        (write_tool(operation="{intent: {window_s: 0}}"), "greater than 0"),
+        (write_tool(operation="{intent: {window_s: .inf}}"), "finite number"),
+        (write_tool(operation="{intent: {within_s: 60}}"), "Extra inputs are not permitted"),
     ],
 )
 def test_an_operation_that_cannot_hold_is_refused_at_load(text: str, problem: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 from dag.contracts import BindingMatch, DeclaredBySchema, Risk, RunBinding, ToolContract
 from dag.schemas import JsonSchema, SchemaInvalid
 from dag.validate import check_arguments
+from dag.writes import Intent, OperationSpec
 
 READ_INPUT = {
     "$schema": "http://json-schema.org/draft-07/schema#",
@@ -78,6 +79,17 @@ def test_a_run_bound_field_without_a_resource_key_binds_to_its_own_name_by_equal
 def test_a_declared_contract_refuses_a_bound_field_its_schema_does_not_take() -> None:
     with pytest.raises(ValueError, match=r"bound fields \['root'\] are not inputs"):
         declared(run_bound=frozenset({"root"}), resource_keys=())
+
+
+def test_a_write_whose_intent_names_an_argument_its_schema_does_not_take_is_refused() -> None:
+    daily = OperationSpec(intent=Intent(arguments=("path", "recipient"), window_s=86400))
+
+    with pytest.raises(ValueError, match=r"intent arguments \['recipient'\] are not inputs"):
+        declared(risk=Risk.REVERSIBLE_WRITE, operation=daily)
+    narrowed = declared(
+        risk=Risk.REVERSIBLE_WRITE, operation=OperationSpec(intent=Intent(arguments=("path",)))
+    )
+    assert narrowed.operation is not None
 
 
 def test_a_resource_key_for_a_field_that_is_not_run_bound_is_refused() -> None:

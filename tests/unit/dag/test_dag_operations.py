@@ -23,8 +23,11 @@ from dag.operations import (
     call_arguments,
     call_meta,
     existence,
-    operation_id,
+    intent_hash,
+    joinable,
+    may_still_land,
     outcome_state,
+    overdue,
     reconcile_arguments,
     reconciled_output,
     reconciled_state,
@@ -32,7 +35,7 @@ from dag.operations import (
     sources_of,
 )
 from dag.policy import TenantPolicy
-from dag.writes import META_KEY, Approval, KeyCarrier, OperationSpec, Reconcile
+from dag.writes import META_KEY, Approval, Intent, KeyCarrier, OperationSpec, Reconcile
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 ARGS = {"case_id": "C-103", "draft_id": "DRAFT-1"}
@@ -51,21 +54,92 @@ def view(state: OperationState = OperationState.AWAITING_APPROVAL, **changes: ob
         "state": state,
         "args_hash": arguments_hash(ARGS),
         "risk": Risk.REVERSIBLE_WRITE,
-        "subject": "requester",
+        "subjects": frozenset({"requester"}),
         "expires_at": NOW + timedelta(minutes=5),
     }
     values.update(changes)
     return OperationView(**values)  # type: ignore[arg-type]
 
 
-def test_the_same_write_in_the_same_run_is_one_operation_whatever_the_key_order() -> None:
-    one = operation_id("run-1", "send", arguments_hash({"a": 1, "b": [1, 2]}))
-    again = operation_id("run-1", "send", arguments_hash({"b": [1, 2], "a": 1}))
+def test_the_same_arguments_are_the_same_intent_whatever_their_order() -> None:
+    one = intent_hash(Intent(), {"a": 1, "b": [1, 2]})
 
-    assert one == again
-    assert one != operation_id("run-2", "send", arguments_hash({"a": 1, "b": [1, 2]}))
-    assert one != operation_id("run-1", "draft", arguments_hash({"a": 1, "b": [1, 2]}))
-    assert one != operation_id("run-1", "send", arguments_hash({"a": 2, "b": [1, 2]}))
+    assert one == intent_hash(Intent(), {"b": [1, 2], "a": 1})
+    assert one != intent_hash(Intent(), {"a": 2, "b": [1, 2]})
+    assert one != intent_hash(Intent(), {"a": 1, "b": [2, 1]})
+
+
+def test_an_intent_is_named_by_every_argument_unless_the_overlay_narrows_it() -> None:
+    sent = {"case_id": "C-103", "draft_id": "DRAFT-1", "note": "first"}
+    again = {**sent, "note": "a reminder"}
+    by_case = Intent(arguments=("case_id", "draft_id"))
+
+    assert intent_hash(Intent(), sent) == arguments_hash(sent)  # by default: the arguments' own hash
+    assert intent_hash(Intent(), sent) != intent_hash(Intent(), again)
+    assert intent_hash(by_case, sent) == intent_hash(by_case, again)  # the note names no intent
+    assert intent_hash(by_case, sent) != intent_hash(by_case, {**sent, "draft_id": "DRAFT-2"})
+    assert intent_hash(by_case, {"case_id": "C-103"}) != intent_hash(by_case, {**sent, "draft_id": None})
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        OperationState.PROPOSED,
+        OperationState.AWAITING_APPROVAL,
+        OperationState.APPROVED,
+        OperationState.EXECUTING,
+        OperationState.UNKNOWN,  # it may have acted: a second operation could act twice
+    ],
+)
+def test_an_intent_not_yet_settled_is_joined_however_old(state: OperationState) -> None:
+    daily = Intent(window_s=86400)
+
+    assert joinable(state, NOW - timedelta(days=30), daily, NOW)
+
+
+def test_a_success_is_joined_within_its_window_and_forever_by_default() -> None:
+    daily = Intent(window_s=86400)
+    succeeded = OperationState.SUCCEEDED
+
+    assert joinable(succeeded, NOW - timedelta(days=400), Intent(), NOW)
+    assert joinable(succeeded, NOW - timedelta(hours=23), daily, NOW)
+    assert not joinable(succeeded, NOW - timedelta(days=1), daily, NOW)  # a day on: a new operation
+
+
+@pytest.mark.parametrize("state", [OperationState.FAILED, OperationState.REJECTED, OperationState.EXPIRED])
+def test_an_intent_that_never_acted_is_proposed_anew(state: OperationState) -> None:
+    assert not joinable(state, NOW, Intent(), NOW)
+
+
+def test_an_operation_awaiting_a_person_is_overdue_from_its_deadline_on() -> None:
+    awaiting = OperationState.AWAITING_APPROVAL
+
+    assert overdue(awaiting, NOW, NOW)
+    assert not overdue(awaiting, NOW + timedelta(seconds=1), NOW)
+    assert not overdue(awaiting, None, NOW)
+    assert not overdue(OperationState.APPROVED, NOW - timedelta(days=1), NOW)  # decided in time
+
+
+def test_a_call_out_may_land_until_its_callers_limit() -> None:
+    since = NOW - timedelta(seconds=10)
+
+    assert may_still_land(since, call_limit_s=11, now=NOW)
+    assert not may_still_land(since, call_limit_s=10, now=NOW)
+    assert not may_still_land(None, call_limit_s=10, now=NOW)
+
+
+def test_no_requester_of_a_shared_operation_decides_it_unless_the_tenant_allows() -> None:
+    shared = view(subjects=frozenset({"first", "joiner"}))
+    quoted = arguments_hash(ARGS)
+    lenient = TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE}))
+
+    def refusal(decider: str, policy: TenantPolicy = STRICT) -> DecisionRefusal | None:
+        return approval_refusal(shared, quoted_hash=quoted, decider=decider, policy=policy, now=NOW)
+
+    assert refusal("first") is DecisionRefusal.SELF_APPROVAL
+    assert refusal("joiner") is DecisionRefusal.SELF_APPROVAL  # the run that joined asked for it too
+    assert refusal("someone else") is None
+    assert refusal("joiner", lenient) is None
 
 
 def test_every_state_is_in_the_table_and_the_terminal_ones_lead_nowhere() -> None:
@@ -142,8 +216,8 @@ def test_a_decided_or_expired_operation_takes_no_decision(
 
 def test_the_runs_own_principal_decides_only_the_risks_its_tenant_allows() -> None:
     quoted = arguments_hash(ARGS)
-    reversible = view(subject="me")
-    irreversible = view(subject="me", risk=Risk.IRREVERSIBLE_WRITE)
+    reversible = view(subjects=frozenset({"me"}))
+    irreversible = view(subjects=frozenset({"me"}), risk=Risk.IRREVERSIBLE_WRITE)
     lenient = TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE}))
     everything = TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE, Risk.IRREVERSIBLE_WRITE}))
 
@@ -180,7 +254,7 @@ def test_only_an_unknown_outcome_can_be_resolved_and_only_quoting_its_hash() -> 
 
 def test_the_runs_own_principal_settles_an_unknown_outcome_only_where_it_may_approve() -> None:
     quoted = arguments_hash(ARGS)
-    mine = view(OperationState.UNKNOWN, subject="me")
+    mine = view(OperationState.UNKNOWN, subjects=frozenset({"me"}))
     lenient = TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE}))
 
     def refusal(policy: TenantPolicy, decider: str = "me") -> DecisionRefusal | None:
