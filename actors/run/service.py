@@ -554,7 +554,9 @@ class RunService:
         if self._listed is not None and not self._listed.is_set():
             return []  # a run resumed before its servers were tried would find their tools withdrawn
         claims = await self._leases.claim_orphans(
-            driving={*self._runs, *self._creating}, serving=self._served_tools()
+            driving={*self._runs, *self._creating},
+            serving=self._served_tools(),
+            planning=self._planner_tools.keys(),
         )
         adopted = []
         for claim in claims:
@@ -635,7 +637,9 @@ class RunService:
         self._creating.add(run_id)  # claimed and not driven yet: no orphan of this owner's scan
         try:
             try:
-                claimed = await self._leases.claim_parked(run_id, serving=self._served_tools())
+                claimed = await self._leases.claim_parked(
+                    run_id, serving=self._served_tools(), planning=self._planner_tools.keys()
+                )
             except DatabaseUnavailable:
                 log.warning("could not wake run %s now; the orphan scan will", run_id)
                 return False

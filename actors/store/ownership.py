@@ -59,12 +59,17 @@ class Leases:
         return await retrying(update, window_s=RUN_WINDOW_S, what="lease renewal")
 
     async def claim_orphans(
-        self, *, driving: Collection[str], serving: Collection[str] | None = None, limit: int = 50
+        self,
+        *,
+        driving: Collection[str],
+        serving: Collection[str] | None = None,
+        planning: Collection[str] | None = None,
+        limit: int = 50,
     ) -> list[Claim]:
         """Take over live runs nobody drives: this owner's own (after a restart), any whose lease lapsed, and
         parked ones that are due (a decision was written, or a wait's deadline came), among those whose tools
-        are all in ``serving`` (``None``: whatever their tools). A parked run not due is nobody's and costs
-        nothing: it is left alone."""
+        are all in ``serving`` and whose planner is in ``planning`` (``None``: whatever they are). A parked run
+        not due is nobody's and costs nothing: it is left alone."""
         rows = await self._pool.fetch(
             """WITH orphan AS (
                    SELECT run_id, owner FROM runs
@@ -73,6 +78,7 @@ class Leases:
                      AND (owner = $1 OR owner IS NULL OR lease_expires_at < now())
                      AND (parked_until IS NULL OR parked_until <= now())
                      AND ($5::text[] IS NULL OR tools IS NULL OR tools <@ $5::text[])
+                     AND ($6::text[] IS NULL OR planner = ANY($6::text[]))
                    ORDER BY created_at
                    LIMIT $4
                    FOR UPDATE SKIP LOCKED
@@ -86,13 +92,21 @@ class Leases:
             [uuid.UUID(run_id) for run_id in driving],
             limit,
             sorted(serving) if serving is not None else None,
+            sorted(planning) if planning is not None else None,
         )
         return [Claim(str(row["run_id"]), row["previous_owner"]) for row in rows]
 
-    async def claim_parked(self, run_id: str, *, serving: Collection[str] | None = None) -> bool:
+    async def claim_parked(
+        self,
+        run_id: str,
+        *,
+        serving: Collection[str] | None = None,
+        planning: Collection[str] | None = None,
+    ) -> bool:
         """Take a parked run to wake it (a decision about it was written, or it is to be cancelled), if its
-        tools are all in ``serving`` (``None``: whatever they are); ``False`` if it is not parked (any more:
-        it is live and driven, or finished) or not this supervisor's to drive."""
+        tools are all in ``serving`` and its planner is in ``planning`` (``None``: whatever they are);
+        ``False`` if it is not parked (any more: it is live and driven, or finished) or not this supervisor's
+        to drive."""
 
         async def update() -> bool:
             claimed = await self._pool.fetchval(
@@ -100,11 +114,13 @@ class Leases:
                                    parked_until = NULL
                    WHERE run_id = $3 AND parked_until IS NOT NULL AND finished_at IS NULL
                      AND ($4::text[] IS NULL OR tools IS NULL OR tools <@ $4::text[])
+                     AND ($5::text[] IS NULL OR planner = ANY($5::text[]))
                    RETURNING run_id""",
                 self.owner,
                 self.lease_s,
                 uuid.UUID(run_id),
                 sorted(serving) if serving is not None else None,
+                sorted(planning) if planning is not None else None,
             )
             return claimed is not None
 

@@ -356,6 +356,35 @@ async def test_an_orphan_is_claimed_only_by_an_owner_serving_every_tool_it_was_o
     assert [claim.run_id for claim in rest] == [runs["wide"]]
 
 
+async def test_an_orphan_or_a_parked_run_is_claimed_only_by_an_owner_offering_its_planner(
+    admin_dsn: str,
+) -> None:
+    """A supervisor without a run's planner could not drive it (it would fail the run): it leaves it to one
+    that has it — a run it would adopt, or a parked one a decision wakes."""
+    from actors.store.ownership import Leases
+
+    async with empty_database(admin_dsn) as fresh:
+        await prepare_caseops_database(fresh)
+        pool = await create_pool(fresh, max_size=2)
+        try:
+            gone = RunStore(pool, owner="gone", lease_s=0.0)
+            _, orphan = await gone.create_run(_created(goal="orphan"), idempotency_key=None, request_hash="o")
+            _, parked = await gone.create_run(_created(goal="parked"), idempotency_key=None, request_hash="p")
+            await pool.execute("UPDATE runs SET parked_until = now() WHERE run_id = $1", uuid.UUID(parked))
+            other = Leases(pool, "plans-otherwise", 15.0)
+            refused = await other.claim_orphans(driving=[], planning=["conformance"])
+            refused_parked = await other.claim_parked(parked, planning=["conformance"])
+            able = Leases(pool, "plans-outputs", 15.0)
+            claimed = await able.claim_orphans(driving=[parked], planning=["outputs", "conformance"])
+            claimed_parked = await able.claim_parked(parked, planning=["outputs"])
+        finally:
+            await pool.close()
+
+    assert (refused, refused_parked) == ([], False)
+    assert [claim.run_id for claim in claimed] == [orphan]
+    assert claimed_parked is True
+
+
 async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_another_owner(
     admin_dsn: str,
 ) -> None:
