@@ -692,6 +692,36 @@ def test_an_unknown_send_with_no_read_to_reconcile_it_waits_for_a_person_to_reso
     assert (run["status"], run["stop_reason"]) == ("needs_human", "INSUFFICIENT_EVIDENCE"), run
 
 
+def test_an_unknown_outcome_nobody_resolves_within_its_budget_stops_the_run_and_stays_unknown(
+    ray_cluster: None,
+    dsn: str,
+    scratch_dsn: str,
+    start_tool_server: Any,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    """The run waits for a person to say what the write did for ``resolution_wait_s``, parked; then it stops
+    ``RESOLUTION_EXPIRED``, and the operation stays ``unknown``: the effect may exist, a person may still say."""
+    from tests.integration.test_operation_faults import toolsets_with_a_short_send
+
+    def unreconciled(url: str) -> Any:
+        return toolsets_with_a_short_send(url, reconcile=False)
+
+    base, tools, _ = own_api(start_tool_server, scratch_dsn, token_key, serve_api, unreconciled)
+    with httpx.Client(base_url=base, timeout=30) as client:
+        body = {**act_on_a_copy(dsn, scratch_dsn), "budgets": {"resolution_wait_s": 3}}
+        run_id, send = waiting_send(client, body)
+        tools.server.simulate(stall_after_commit={SEND: 1})
+        assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+        run = wait_for(client, run_id, finished, within_s=90)
+        after = operations(client, run_id)[SEND]
+
+    assert (run["status"], run["stop_reason"]) == ("stopped", "RESOLUTION_EXPIRED"), run
+    assert after["state"] == "unknown"
+    assert sent(dsn, send) == 1  # it did happen: nobody said so, and nothing sent it again
+    assert tools.server.calls.get(SEND, 0) == 1
+
+
 def test_a_replan_proposing_the_same_writes_reuses_them_and_changed_arguments_need_a_new_yes(
     ray_cluster: None,
     dsn: str,
