@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from actors.api import (
     RequestDeadline,
     RequestGuard,
+    decisions,
     health,
     install_problem_handlers,
     operations,
@@ -184,13 +185,14 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
 ROUTERS = (
     health.router,
     runs.router,
+    decisions.router,
     operations.router,
     reviews.router,
     questions.router,
     viewer.router,
 )
-"""Every route of the API, by the noun it serves: health, runs (and their nodes and events), a run's
-operations, plan reviews and questions (each decided through ``actors.run.approvals``), and
+"""Every route of the API, by the noun it serves: health, runs (and their nodes and events), the inbox of
+decisions, a run's operations, plan reviews and questions (each decided through ``actors.run.approvals``), and
 the run viewer (its page, ``/edges``, ``/stream``)."""
 
 

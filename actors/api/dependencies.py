@@ -21,6 +21,7 @@ from actors.api._problem import Problem
 from actors.api.supervisors import Supervisors
 from actors.launch.settings import ApiKeyGrant
 from actors.run.approvals import Decisions
+from actors.store.listing import Listing
 from actors.store.operations import OperationStore
 from actors.store.questions import QuestionStore
 from actors.store.reviews import ReviewStore
@@ -41,6 +42,7 @@ class ApiState:
     operations: OperationStore = field(init=False)
     reviews: ReviewStore = field(init=False)
     questions: QuestionStore = field(init=False)
+    listing: Listing = field(init=False)
     decisions: Decisions = field(init=False)
     supervisors: Supervisors = field(init=False)
 
@@ -49,6 +51,7 @@ class ApiState:
         self.operations = OperationStore(pool)
         self.reviews = ReviewStore(pool)
         self.questions = QuestionStore(pool)
+        self.listing = Listing(pool, line=self.store.line)
         self.decisions = Decisions(self.store, self.operations, self.reviews, self.questions, self.policy_of)
         self.supervisors = supervisors
 

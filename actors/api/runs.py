@@ -1,8 +1,8 @@
-"""The runs over HTTP: a run created, read with its nodes and events, cancelled and continued.
+"""The runs over HTTP: a run created, listed, read with its nodes and events, cancelled and continued.
 
 Creation and continuation go to a supervisor (the next in turn), within the replica's submission line; every
 read is the run store's, and a run exists only for keys of its tenant holding at least the scopes it was
-created with (``dependencies.readable_run``).
+created with (``dependencies.readable_run``). A run's answer names, while it waits, what it waits for.
 """
 
 from __future__ import annotations
@@ -16,9 +16,22 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from actors.api._outcomes import ask, database_unavailable, raise_for_submission
 from actors.api._problem import Problem, problem_responses
+from actors.api.decisions import waiting_for
 from actors.api.dependencies import Api, ApiState, Caller, ReadableRun, RunHistory, run_not_found
-from actors.api.schemas import EventView, NodeView, RunCancelled, RunView
-from actors.api.views import event_view, load_state, nodes_view, run_view
+from actors.api.pages import (
+    DEFAULT_PAGE,
+    CaseId,
+    CreatedAfter,
+    CreatedBefore,
+    Cursor,
+    Limit,
+    ResourcePairs,
+    resource_filter,
+    run_cursor,
+    run_key,
+)
+from actors.api.schemas import EventView, NodeView, RunCancelled, RunsPage, RunView
+from actors.api.views import event_view, load_state, nodes_view, run_summary, run_view
 from actors.observe.tracing import carrier
 from actors.run.submission import (
     DEFAULT_GOAL,
@@ -28,6 +41,7 @@ from actors.run.submission import (
     Submission,
     SubmitResult,
 )
+from actors.store.listing import RunFilter, RunKey
 from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, deadline
 from actors.store.runs import MAX_SEQ
 from dag.budget import BudgetRequest
@@ -41,6 +55,7 @@ from dag.run_resource import (
     MAX_RESOURCE_VALUE_LENGTH,
     RESOURCE_KEY_PATTERN,
 )
+from dag.states import RunStatus
 from dag.storable import unfit_values
 
 log = logging.getLogger(__name__)
@@ -75,6 +90,10 @@ Wait = Annotated[
     ),
 ]
 EventCursor = Annotated[int, Query(ge=0, le=MAX_SEQ)]
+Statuses = Annotated[
+    list[RunStatus],
+    Query(alias="status", description="Only runs in these states (repeatable): `waiting`, ..."),
+]
 
 
 class RunCreate(BaseModel):
@@ -165,6 +184,11 @@ def _refuse_unfit(unfit: list[dict[str, str]]) -> None:
         raise Problem(422, "invalid-request", "the request holds values that cannot be stored", errors=unfit)
 
 
+async def run_answer(api: ApiState, principal: Principal, run: dict[str, Any]) -> RunView:
+    """The run as the caller is shown it, with the decisions it waits for while it waits."""
+    return run_view(run, await waiting_for(api, principal, run))
+
+
 ACCEPTED: dict[int | str, dict[str, Any]] = {
     201: {"description": "A new run; Location names it."},
     200: {"model": RunView, "description": "A replay: the run this request already created."},
@@ -248,7 +272,7 @@ async def _accepted_view(api: ApiState, principal: Principal, run_id: str) -> Ru
         row = await api.store.run_row(principal, run_id)
         if row is None:  # a replay by a key of the tenant that lacks scopes the run was created with
             raise run_not_found()
-        return run_view(row)
+        return await run_answer(api, principal, row)
     except DatabaseUnavailable:
         raise database_unavailable(
             "the run was accepted, but the run store cannot be reached to show it; GET its Location later",
@@ -256,10 +280,35 @@ async def _accepted_view(api: ApiState, principal: Principal, run_id: str) -> Ru
         ) from None
 
 
+@router.get("/runs", response_model=RunsPage, responses=problem_responses(401, 422, 503))
+async def list_runs(
+    principal: Caller,
+    api: Api,
+    status: Statuses = [],  # noqa: B006 - FastAPI copies a default list per request
+    resource: ResourcePairs = [],  # noqa: B006
+    case_id: CaseId = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    limit: Limit = DEFAULT_PAGE,
+    cursor: Cursor = None,
+) -> RunsPage:
+    """The runs of the caller's tenant it may read, newest first, without their plans and results."""
+    runs = RunFilter(
+        statuses=[chosen.value for chosen in status],
+        resource=resource_filter(resource, case_id),
+        created_after=created_after,
+        created_before=created_before,
+    )
+    rows = await api.listing.runs(principal, runs, after=run_key(cursor), limit=limit + 1)
+    page = rows[:limit]
+    last = RunKey(page[-1]["created_at"], str(page[-1]["run_id"])) if len(rows) > limit else None
+    return RunsPage(items=[run_summary(row) for row in page], next=run_cursor(last) if last else None)
+
+
 @router.get("/runs/{run_id}", response_model=RunView, responses=problem_responses(401, 404, 503))
-async def get_run(run: ReadableRun) -> RunView:
-    """The run."""
-    return run_view(run)
+async def get_run(run: ReadableRun, principal: Caller, api: Api) -> RunView:
+    """The run, and while it waits, the decisions it waits for."""
+    return await run_answer(api, principal, run)
 
 
 @router.get(
@@ -297,7 +346,8 @@ async def cancel_run(run: ReadableRun, principal: Caller, api: Api) -> RunCancel
     now = await api.store.run_row(principal, run_id)
     if now is None:
         raise run_not_found()
-    return RunCancelled.model_validate({**run_view(now).model_dump(), "cancel": outcome.value})
+    view = await run_answer(api, principal, now)
+    return RunCancelled.model_validate({**view.model_dump(), "cancel": outcome.value})
 
 
 @router.post(

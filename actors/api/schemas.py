@@ -1,5 +1,5 @@
 """The shape of every answer the API gives, as the OpenAPI document publishes it: a run, its nodes and events,
-its operations, reviews and questions.
+its operations, reviews and questions, a page of runs, and the decisions that wait for people.
 
 These are declared as each route's ``response_model``: FastAPI serialises an answer through them, so an answer
 and its published schema cannot drift apart. ``actors.api.views`` builds them from the stored rows."""
@@ -30,7 +30,7 @@ class ErrorView(BaseModel):
 
 
 class RunSummary(BaseModel):
-    """A run, but for its plan and result."""
+    """A run as a page of runs lists it: all but its plan, result and what it waits for."""
 
     run_id: str
     resource: dict[str, str]
@@ -50,17 +50,95 @@ class RunSummary(BaseModel):
     continued_by: str | None = Field(description="The run that continues this one.")
 
 
+class PendingDecision(BaseModel):
+    """A decision that waits for a person, as the inbox lists it and a waiting run names it."""
+
+    run_id: str = Field(description="The run that waits for it.")
+    requested_by: str = Field(description="`TENANT/SUBJECT`: the run's own principal, who asked for the run.")
+    resource: dict[str, str] = Field(description="What the run is about.")
+    created_at: Timestamp
+    expires_at: Timestamp | None = Field(
+        description="Its deadline; `null` for an unknown outcome, which a person may resolve at any time."
+    )
+    decidable: bool = Field(
+        description="Whether the caller may decide it: it holds the kind's scope, and is not the run's own "
+        "principal where its tenant's policy bars that."
+    )
+    decide: dict[str, str] = Field(
+        description="Each way to decide it (`approve`, `reject`, `resolve`, `answer`) and the path to POST to."
+    )
+
+
+class PendingOperation(PendingDecision):
+    """A write awaiting a person's approval, or whose outcome is unknown and awaits a person's resolution."""
+
+    kind: Literal["operation"]
+    state: Literal["awaiting_approval", "unknown"]
+    operation_id: str
+    node_id: str
+    tool: str
+    description: str
+    risk: str
+    args: dict[str, Any] | None = Field(
+        description="The resolved arguments the write is sent (`null` where the tool records digests); raydag "
+        "adds the operation id where the tool takes it as its idempotency key."
+    )
+    args_hash: str = Field(description="SHA-256 of the canonical arguments: what a decision quotes.")
+
+
+class PendingReview(PendingDecision):
+    """A round's plan awaiting a person's review."""
+
+    kind: Literal["review"]
+    round: int
+    plan: dict[str, Any]
+    plan_hash: str = Field(description="SHA-256 of the plan's canonical JSON: what a decision quotes.")
+    nodes: list[str] = Field(
+        description="The plan's nodes no earlier yes covered: what this review is about."
+    )
+
+
+class PendingQuestion(PendingDecision):
+    """A planner's question awaiting a person's answer."""
+
+    kind: Literal["question"]
+    number: int
+    round: int
+    question: str
+
+
+PendingItem = Annotated[PendingOperation | PendingReview | PendingQuestion, Field(discriminator="kind")]
+
+
 class RunView(RunSummary):
-    """A run: its summary, plan and result."""
+    """A run: its summary, plan and result, and — while it waits — the decisions it waits for."""
 
     result: dict[str, Any] | None
     plan: dict[str, Any] | None
+    waiting_for: list[PendingItem] = Field(
+        description="While the run is `waiting`: the decisions it waits for, soonest deadline first (at most "
+        "100; `GET /decisions?run_id=` pages through more). Empty otherwise."
+    )
 
 
 class RunCancelled(RunView):
     """A run a cancellation was asked of, as it is now."""
 
     cancel: Literal["cancelled", "already_finished"]
+
+
+class RunsPage(BaseModel):
+    """A page of runs, newest first."""
+
+    items: list[RunSummary]
+    next: str | None = Field(description="The cursor of the next page (`?cursor=`); `null` on the last page.")
+
+
+class DecisionsPage(BaseModel):
+    """A page of the decisions that wait for people, soonest deadline first."""
+
+    items: list[PendingItem]
+    next: str | None = Field(description="The cursor of the next page (`?cursor=`); `null` on the last page.")
 
 
 class PolicyDecision(BaseModel):

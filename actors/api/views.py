@@ -1,9 +1,10 @@
 """The public shapes of what raydag keeps, built from its rows: a run, its nodes and events, its operations,
-reviews and questions. One definition for the HTTP API, the CLI and the Python API (which take them as JSON:
-``as_json``); the shapes themselves are ``actors.api.schemas``."""
+reviews and questions, and the decisions that wait for people. One definition for the HTTP API, the CLI and
+the Python API (which take them as JSON: ``as_json``); the shapes themselves are ``actors.api.schemas``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,13 +16,20 @@ from actors.api.schemas import (
     EventView,
     NodeView,
     OperationView,
+    PendingItem,
+    PendingOperation,
+    PendingQuestion,
+    PendingReview,
     PolicyDecision,
     QuestionView,
     ReviewView,
+    RunSummary,
     RunView,
     TransitionView,
 )
+from actors.run.approvals import decidable
 from actors.store.database import create_pool
+from actors.store.listing import Pending
 from actors.store.operations import Operation, Transition
 from actors.store.questions import Question
 from actors.store.reviews import Review
@@ -29,7 +37,8 @@ from actors.store.runs import RunStore, StoredEvent
 from dag.contracts import Recording, ToolCatalogue
 from dag.events import NodeError, event_to_json
 from dag.fingerprint import sha256_hex
-from dag.policy import Principal
+from dag.operations import OperationState
+from dag.policy import Principal, TenantPolicy
 from dag.run_state import NodeState, RunState, fold
 
 
@@ -62,9 +71,16 @@ def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_view(row: dict[str, Any]) -> RunView:
-    """A run as its row holds it."""
-    return RunView(**_summary_fields(row), result=row["result"], plan=row["plan"])
+def run_summary(row: dict[str, Any]) -> RunSummary:
+    """A run as a page of runs lists it."""
+    return RunSummary(**_summary_fields(row))
+
+
+def run_view(row: dict[str, Any], waiting_for: Sequence[PendingItem] = ()) -> RunView:
+    """A run, and the decisions it waits for (``waiting_for``: read by the caller, which may decide them)."""
+    return RunView(
+        **_summary_fields(row), result=row["result"], plan=row["plan"], waiting_for=list(waiting_for)
+    )
 
 
 def _id_or_none(value: Any) -> str | None:
@@ -213,6 +229,58 @@ def question_view(question: Question) -> QuestionView:
         answered_at=iso(question.answered_at),
         created_at=iso(question.created_at),
     )
+
+
+def pending_view(pending: Pending, principal: Principal, policy: TenantPolicy) -> PendingItem:
+    """A decision that waits for a person, as ``principal`` is shown it: whether it may decide it, and how."""
+    row = pending.row
+    common: dict[str, Any] = {
+        "run_id": row.run_id,
+        "requested_by": f"{row.tenant_id}/{row.subject}",
+        "resource": dict(pending.resource),
+        "created_at": iso(row.created_at),
+        "expires_at": iso(pending.deadline),
+        "decidable": decidable(row, principal, policy),
+    }
+    match row:
+        case Operation():
+            base = f"/runs/{row.run_id}/operations/{row.operation_id}"
+            unknown = row.state is OperationState.UNKNOWN
+            return PendingOperation(
+                **common,
+                kind="operation",
+                decide={"resolve": f"{base}/resolve"}
+                if unknown
+                else {"approve": f"{base}/approve", "reject": f"{base}/reject"},
+                state="unknown" if unknown else "awaiting_approval",
+                operation_id=row.operation_id,
+                node_id=row.node_id,
+                tool=row.tool,
+                description=row.description,
+                risk=row.risk.value,
+                args=None if row.recording is Recording.DIGEST else dict(row.args),
+                args_hash=row.args_hash,
+            )
+        case Review():
+            base = f"/runs/{row.run_id}/reviews/{row.round}"
+            return PendingReview(
+                **common,
+                kind="review",
+                decide={"approve": f"{base}/approve", "reject": f"{base}/reject"},
+                round=row.round,
+                plan=dict(row.plan),
+                plan_hash=row.plan_hash,
+                nodes=list(row.nodes),
+            )
+        case Question():
+            return PendingQuestion(
+                **common,
+                kind="question",
+                decide={"answer": f"/runs/{row.run_id}/questions/{row.number}/answer"},
+                number=row.number,
+                round=row.round,
+                question=row.text,
+            )
 
 
 async def load_state(store: RunStore, run_id: str) -> RunState:

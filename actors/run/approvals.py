@@ -237,6 +237,33 @@ def _person(principal: Principal) -> Person:
     return Person(principal.tenant_id, principal.subject)
 
 
+def decidable(row: Operation | Review | Question, principal: Principal, policy: TenantPolicy) -> bool:
+    """Whether ``principal`` may decide ``row`` now, as its decision would weigh it quoting what it is shown:
+    the kind's scope held, and the kind's own refusal function finding nothing (the run's own principal
+    barred by its tenant's policy, a deadline passed)."""
+    now = datetime.now(UTC)
+    refusal: RefusalCode | None
+    match row:
+        case Operation():
+            kind, refusal = DecisionKind.OPERATION, _operation_refusal(row, principal.subject, policy, now)
+        case Review():
+            kind = DecisionKind.REVIEW
+            refusal = review_refusal(
+                row.view, quoted_hash=row.plan_hash, reviewer=principal.subject, policy=policy, now=now
+            )
+        case Question():
+            kind, refusal = DecisionKind.QUESTION, answer_refusal(row.state, row.expires_at, now=now)
+    return kind.scope in principal.scopes and refusal is None
+
+
+def _operation_refusal(
+    row: Operation, decider: str, policy: TenantPolicy, now: datetime
+) -> DecisionRefusal | None:
+    if row.state is OperationState.UNKNOWN:
+        return resolution_refusal(row.view, quoted_hash=row.args_hash, decider=decider, policy=policy)
+    return approval_refusal(row.view, quoted_hash=row.args_hash, decider=decider, policy=policy, now=now)
+
+
 _TARGET = {"approve": OperationState.APPROVED, "reject": OperationState.REJECTED}
 
 

@@ -1,5 +1,6 @@
 """The OpenAPI document describes every answer: each route's success names the shape it answers with (a
-generated client can use it), and the routes are module-level routers named for their nouns."""
+generated client can use it), the routes are module-level routers named for their nouns, and the listings
+take the filters docs/API.md names."""
 
 from __future__ import annotations
 
@@ -48,6 +49,40 @@ def test_every_success_names_the_shape_it_answers_with() -> None:
     assert unnamed == []
 
 
+def test_a_waiting_run_and_the_inbox_name_the_three_kinds_of_decision() -> None:
+    schemas = document()["components"]["schemas"]
+    kinds = [
+        schemas[ref.rsplit("/", 1)[-1]]["properties"]["kind"]["const"]
+        for ref in schemas["DecisionsPage"]["properties"]["items"]["items"]["discriminator"][
+            "mapping"
+        ].values()
+    ]
+
+    assert sorted(kinds) == ["operation", "question", "review"]
+    assert (
+        schemas["RunView"]["properties"]["waiting_for"]["items"]
+        == schemas["DecisionsPage"]["properties"]["items"]["items"]
+    )
+
+
+def test_the_listings_take_their_filters() -> None:
+    paths = document()["paths"]
+
+    def parameters(path: str) -> set[str]:
+        return {parameter["name"] for parameter in paths[path]["get"]["parameters"]}
+
+    assert parameters("/runs") == {
+        "status",
+        "resource",
+        "case_id",
+        "created_after",
+        "created_before",
+        "limit",
+        "cursor",
+    }
+    assert parameters("/decisions") == {"kind", "run_id", "resource", "case_id", "limit", "cursor"}
+
+
 def test_the_routes_are_module_level_routers_named_for_their_nouns() -> None:
     from actors.api import app
 
@@ -56,6 +91,7 @@ def test_the_routes_are_module_level_routers_named_for_their_nouns() -> None:
     assert modules == [
         "actors.api.health",
         "actors.api.runs",
+        "actors.api.decisions",
         "actors.api.operations",
         "actors.api.reviews",
         "actors.api.questions",
