@@ -25,7 +25,6 @@ from typing import Any
 import asyncpg
 import httpx
 
-from actors.api.operations import APPROVE_SCOPE
 from actors.launch.background_server import BackgroundServer
 from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
 from actors.supervisor import NAMESPACE
@@ -34,6 +33,7 @@ from bench._ray import local_ray
 from bench._smoke import sized
 from bench._stats import HEADER, row
 from dag.budget import Budgets
+from dag.operations import APPROVE_SCOPE
 from mcp_server.contracts import ALL_SCOPES
 
 SAMPLES = sized(15, 1)

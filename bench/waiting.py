@@ -24,7 +24,6 @@ import asyncpg
 import httpx
 import psutil
 
-from actors.api.operations import APPROVE_SCOPE
 from actors.launch.background_server import BackgroundServer
 from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
 from actors.supervisor import NAMESPACE
@@ -33,6 +32,7 @@ from bench._harness import fresh_database, tool_server_process
 from bench._ray import local_ray
 from bench._smoke import sized
 from dag.budget import Budgets
+from dag.operations import APPROVE_SCOPE
 from mcp_server.contracts import ALL_SCOPES
 
 RUNS = int(os.environ.get("BENCH_WAITING_RUNS", sized(1_000, 3)))

@@ -144,6 +144,10 @@ def call_arguments(spec: OperationSpec, args: Mapping[str, Any], op_id: str) -> 
 # ---------------------------------------------------------------- decisions
 
 
+APPROVE_SCOPE = "runs:approve"
+"""The scope a person needs to approve, reject or resolve an operation."""
+
+
 class DecisionRefusal(StrEnum):
     """Why a person's approval, rejection or resolution of an operation is refused (a problem type each)."""
 

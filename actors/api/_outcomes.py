@@ -13,6 +13,7 @@ from ray.exceptions import RayActorError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from actors.api._problem import Problem, with_problem_schema
+from actors.run.approvals import DecisionRefused
 from actors.run.submission import DATABASE_RETRY_AFTER_S as DATABASE_RETRY_AFTER_S
 from actors.run.submission import SUPERVISOR_RETRY_AFTER_S as SUPERVISOR_RETRY_AFTER_S
 from actors.run.submission import SubmitResult
@@ -169,6 +170,10 @@ def install_problem_handlers(app: FastAPI) -> None:
             return not_json("it cannot be read as JSON").response(request.url.path)
         problem = Problem(exc.status_code, "http-error", str(exc.detail), headers=dict(exc.headers or {}))
         return problem.response(request.url.path)
+
+    @app.exception_handler(DecisionRefused)
+    async def on_refused(request: Request, refused: DecisionRefused) -> Response:
+        return Problem(refused.status, refused.code, refused.detail).response(request.url.path)
 
     @app.exception_handler(DatabaseUnavailable)
     async def on_database_down(request: Request, exc: DatabaseUnavailable) -> Response:

@@ -14,41 +14,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, cast
+from dataclasses import dataclass
+from typing import Any, cast
 
-from fastapi import Depends, FastAPI, Header, Query
-from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from opentelemetry import trace
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application, Deployment
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actors.api import (
-    DATABASE_RETRY_AFTER_S,
-    Problem,
     RequestDeadline,
     RequestGuard,
-    ask,
-    database_unavailable,
+    decisions,
+    health,
     install_problem_handlers,
-    problem_responses,
-    raise_for_submission,
+    operations,
+    questions,
+    reviews,
+    runs,
+    viewer,
 )
-from actors.api.operations import operations_router
-from actors.api.questions import questions_router
-from actors.api.reviews import reviews_router
+from actors.api.dependencies import ApiState
+from actors.api.runs import MAX_WAIT_SECONDS
 from actors.api.supervisors import Supervisors
-from actors.api.viewer import viewer_router
-from actors.api.views import event_view, load_state, nodes_view, run_view
 from actors.launch.hosting import (
     LOOPBACK_HOSTS,
     LOOPBACK_ORIGINS,
@@ -60,43 +51,13 @@ from actors.launch.hosting import (
 from actors.launch.local import database, supervisor_config
 from actors.launch.ports import refuse_shared_listener
 from actors.launch.settings import ApiKeyGrant, Settings, load_settings
-from actors.observe.tracing import carrier, configure_tracing
-from actors.run.submission import (
-    DEFAULT_GOAL,
-    Cancellation,
-    ContinueRequest,
-    RunRequest,
-    Submission,
-    SubmitResult,
-)
+from actors.observe.tracing import configure_tracing
 from actors.store.database import create_pool
-from actors.store.operations import OperationStore
-from actors.store.questions import QuestionStore
-from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, deadline, within
-from actors.store.reviews import ReviewStore
-from actors.store.runs import MAX_SEQ, RunStore
 from actors.store.setup import prepare_database
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor, supervisor_names
 from actors.toolsets.config import Toolsets
-from dag.budget import BudgetRequest
-from dag.contracts import INVESTIGATE
-from dag.policy import Principal
-from dag.questions import MAX_ANSWER_CHARS
-from dag.run_resource import (
-    IDENTIFIER_PATTERN,
-    MAX_RESOURCE_KEY_LENGTH,
-    MAX_RESOURCE_KEYS,
-    MAX_RESOURCE_VALUE_LENGTH,
-    RESOURCE_KEY_PATTERN,
-)
-from dag.storable import unfit_values
 from dag.tokens import TaskTokens
 
-log = logging.getLogger(__name__)
-
-MAX_WAIT_SECONDS = 60
-READY_TIMEOUT_S = 2.0
-"""How long ``/readyz`` waits for each dependency before calling it unready."""
 APPLICATION_NAME = "raydag-api"
 """The Serve deployment's name, and how its database connections appear in ``pg_stat_activity``."""
 TOOLS_NAME = "raydag-mcp"
@@ -151,125 +112,6 @@ class ApiConfig:
         )
 
 
-Identifier = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=IDENTIFIER_PATTERN)]
-ResourceKey = Annotated[
-    str, StringConstraints(min_length=1, max_length=MAX_RESOURCE_KEY_LENGTH, pattern=RESOURCE_KEY_PATTERN)
-]
-RunResource = Annotated[
-    dict[ResourceKey, Annotated[str, StringConstraints(min_length=1, max_length=MAX_RESOURCE_VALUE_LENGTH)]],
-    Field(
-        max_length=MAX_RESOURCE_KEYS,
-        description='What the run is about, e.g. `{"case_id": "C-102"}` or `{"root": "/srv/reports"}`: '
-        "the keys the tools' run-bound inputs are bound to, each with a string value; none (`{}`, or absent) "
-        "for a run whose tools bind nothing.",
-        json_schema_extra={"additionalProperties": False},  # a key off the pattern is refused, not ignored
-    ),
-]
-
-
-class RunCreate(BaseModel):
-    """``POST /runs``. Tenant, subject and scopes are deliberately absent: they come from the API key."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    resource: RunResource | None = None
-    case_id: Identifier | None = Field(
-        default=None, description='A shorthand: `{"case_id": X}` is `{"resource": {"case_id": X}}`.'
-    )
-    goal: str = Field(default=DEFAULT_GOAL, min_length=1, max_length=2000)
-    planner: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=64,
-        description="The planner: `outputs` (the default with a `plan`), `openai`, or the toolsets' own (the "
-        "default without one; caseops: `conformance`).",
-    )
-    plan: dict[str, Any] | None = None
-    budgets: BudgetRequest | None = None
-    stage: str = Field(
-        default=INVESTIGATE,
-        pattern=r"^[a-z][a-z0-9_]{0,39}$",
-        description="The run's stage: the tools declared for it are the run's (`investigate` reads; a stage "
-        "that acts, caseops' `act`, offers writes, each approved as an operation: docs/EFFECTS.md).",
-    )
-    review: Literal["plan"] | None = Field(
-        default=None,
-        description="`plan`: each round's plan waits for a person's yes (`/runs/{id}/reviews`) before anything "
-        "of it runs (docs/PEOPLE.md). A tenant's policy may require it.",
-    )
-
-    @model_validator(mode="after")
-    def _one_resource(self) -> RunCreate:
-        if (
-            self.resource is not None
-            and self.case_id is not None
-            and self.resource.get("case_id") != self.case_id
-        ):
-            raise ValueError("case_id and resource.case_id disagree: give one, or the same value in both")
-        return self
-
-    @property
-    def run_resource(self) -> dict[str, str]:
-        """The run's resource, the shorthand expanded; none at all for a run whose tools bind nothing (whether
-        its tools need one is admission's to say: ``resource-mismatch``)."""
-        if self.resource is not None:
-            return dict(self.resource)
-        return {"case_id": str(self.case_id)} if self.case_id is not None else {}
-
-    def unfit(self) -> list[dict[str, str]]:
-        """Where the body holds what PostgreSQL cannot store or JSON cannot carry (NUL, lone surrogates,
-        non-finite numbers); the typed fields refuse those themselves."""
-        free = {"goal": self.goal, "planner": self.planner, "plan": self.plan, "resource": self.resource}
-        return [{"location": f"/body{pointer}", "message": reason} for pointer, reason in unfit_values(free)]
-
-
-class RunContinue(BaseModel):
-    """``POST /runs/{id}/continue``. The tenant, principal, resource, stage, planner and tool definitions are
-    the earlier run's: only these may be new."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    goal: str | None = Field(
-        default=None, min_length=1, max_length=2000, description="A new goal; by default the earlier run's."
-    )
-    answer: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_ANSWER_CHARS,
-        description="What the planner is told, with who said it, as a person's answer to what the run stopped "
-        "on; never authority.",
-    )
-    budgets: BudgetRequest | None = Field(
-        default=None,
-        description="Applied over the earlier run's budgets, each within the server's limit: more room than "
-        "the earlier run had is allowed.",
-    )
-
-    def unfit(self) -> list[dict[str, str]]:
-        free = {"goal": self.goal, "answer": self.answer}
-        return [{"location": f"/body{pointer}", "message": reason} for pointer, reason in unfit_values(free)]
-
-
-bearer = Depends(HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`."))
-"""Declares the API key in the OpenAPI document (a bearer scheme) and reads it; ``authenticated`` checks it."""
-IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
-EventCursor = Annotated[int, Query(ge=0, le=MAX_SEQ)]
-
-WAIT_GRACE_S = 2.0
-"""How much longer than ``?wait=`` the API waits for the supervisor's answer before it stops waiting."""
-
-
-@dataclass
-class _AppState:
-    """What the lifespan opens for the routes: set on startup, closed on shutdown."""
-
-    store: RunStore = field(init=False)
-    operations: OperationStore = field(init=False)
-    reviews: ReviewStore = field(init=False)
-    questions: QuestionStore = field(init=False)
-    supervisors: Supervisors = field(init=False)
-
-
 def tool_server_for(config: ApiConfig, toolsets: Toolsets) -> HostedServer | None:
     """The server ``toolsets`` have raydag host (``hosting.server``), its task tokens minted for the
     supervisor's ``mcp_url``; ``None`` when they host none."""
@@ -288,23 +130,22 @@ def tool_server_for(config: ApiConfig, toolsets: Toolsets) -> HostedServer | Non
 
 
 def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
+    """The API's ASGI app: the configuration as the routes' state (opened by the lifespan), the middleware,
+    the problem handlers and the routers. Nothing here answers a request."""
     configure_tracing("raydag-api")
     toolsets = config.supervisor.effective_toolsets()
     hosting = hosted(toolsets)
     tool_server = tool_server_for(config, toolsets) if tools_mounted else None
-    declared = toolsets.scopes
-    state = _AppState()
+    state = ApiState(
+        api_keys=config.api_keys, declared=toolsets.scopes, policy_of=config.supervisor.policy_of
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         schemas = hosting.schemas if hosting is not None and tool_server is not None else ()
         await prepare_database(config.dsn, schemas=schemas)
         pool = await create_pool(config.dsn, max_size=config.pool_size, application_name=APPLICATION_NAME)
-        state.store = RunStore(pool)
-        state.operations = OperationStore(pool)
-        state.reviews = ReviewStore(pool)
-        state.questions = QuestionStore(pool)
-        state.supervisors = Supervisors(
+        supervisors = Supervisors(
             {
                 name: get_or_create_supervisor(
                     config.supervisor, name=name, detached=True, spread=(index, len(config.supervisor_names))
@@ -312,9 +153,10 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
                 for index, name in enumerate(config.supervisor_names)
             }
         )
+        state.open(pool, supervisors)
         # A supervisor that outlived an earlier deployment adopts this one's configuration for new runs.
         await asyncio.gather(
-            *(handle.reconfigure.remote(config.supervisor) for _, handle in state.supervisors.all())
+            *(handle.reconfigure.remote(config.supervisor) for _, handle in supervisors.all())
         )
         try:
             async with tool_server.lifespan() if tool_server else contextlib.nullcontext():
@@ -325,6 +167,7 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
     # No /docs or /redoc: Swagger UI and ReDoc run script from a CDN inside the API's origin (where the run
     # viewer holds API keys), which no useful CSP can allow safely. /openapi.json serves any such tool elsewhere.
     app = FastAPI(title="raydag", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.api = state
     app.add_middleware(RequestDeadline)
     app.add_middleware(RequestGuard, max_bytes=config.max_body_bytes, opaque_paths=(MCP_PATH,))
     if tool_server is not None:
@@ -333,279 +176,24 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
             Route(MCP_PATH, endpoint=tool_server.asgi, methods=["GET", "POST", "DELETE"])
         )
         app.state.tool_server = tool_server
-
     install_problem_handlers(app)
-
-    async def authenticated(credentials: HTTPAuthorizationCredentials | None = bearer) -> Principal:
-        """Who is asking. A dependency, so it runs before the body is validated: no key, no 422 hints.
-        ``async`` though it never awaits: FastAPI runs a plain ``def`` dependency in a worker thread, a hand-off
-        that cost the replica about 5 % of its CPU under load for a comparison of a few strings."""
-        if credentials is not None:
-            for known, grant in config.api_keys.items():
-                if hmac.compare_digest(known.encode(), credentials.credentials.strip().encode()):
-                    return grant.principal(declared)
-        raise Problem(
-            401,
-            "unauthorized",
-            "a valid API key is required: Authorization: Bearer <key>",
-            headers={"WWW-Authenticate": 'Bearer realm="raydag"'},
-        )
-
-    # A default, not an Annotated alias: annotations are strings here, resolved in module scope.
-    caller = Depends(authenticated)
-
-    async def run_or_404(principal: Principal, run_id: str) -> dict[str, Any]:
-        row = await state.store.run_row(principal, run_id)
-        if row is None:
-            raise Problem(404, "run-not-found", "no run with this id was found")
-        return row
-
-    async def history_or_410(principal: Principal, run_id: str) -> dict[str, Any]:
-        row = await run_or_404(principal, run_id)
-        if row["pruned_at"] is not None:
-            raise Problem(
-                410,
-                "history-pruned",
-                f"the run's events were removed by retention on {row['pruned_at'].isoformat()}; "
-                "its summary and result remain at /runs/{run_id}",
-            )
-        return row
-
-    @app.get("/healthz", responses=HEALTH_RESPONSES)
-    async def healthz() -> dict[str, str]:
-        """Liveness: the process answers. Says nothing about its dependencies (that is ``/readyz``)."""
-        return {"status": "ok"}
-
-    @app.get("/readyz", responses={**HEALTH_RESPONSES, **problem_responses(503)})
-    async def readyz() -> dict[str, Any]:
-        """Readiness: PostgreSQL and every supervisor answer within ``READY_TIMEOUT_S``; 503 otherwise. The
-        first supervisor is ``supervisor`` in ``checks``, any other ``supervisor:NAME``."""
-        answers: dict[str, Any] = {}
-        keys = ["supervisor", *(f"supervisor:{name}" for name in state.supervisors.names[1:])]
-
-        def ping(key: str, handle: Any) -> Callable[[], Awaitable[None]]:
-            async def answer() -> None:
-                answers[key] = await handle.ping.remote()
-
-            return answer
-
-        database, *supervisors = await asyncio.gather(
-            _check(state.store.ping),
-            *(
-                _check(ping(key, handle))
-                for key, (_, handle) in zip(keys, state.supervisors.all(), strict=True)
-            ),
-        )
-        checks = {"database": database, **dict(zip(keys, supervisors, strict=True))}
-        toolsets: dict[str, Any] = answers.get("supervisor", {}).get("toolsets", {})
-        servers: dict[str, Any] = toolsets.get("servers", {})
-        failing = [name for name, check in checks.items() if not check["ok"]]
-        unreachable = [name for name, server in servers.items() if not server["ok"]]
-        if failing or unreachable:
-            problems = [f"{', '.join(failing)} did not answer"] if failing else []
-            problems += [f"toolset server {name!r} is {servers[name]['error']}" for name in unreachable]
-            raise Problem(
-                503,
-                "not-ready",
-                f"not ready: {'; '.join(problems)}",
-                checks=checks,
-                toolsets=servers,
-                headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
-            )
-        return {"status": "ready", "checks": checks, "toolsets": servers}
-
-    @app.post(
-        "/runs",
-        status_code=201,
-        responses={
-            201: {"description": "A new run; Location names it."},
-            200: {"description": "A replay: the run this Idempotency-Key already created."},
-            **problem_responses(400, 401, 404, 409, 413, 422, 503),
-        },
-    )
-    async def create_run(
-        body: RunCreate,
-        idempotency_key: IdempotencyKey = None,
-        wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
-        principal: Principal = caller,
-    ) -> JSONResponse:
-        unfit = body.unfit()
-        if unfit:
-            raise Problem(
-                422, "invalid-request", "the request holds values that cannot be stored", errors=unfit
-            )
-        # FastAPI's server span of this request is current here: the run continues its trace.
-        request = RunRequest(
-            principal=principal,
-            resource=body.run_resource,
-            goal=body.goal,
-            planner=body.planner,
-            plan=body.plan,
-            budgets=body.budgets,
-            idempotency_key=idempotency_key,
-            trace=carrier(),
-            stage=body.stage,
-            review=body.review == "plan",
-        )
-        supervisor, line = state.supervisors.next()
-        submitted: SubmitResult = await ask(lambda: supervisor.submit.remote(request), line=line)
-        span = trace.get_current_span()
-        if submitted.run_id is not None:
-            span.set_attribute("raydag.run_id", submitted.run_id)
-        span.set_attribute("raydag.submission", submitted.outcome.value)
-        conflicting_run_visible = (
-            submitted.outcome is Submission.IDEMPOTENCY_CONFLICT
-            and submitted.run_id is not None
-            and await state.store.run_row(principal, submitted.run_id) is not None
-        )
-        raise_for_submission(submitted, conflicting_run_visible=conflicting_run_visible)
-        return await accepted(principal, submitted, wait, supervisor)
-
-    async def accepted(
-        principal: Principal, submitted: SubmitResult, wait: float, supervisor: Any
-    ) -> JSONResponse:
-        """The run a request created (201) or replayed (200), once it has ended or ``wait`` seconds passed."""
-        run_id = submitted.run_id
-        assert run_id is not None
-        if wait > 0:
-            try:
-                await ask(lambda: supervisor.wait.remote(run_id, wait, True), within_s=wait + WAIT_GRACE_S)
-            except Problem:
-                log.warning("the supervisor stopped answering while run %s was awaited", run_id)
-            with deadline(REQUEST_DEADLINE_S):  # the wait was legitimate: the read gets a budget of its own
-                row = await accepted_row(principal, run_id)
-        else:
-            row = await accepted_row(principal, run_id)
-        return JSONResponse(
-            run_view(row),
-            status_code=201 if submitted.outcome is Submission.CREATED else 200,
-            headers={"Location": f"/runs/{run_id}"},
-        )
-
-    async def accepted_row(principal: Principal, run_id: str) -> dict[str, Any]:
-        """The row of a run this request created or replayed: a 503 now says so, and where to read it later."""
-        try:
-            return await run_or_404(principal, run_id)
-        except DatabaseUnavailable:
-            raise database_unavailable(
-                "the run was accepted, but the run store cannot be reached to show it; GET its Location later",
-                run_id=run_id,
-            ) from None
-
-    @app.get("/runs/{run_id}", responses=problem_responses(401, 404, 503))
-    async def get_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
-        return run_view(await run_or_404(principal, run_id))
-
-    @app.get("/runs/{run_id}/nodes", responses=problem_responses(401, 404, 410, 503))
-    async def get_nodes(run_id: str, principal: Principal = caller) -> list[dict[str, Any]]:
-        row = await history_or_410(principal, run_id)
-        run = str(row["run_id"])
-        contracts = await state.supervisors.ask_any(lambda supervisor: supervisor.contracts.remote())
-        return nodes_view(await load_state(state.store, run), contracts, await state.store.ledger(run))
-
-    @app.get("/runs/{run_id}/events", responses=problem_responses(401, 404, 410, 422, 503))
-    async def get_events(
-        run_id: str, principal: Principal = caller, after: EventCursor = 0
-    ) -> list[dict[str, Any]]:
-        """The run's events in order; ``after`` resumes from a sequence number the client already has."""
-        row = await history_or_410(principal, run_id)
-        return [event_view(stored) for stored in await state.store.events(str(row["run_id"]), after=after)]
-
-    @app.post("/runs/{run_id}/cancel", responses=problem_responses(401, 404, 409, 503))
-    async def cancel_run(run_id: str, principal: Principal = caller) -> dict[str, Any]:
-        """Cancel a live run; cancelling a finished run changes nothing and says so."""
-        row = await run_or_404(principal, run_id)
-        # Only the run's owner can stop its calls; if it is gone, another says the run is not its own.
-        outcome: Cancellation = await state.supervisors.ask_any(
-            lambda supervisor: supervisor.cancel.remote(str(row["run_id"])), first=row["owner"]
-        )
-        if outcome is Cancellation.NOT_OWNED:
-            raise Problem(
-                409, "run-not-owned", "the run is live but no supervisor drives it now; retry shortly"
-            )
-        return {"cancel": outcome.value, **run_view(await run_or_404(principal, run_id))}
-
-    @app.post(
-        "/runs/{run_id}/continue",
-        status_code=201,
-        responses={
-            201: {"description": "The continuation, a new run; Location names it."},
-            200: {"description": "A replay: the continuation this same request already created."},
-            **problem_responses(400, 401, 404, 409, 410, 413, 422, 503),
-        },
-    )
-    async def continue_run(
-        run_id: str,
-        body: RunContinue | None = None,
-        wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
-        principal: Principal = caller,
-    ) -> JSONResponse:
-        """Continue a run that stopped: a new run over the same tenant, principal and resource, linked both
-        ways, that reuses every read that succeeded and takes its writes over by id (docs/PEOPLE.md)."""
-        body = body if body is not None else RunContinue()
-        unfit = body.unfit()
-        if unfit:
-            raise Problem(
-                422, "invalid-request", "the request holds values that cannot be stored", errors=unfit
-            )
-        request = ContinueRequest(
-            principal=principal,
-            run_id=run_id,
-            goal=body.goal,
-            answer=body.answer,
-            budgets=body.budgets,
-            trace=carrier(),
-        )
-        supervisor, line = state.supervisors.next()
-        submitted: SubmitResult = await ask(lambda: supervisor.continue_run.remote(request), line=line)
-        raise_for_submission(submitted, conflicting_run_visible=True)
-        return await accepted(principal, submitted, wait, supervisor)
-
-    # The operation ledger (/runs/{id}/operations…): a run's writes, and a person's decisions on them.
-    app.include_router(
-        operations_router(
-            operations=lambda: state.operations,
-            authenticated=authenticated,
-            readable_run=run_or_404,
-            policy_of=config.supervisor.policy_of,
-        )
-    )
-    # A planner's questions (/runs/{id}/questions…): what it asked a person, and a person's answers.
-    app.include_router(
-        questions_router(
-            questions=lambda: state.questions, authenticated=authenticated, readable_run=run_or_404
-        )
-    )
-    # Plan review (/runs/{id}/reviews…): a run's plans put to a person, and a person's decisions on them.
-    app.include_router(
-        reviews_router(
-            reviews=lambda: state.reviews,
-            authenticated=authenticated,
-            readable_run=run_or_404,
-            policy_of=config.supervisor.policy_of,
-        )
-    )
-    # The run viewer (/view, /edges, /stream): authenticated and tenant-checked like the routes above.
-    app.include_router(
-        viewer_router(store=lambda: state.store, authenticated=authenticated, readable_run=history_or_410)
-    )
-
+    for router in ROUTERS:
+        app.include_router(router)
     return app
 
 
-HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"description": "No API key needed."}}
-
-
-async def _check(answer: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
-    """Whether a dependency answered in time, how fast, and why not (the exception's type: no details)."""
-    started = time.perf_counter()
-    try:
-        await within(answer, READY_TIMEOUT_S)
-    except TimeoutError:
-        return {"ok": False, "reason": f"no answer within {READY_TIMEOUT_S:g} s"}
-    except Exception as exc:
-        return {"ok": False, "reason": type(exc).__name__}
-    return {"ok": True, "ms": round((time.perf_counter() - started) * 1000, 1)}
+ROUTERS = (
+    health.router,
+    runs.router,
+    decisions.router,
+    operations.router,
+    reviews.router,
+    questions.router,
+    viewer.router,
+)
+"""Every route of the API, by the noun it serves: health, runs (and their nodes and events), the inbox of
+decisions, a run's operations, plan reviews and questions (each decided through ``actors.run.approvals``), and
+the run viewer (its page, ``/edges``, ``/stream``)."""
 
 
 @dataclass(frozen=True)

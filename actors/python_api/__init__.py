@@ -12,18 +12,16 @@ Everything public is re-exported here; the modules behind it may move.
 """
 
 from actors.python_api.session import Raydag, Run, RunRefused, start
-from actors.run.approvals import AnswerRefused, DecisionRefused, ReviewRefused
+from actors.run.approvals import DecisionRefused
 from actors.toolsets import Toolsets, ToolsetsInvalid, load_toolsets
 from dag.budget import BudgetRequest
 from dag.errors import RaydagError
 
 __all__ = [
-    "AnswerRefused",
     "BudgetRequest",
     "DecisionRefused",
     "Raydag",
     "RaydagError",
-    "ReviewRefused",
     "Run",
     "RunRefused",
     "Toolsets",

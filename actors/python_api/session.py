@@ -13,47 +13,30 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import asyncpg
-
-from actors.api.operations import listed_views, moved_view
-from actors.api.questions import question_view
-from actors.api.reviews import review_view
-from actors.api.views import read_report
+from actors.api.operations import listed as listed_operations
+from actors.api.operations import shown
+from actors.api.views import as_json, question_view, read_report, review_view
 from actors.launch.settings import Settings, load_settings
-from actors.run.approvals import (
-    AnswerRefused,
-    DecisionRefused,
-    Found,
-    Person,
-    ReviewRefused,
-    Verdict,
-    answer_question,
-    decide,
-    decide_plan,
-    resolve,
-)
+from actors.run.approvals import DECISION_SCOPES, Decisions, Found, Verdict
 from actors.run.submission import DEFAULT_GOAL, ContinueRequest, RunRequest, Submission, SubmitResult
 from actors.store.database import create_pool
 from actors.store.operations import OperationStore
 from actors.store.questions import QuestionStore
 from actors.store.reviews import ReviewStore
+from actors.store.runs import RunStore
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
-from dag.operations import DecisionRefusal
-from dag.policy import Principal, TenantPolicy, policy_of
-from dag.questions import AnswerRefusal
-from dag.review import ReviewRefusal
+from dag.policy import Principal, policy_of
 
 _T = TypeVar("_T")
-_S = TypeVar("_S")
 
 
 RESTART_POLL_S = 0.25
@@ -258,7 +241,13 @@ class Raydag:
 
     def operations(self, run_id: str) -> list[dict[str, Any]]:
         """The run's writes, as ``GET /runs/{id}/operations`` lists them (docs/EFFECTS.md)."""
-        return asyncio.run(self._ledger(lambda store: _listed(store, run_id)))
+
+        async def listed(desk: Decisions) -> list[dict[str, Any]]:
+            if await desk.runs.run_row(self._principal(), run_id) is None:
+                return []
+            return [as_json(view) for view in await listed_operations(desk.operations, run_id)]
+
+        return asyncio.run(self._at_desk(listed))
 
     def approve(
         self, run_id: str, operation_id: str, args_hash: str, *, by: str, note: str | None = None
@@ -266,165 +255,114 @@ class Raydag:
         """Approve the operation's exact arguments (``args_hash``, as listed) for the person ``by`` of the
         session's tenant; ``DecisionRefused`` says why not (another hash, already decided, expired, or ``by``
         is the run's own principal where the tenant's policy does not allow it)."""
-        return self._decide(run_id, operation_id, args_hash, "approve", by=by, note=note)
+        return self._decide_operation(run_id, operation_id, args_hash, "approve", by=by, note=note)
 
     def reject(
         self, run_id: str, operation_id: str, args_hash: str, *, by: str, note: str | None = None
     ) -> dict[str, Any]:
         """Reject the operation: it never executes."""
-        return self._decide(run_id, operation_id, args_hash, "reject", by=by, note=note)
-
-    def reviews(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's plans put to review, a round each, as ``GET /runs/{id}/reviews`` lists them."""
-
-        async def listed(store: ReviewStore) -> list[dict[str, Any]]:
-            found = await store.of_run(run_id) if _is_uuid(run_id) else []
-            return [review_view(review) for review in found if review.tenant_id == self._tenant]
-
-        return asyncio.run(self._reviews(listed))
-
-    def approve_plan(
-        self, run_id: str, round_number: int, plan_hash: str, *, by: str, note: str | None = None
-    ) -> dict[str, Any]:
-        """Approve round ``round_number``'s exact plan (``plan_hash``, as listed) for the person ``by`` of the
-        session's tenant: the run dispatches it. ``ReviewRefused`` says why not (another hash, already
-        decided, expired, or ``by`` is the run's own principal where the tenant's policy does not allow it)."""
-        return self._review(run_id, round_number, plan_hash, "approve", by=by, note=note)
-
-    def reject_plan(
-        self, run_id: str, round_number: int, plan_hash: str, *, by: str, note: str | None = None
-    ) -> dict[str, Any]:
-        """Reject the round's plan: nothing of it runs, and the run stops ``PLAN_REJECTED``."""
-        return self._review(run_id, round_number, plan_hash, "reject", by=by, note=note)
-
-    def _review(
-        self, run_id: str, round_number: int, plan_hash: str, verdict: Verdict, *, by: str, note: str | None
-    ) -> dict[str, Any]:
-        person = Person(self._tenant, by)
-
-        async def made(store: ReviewStore) -> dict[str, Any]:
-            review = await store.current(run_id, round_number) if _is_uuid(run_id) else None
-            if review is None or review.tenant_id != self._tenant:
-                raise ReviewRefused(ReviewRefusal.NOT_FOUND)
-            decided = await decide_plan(
-                store,
-                run_id,
-                round_number,
-                verdict,
-                quoted_hash=plan_hash,
-                person=person,
-                policy=self._policy(),
-                note=note,
-            )
-            return review_view(decided)
-
-        return asyncio.run(self._reviews(made))
-
-    def questions(self, run_id: str) -> list[dict[str, Any]]:
-        """What the run's planner asked a person, as ``GET /runs/{id}/questions`` lists it (docs/PEOPLE.md)."""
-
-        async def listed(store: QuestionStore) -> list[dict[str, Any]]:
-            found = await store.of_run(run_id) if _is_uuid(run_id) else []
-            return [question_view(question) for question in found if question.tenant_id == self._tenant]
-
-        return asyncio.run(self._stored(QuestionStore, listed))
-
-    def answer(self, run_id: str, number: int, answer: str, *, by: str) -> dict[str, Any]:
-        """Answer the planner's question ``number`` as the person ``by`` of the session's tenant: the planner is
-        shown it with its author, never as authority. ``AnswerRefused`` says why not (no such question,
-        already answered, expired)."""
-        person = Person(self._tenant, by)
-
-        async def answered(store: QuestionStore) -> dict[str, Any]:
-            question = await store.get(run_id, number) if _is_uuid(run_id) else None
-            if question is None or question.tenant_id != self._tenant:
-                raise AnswerRefused(AnswerRefusal.NOT_FOUND)
-            return question_view(await answer_question(store, run_id, number, answer, person=person))
-
-        return asyncio.run(self._stored(QuestionStore, answered))
+        return self._decide_operation(run_id, operation_id, args_hash, "reject", by=by, note=note)
 
     def resolve(
         self, run_id: str, operation_id: str, args_hash: str, found: Found, *, by: str, note: str
     ) -> dict[str, Any]:
         """Settle an operation whose outcome is unknown with what ``by`` found (``succeeded`` or ``failed``)."""
-        person = Person(self._tenant, by)
-        policy = self._policy()
 
-        async def settle(store: OperationStore) -> dict[str, Any]:
-            run = await self._own_run(store, run_id)
-            moved = await resolve(
-                store,
-                run,
-                operation_id,
-                found,
-                quoted_hash=args_hash,
-                person=person,
-                policy=policy,
-                note=note,
+        async def settled(desk: Decisions) -> dict[str, Any]:
+            moved = await desk.resolve_operation(
+                self._decider(by), run_id, operation_id, found, quoted_hash=args_hash, note=note
             )
-            return await moved_view(store, moved)
+            return as_json(await shown(desk.operations, moved))
 
-        return asyncio.run(self._ledger(settle))
+        return asyncio.run(self._at_desk(settled))
 
-    def _decide(
+    def _decide_operation(
         self, run_id: str, operation_id: str, args_hash: str, verdict: Verdict, *, by: str, note: str | None
     ) -> dict[str, Any]:
-        person = Person(self._tenant, by)
-        policy = self._policy()
-
-        async def made(store: OperationStore) -> dict[str, Any]:
-            run = await self._own_run(store, run_id)
-            moved = await decide(
-                store,
-                run,
-                operation_id,
-                verdict,
-                quoted_hash=args_hash,
-                person=person,
-                policy=policy,
-                note=note,
+        async def made(desk: Decisions) -> dict[str, Any]:
+            moved = await desk.decide_operation(
+                self._decider(by), run_id, operation_id, verdict, quoted_hash=args_hash, note=note
             )
-            return await moved_view(store, moved)
+            return as_json(await shown(desk.operations, moved))
 
-        return asyncio.run(self._ledger(made))
+        return asyncio.run(self._at_desk(made))
 
-    def _policy(self) -> TenantPolicy:
-        """The session's tenant's policy (``RAYDAG_TENANT_POLICY``)."""
+    def reviews(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's plans put to review, a round each, as ``GET /runs/{id}/reviews`` lists them."""
+
+        async def listed(desk: Decisions) -> list[dict[str, Any]]:
+            if await desk.runs.run_row(self._principal(), run_id) is None:
+                return []
+            return [as_json(review_view(review)) for review in await desk.reviews.of_run(run_id)]
+
+        return asyncio.run(self._at_desk(listed))
+
+    def approve_plan(
+        self, run_id: str, round_number: int, plan_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Approve round ``round_number``'s exact plan (``plan_hash``, as listed) for the person ``by`` of the
+        session's tenant: the run dispatches it. ``DecisionRefused`` says why not (another hash, already
+        decided, expired, or ``by`` is the run's own principal where the tenant's policy does not allow it)."""
+        return self._decide_plan(run_id, round_number, plan_hash, "approve", by=by, note=note)
+
+    def reject_plan(
+        self, run_id: str, round_number: int, plan_hash: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Reject the round's plan: nothing of it runs, and the run stops ``PLAN_REJECTED``."""
+        return self._decide_plan(run_id, round_number, plan_hash, "reject", by=by, note=note)
+
+    def _decide_plan(
+        self, run_id: str, round_number: int, plan_hash: str, verdict: Verdict, *, by: str, note: str | None
+    ) -> dict[str, Any]:
+        async def made(desk: Decisions) -> dict[str, Any]:
+            decided = await desk.decide_plan(
+                self._decider(by), run_id, round_number, verdict, quoted_hash=plan_hash, note=note
+            )
+            return as_json(review_view(decided))
+
+        return asyncio.run(self._at_desk(made))
+
+    def questions(self, run_id: str) -> list[dict[str, Any]]:
+        """What the run's planner asked a person, as ``GET /runs/{id}/questions`` lists it (docs/PEOPLE.md)."""
+
+        async def listed(desk: Decisions) -> list[dict[str, Any]]:
+            if await desk.runs.run_row(self._principal(), run_id) is None:
+                return []
+            return [as_json(question_view(question)) for question in await desk.questions.of_run(run_id)]
+
+        return asyncio.run(self._at_desk(listed))
+
+    def answer(self, run_id: str, number: int, answer: str, *, by: str) -> dict[str, Any]:
+        """Answer the planner's question ``number`` as the person ``by`` of the session's tenant: the planner is
+        shown it with its author, never as authority. ``DecisionRefused`` says why not (no such question,
+        already answered, expired)."""
+
+        async def answered(desk: Decisions) -> dict[str, Any]:
+            return as_json(question_view(await desk.answer(self._decider(by), run_id, number, answer)))
+
+        return asyncio.run(self._at_desk(answered))
+
+    def _decider(self, by: str) -> Principal:
+        """The person ``by`` of the session's tenant, holding every scope the toolsets declare and every scope
+        a decision needs: a script decides what it may read, as any kind."""
+        return Principal(self._tenant, by, self._runtime.toolsets.scopes | DECISION_SCOPES)
+
+    async def _at_desk(self, work: Callable[[Decisions], Awaitable[_T]]) -> _T:
+        """``work`` done where decisions are made (``actors.run.approvals.Decisions``, as the API makes them),
+        over a connection of its own, closed after."""
         settings: Settings = self._runtime.settings
-        return policy_of(settings.tenant_policies(), self._tenant)
-
-    async def _own_run(self, store: OperationStore, run_id: str) -> str:
-        """``run_id`` if it is a run of the session's tenant, else ``DecisionRefused(NOT_FOUND)``."""
-        rows = await store.of_run(run_id) if _is_uuid(run_id) else []
-        if rows and rows[0].tenant_id != self._tenant:
-            raise DecisionRefused(DecisionRefusal.NOT_FOUND)
-        return run_id
-
-    def _ledger(self, work: Callable[[OperationStore], Awaitable[_T]]) -> Coroutine[Any, Any, _T]:
-        return self._stored(OperationStore, work)
-
-    def _reviews(self, work: Callable[[ReviewStore], Awaitable[_T]]) -> Coroutine[Any, Any, _T]:
-        return self._stored(ReviewStore, work)
-
-    async def _stored(self, store: Callable[[asyncpg.Pool], _S], work: Callable[[_S], Awaitable[_T]]) -> _T:
-        """``work`` done on a ``store`` over a connection of its own, closed after."""
         pool = await create_pool(self._runtime.dsn, max_size=1)
         try:
-            return await work(store(pool))
+            desk = Decisions(
+                RunStore(pool),
+                OperationStore(pool),
+                ReviewStore(pool),
+                QuestionStore(pool),
+                policy_of=lambda tenant: policy_of(settings.tenant_policies(), tenant),
+            )
+            return await work(desk)
         finally:
             await pool.close()
-
-
-async def _listed(store: OperationStore, run_id: str) -> list[dict[str, Any]]:
-    return await listed_views(store, run_id) if _is_uuid(run_id) else []
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
 
 
 @contextmanager

@@ -11,7 +11,8 @@
 - ``reviewing``: ``ReviewGate``: a reviewed round dispatches nothing until a person approved its plan;
 - ``asking``: ``QuestionGate``: a planner's question, the run waiting for a person's answer;
 - ``waiting``: how a run watches a row a person decides (a review, a question) until it is decided;
-- ``approvals``: a person's decisions on a run's writes and plans, as the API and ``import raydag`` make them;
+- ``approvals``: a person's decision of any kind (a write, a plan, a planner's question) as the API and
+  ``import raydag`` make it: ``Decisions`` admits the decider the same way for each kind, one refusal type;
 - ``resource_check``: the toolsets' checks of who may run over which resource, asked at submission.
 
 The decisions themselves (admission, dispatch, policy, budgets, gates) are ``dag``'s; these modules ask them,

@@ -4,6 +4,8 @@
 - ``migrate``, ``setup`` and ``migrations/``: the runtime's tables, versioned, then a hosted toolset's;
 - ``runs``: ``RunStore``: runs created once per idempotency key, their events appended under the run's lease,
   and the reads the API serves;
+- ``listing``: ``Listing``: a tenant's runs, newest first, and the decisions waiting for people across them,
+  soonest deadline first, a page at a time after a keyset cursor;
 - ``ownership``: ``Leases``: one owner per live run, renewed, taken over when it lapses;
 - ``operations``: the operation ledger: one row per business intent, shared by the runs that propose it (a
   write's one execution right, docs/EFFECTS.md); its rows as values, and the statement that moves one, in

@@ -45,6 +45,13 @@ events per node and has at most 10,000 nodes, so a cursor past this names nothin
 rather than widening the largest table's key."""
 
 
+SUMMARY_COLUMNS = """run_id, tenant_id, resource, case_id, goal, planner, status, stop_reason, detail,
+    created_at, updated_at, finished_at, last_seq, pruned_at, tools, continues, owner,
+    (SELECT later.run_id FROM runs later WHERE later.continues = runs.run_id) AS continued_by"""
+"""A run's row as a page of runs reads it: all but its plan and result, and the run that continues it."""
+RUN_COLUMNS = f"{SUMMARY_COLUMNS}, result, plan"
+"""A run's row as ``RunStore.run_row`` reads it."""
+
 PARKED_FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 """``runs.parked_until`` of a run parked on waits none of which has a deadline: only a decision wakes it."""
 
@@ -90,6 +97,11 @@ class RunStore:
         self._line = Line(pool.get_max_size())
         self.owner = owner
         self.lease_s = lease_s
+
+    @property
+    def line(self) -> Line:
+        """Where requests' statements take turns at the pool (a listing's reads take theirs here too)."""
+        return self._line
 
     async def ping(self) -> None:
         """One round trip to the database, without retries: raises if it does not answer."""
@@ -247,11 +259,7 @@ class RunStore:
             return None
         row = await retrying(
             lambda: self._pool.fetchrow(
-                """SELECT run_id, tenant_id, resource, case_id, goal, planner, status, stop_reason, detail, result,
-                          plan, created_at, updated_at, finished_at, last_seq, pruned_at, tools, continues, owner,
-                          (SELECT later.run_id FROM runs later WHERE later.continues = runs.run_id)
-                            AS continued_by
-                   FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]""",
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 AND tenant_id = $2 AND scopes <@ $3::text[]",
                 key,
                 principal.tenant_id,
                 sorted(principal.scopes),

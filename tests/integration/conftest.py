@@ -24,7 +24,6 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from actors.api.operations import APPROVE_SCOPE
 from actors.launch.background_server import BackgroundServer
 from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
 from actors.store.database import (
@@ -37,6 +36,7 @@ from actors.store.database import (
 from actors.store.runs import RunStore
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from dag.budget import Budgets
+from dag.operations import APPROVE_SCOPE
 from dag.questions import ANSWER_SCOPE
 from dag.review import REVIEW_SCOPE
 from dag.tokens import TaskTokens

@@ -52,6 +52,8 @@ def operations(api: str) -> list[APIOperation]:
     found = [result.ok() for result in schema.get_all_operations()]
     assert {f"{operation.method.upper()} {operation.path}" for operation in found} >= {
         "POST /runs",
+        "GET /runs",
+        "GET /decisions",
         "GET /runs/{run_id}",
         "GET /runs/{run_id}/events",
         "GET /runs/{run_id}/stream",

@@ -92,11 +92,13 @@ with raydag.start() as rd:
         time.sleep(0.2)
     send = sends[0]
     refusals = []
-    for by, quoted in (("approver", "0" * 64), (rd.subject, send["args_hash"])):
+    unknown_run = "00000000-0000-4000-8000-000000000000"
+    for run, by, quoted in ((run_id, "approver", "0" * 64), (run_id, rd.subject, send["args_hash"]),
+                            (unknown_run, "approver", send["args_hash"])):
         try:
-            rd.approve(run_id, send["operation_id"], quoted, by=by)
+            rd.approve(run, send["operation_id"], quoted, by=by)
         except raydag.DecisionRefused as refused:
-            refusals.append(refused.refusal.value)
+            refusals.append([refused.kind, refused.code, refused.status])
     approved = rd.approve(run_id, send["operation_id"], send["args_hash"], by="approver", note="scripted")
     run = rd.wait(run_id, timeout_s=120)
     print(json.dumps({"refusals": refusals, "approved": approved["state"], "status": run.status,
@@ -109,7 +111,12 @@ def test_a_script_approves_a_runs_write_by_its_hash_and_the_run_sends_once(dsn: 
 
     assert returncode == 0, stderr[-3000:]
     answer = json.loads(stdout.strip().splitlines()[-1])
-    assert answer["refusals"] == ["operation-hash-mismatch", "operation-self-approval"]
+    # One refusal type, as the API answers it: an unknown run is the same refusal as over HTTP.
+    assert answer["refusals"] == [
+        ["operation", "operation-hash-mismatch", 409],
+        ["operation", "operation-self-approval", 403],
+        ["operation", "run-not-found", 404],
+    ]
     assert (answer["approved"], answer["status"]) == ("approved", "completed")
     assert asyncio.run(outbox_rows(dsn, answer["operation"])) == [answer["request"]["request_id"]]
 
@@ -167,7 +174,7 @@ with raydag.start() as rd:
     for by, quoted in (("reviewer", "0" * 64), (rd.subject, review["plan_hash"])):
         try:
             rd.approve_plan(run_id, review["round"], quoted, by=by)
-        except raydag.ReviewRefused as refused:
+        except raydag.DecisionRefused as refused:
             refusals.append(refused.refusal.value)
     approved = rd.approve_plan(run_id, review["round"], review["plan_hash"], by="reviewer", note="fine")
     run = rd.wait(run_id, timeout_s=120)
@@ -208,7 +215,7 @@ with raydag.start() as rd:
     try:
         rd.answer(run_id, 1, "C-999", by="mallory")
         again = None
-    except raydag.AnswerRefused as refused:
+    except raydag.DecisionRefused as refused:
         again = refused.refusal.value
     run = rd.wait(run_id, timeout_s=120)
     print(json.dumps({"asked": asked["question"], "by": answered["answered_by"], "again": again,

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from actors.run.approvals import Person, ReviewRefused, decide_plan
+from actors.run.approvals import DecisionRefused, Person, decide_plan
 from actors.store.database import create_pool
 from actors.store.decisions import LISTENING_READ_EVERY_S, DecisionWakeups
 from actors.store.reviews import Review, ReviewStore
@@ -82,7 +82,7 @@ async def test_a_plan_never_recorded_loses_its_review_to_the_plan_that_was(
     stale = await ask(store, run_id, PLAN_A)
     live = await ask(store, run_id, PLAN_B)
 
-    with pytest.raises(ReviewRefused) as refused:
+    with pytest.raises(DecisionRefused) as refused:
         await decide_plan(
             store, run_id, 1, "approve", quoted_hash=stale.plan_hash, person=REVIEWER, policy=TenantPolicy()
         )
@@ -116,7 +116,7 @@ async def test_of_ten_people_deciding_one_plan_at_once_one_decides(reviews: tupl
                 person=Person("tenant-demo", f"reviewer-{index}"),
                 policy=TenantPolicy(),
             )
-        except ReviewRefused as refused:
+        except DecisionRefused as refused:
             return refused.refusal.value
         return decided.state.value
 

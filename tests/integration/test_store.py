@@ -249,8 +249,8 @@ async def test_runs_stored_under_the_case_only_schema_carry_their_case_over_as_t
         row, events = await _migrated_old_run(old)
 
     assert row is not None
-    assert run_view(row)["resource"] == {"case_id": "C-102"}
-    assert run_view(row)["case_id"] == "C-102"
+    assert run_view(row).resource == {"case_id": "C-102"}
+    assert run_view(row).case_id == "C-102"
     assert events[0].event.resource == {"case_id": "C-102"}
 
 

@@ -25,3 +25,18 @@ def test_every_problem_slug_the_api_raises_is_in_the_api_document() -> None:
         "not-ready",
     } <= slugs
     assert sorted(slug for slug in slugs if f"`{slug}`" not in API) == []
+
+
+def test_every_refusal_of_a_persons_decision_has_a_status_and_is_in_the_api_document() -> None:
+    """One table (``actors.run.approvals.REFUSALS``) gives every refusal of every kind of decision its status;
+    each code is a problem type the API answers with."""
+    from actors.run.approvals import REFUSALS, Admission
+    from dag.operations import DecisionRefusal
+    from dag.questions import AnswerRefusal
+    from dag.review import ReviewRefusal
+
+    codes = [*Admission, *DecisionRefusal, *ReviewRefusal, *AnswerRefusal]
+
+    assert sorted(REFUSALS, key=str) == sorted(codes, key=str)
+    assert {status for status, _ in REFUSALS.values()} == {403, 404, 409}
+    assert sorted(code.value for code in codes if f"`{code.value}`" not in API) == []

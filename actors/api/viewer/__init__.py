@@ -2,7 +2,7 @@
 elsewhere), and the routes its script reads besides the API's own: ``/edges`` and the live ``/stream``."""
 
 from actors.api.viewer._graph import Edge, run_edges
-from actors.api.viewer._routes import ViewerPage, viewer_router
+from actors.api.viewer._routes import ViewerPage, router
 from actors.api.viewer._stream import StreamLimits, sse_message
 
-__all__ = ["Edge", "StreamLimits", "ViewerPage", "run_edges", "sse_message", "viewer_router"]
+__all__ = ["Edge", "StreamLimits", "ViewerPage", "router", "run_edges", "sse_message"]

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from actors.api import problem_responses
+from actors.api._problem import problem_responses
+from actors.api.dependencies import Api, Caller, RunHistory
 from actors.api.viewer._graph import Edge, run_edges
 from actors.api.viewer._stream import StreamLimits, run_event_stream
 from actors.api.views import load_state
-from actors.store.runs import MAX_SEQ, RunStore
-from dag.policy import Principal
-
-ReadableRun = Callable[[Principal, str], Awaitable[dict[str, Any]]]
-"""Returns the run's summary row if the principal may read its history; raises the API's 404/410 problem."""
+from actors.store.runs import MAX_SEQ
 
 LastEventId = Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)]
 EventCursor = Annotated[int, Query(ge=0, le=MAX_SEQ)]
@@ -101,46 +98,45 @@ def _hashes(html: str, tag: str) -> str:
     return " ".join(f"'sha256-{digest}'" for digest in digests)
 
 
-def viewer_router(
-    *,
-    store: Callable[[], RunStore],
-    authenticated: Callable[..., Awaitable[Principal]],
-    readable_run: ReadableRun,
-    limits: StreamLimits | None = None,
-) -> APIRouter:
-    """The viewer's routes. ``store`` gives the app's run store once it has started; ``authenticated`` is the
-    API's key dependency; ``readable_run`` its tenant, scope and retention check (404, 410)."""
-    router = APIRouter()
-    caller = Depends(authenticated)
-    page = ViewerPage.load()
-    stream_limits = limits or StreamLimits()
+@functools.cache
+def _page() -> ViewerPage:
+    return ViewerPage.load()
 
-    @router.get("/runs/{run_id}/view", response_class=HTMLResponse, include_in_schema=False)
-    async def view_run(run_id: str) -> HTMLResponse:
-        """The run viewer: static, for anyone. It holds no run data; its script reads the API key from the
-        URL fragment (never sent here) and fetches the run with it."""
-        return HTMLResponse(page.html, headers=page.headers)
 
-    @router.get("/runs/{run_id}/edges", responses=problem_responses(401, 404, 410, 503))
-    async def get_edges(run_id: str, principal: Principal = caller) -> list[Edge]:
-        row = await readable_run(principal, run_id)
-        return run_edges(await load_state(store(), str(row["run_id"])))
+STREAM_LIMITS = StreamLimits()
 
-    @router.get("/runs/{run_id}/stream", response_class=StreamingResponse, responses=EVENT_STREAM_RESPONSES)
-    async def stream_events(
-        run_id: str,
-        after: EventCursor = 0,
-        last_event_id: LastEventId = None,
-        principal: Principal = caller,
-    ) -> StreamingResponse:
-        """The run's events after ``Last-Event-ID`` (or ``after``) as ``text/event-stream``, live."""
-        row = await readable_run(principal, run_id)
-        start = last_event_id if last_event_id is not None else after
-        events = run_event_stream(store, principal, str(row["run_id"]), start, stream_limits)
-        return StreamingResponse(
-            events,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+router = APIRouter(tags=["viewer"])
 
-    return router
+
+@router.get("/runs/{run_id}/view", response_class=HTMLResponse, include_in_schema=False)
+async def view_run(run_id: str) -> HTMLResponse:
+    """The run viewer: static, for anyone. It holds no run data; its script reads the API key from the URL
+    fragment (never sent here) and fetches the run with it."""
+    page = _page()
+    return HTMLResponse(page.html, headers=page.headers)
+
+
+@router.get(
+    "/runs/{run_id}/edges", response_model=list[Edge], responses=problem_responses(401, 404, 410, 503)
+)
+async def get_edges(run: RunHistory, api: Api) -> list[Edge]:
+    """The run's DAG edges: each plan node's references, and each ``for_each`` group's children."""
+    return run_edges(await load_state(api.store, str(run["run_id"])))
+
+
+@router.get("/runs/{run_id}/stream", response_class=StreamingResponse, responses=EVENT_STREAM_RESPONSES)
+async def stream_events(
+    run: RunHistory,
+    principal: Caller,
+    api: Api,
+    after: EventCursor = 0,
+    last_event_id: LastEventId = None,
+) -> StreamingResponse:
+    """The run's events after ``Last-Event-ID`` (or ``after``) as ``text/event-stream``, live."""
+    start = last_event_id if last_event_id is not None else after
+    events = run_event_stream(lambda: api.store, principal, str(run["run_id"]), start, STREAM_LIMITS)
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

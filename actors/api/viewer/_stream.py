@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actors.api.views import event_view
+from actors.api.views import as_json, event_view
 from actors.store.resilience import REQUEST_DEADLINE_S, DatabaseUnavailable, deadline
 from actors.store.runs import RunStore
 from dag.events import RunFinished
@@ -56,7 +56,7 @@ async def run_event_stream(
                     return
                 batch = await store().events(run_id, after=seen) if row["last_seq"] > seen else []
             for stored in batch:
-                yield sse_message(event_view(stored))
+                yield sse_message(as_json(event_view(stored)))
                 seen = stored.seq
                 if isinstance(stored.event, RunFinished):
                     return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from actors.api.operations import decision_view
+from actors.api.views import as_json, decision_view
 from actors.store.operations import Operation, Transition
 from dag.contracts import Recording, Risk
 from dag.operations import OperationState
@@ -56,7 +56,7 @@ HISTORY = [
 def test_the_run_moving_the_operation_on_is_not_shown_as_the_decision() -> None:
     woken = [*HISTORY, step(OperationState.APPROVED, OperationState.EXECUTING, "supervisor:s", AT)]
 
-    view = decision_view(approved_at(AT), woken, [])
+    view = as_json(decision_view(approved_at(AT), woken, []))
 
     assert view["state"] == "approved"
     assert [(entry["to"], entry["actor"]) for entry in view["history"]] == [
@@ -66,4 +66,4 @@ def test_the_run_moving_the_operation_on_is_not_shown_as_the_decision() -> None:
 
 
 def test_a_history_that_ends_at_the_decision_is_shown_whole() -> None:
-    assert len(decision_view(approved_at(AT), HISTORY, [])["history"]) == 2
+    assert len(decision_view(approved_at(AT), HISTORY, []).history) == 2
