@@ -44,6 +44,8 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     # with this instead of ConnectionDoesNotExistError (MagicStack/asyncpg#1069); its reset then fails too,
     # so the pool discards it and the retry gets another connection.
     asyncpg.InternalClientError,
+    # The server has no connection slot left (max_connections): it answers, but cannot take this one now.
+    asyncpg.TooManyConnectionsError,
     ConnectionError,
     OSError,
 )

@@ -65,6 +65,24 @@ async def test_alone_a_refused_statement_is_retried_through_its_window() -> None
     assert attempts > 1
 
 
+async def test_a_server_out_of_connection_slots_is_an_outage_retried_within_the_window() -> None:
+    """PostgreSQL at ``max_connections`` refuses a new connection (SQLSTATE 53300): the statement is tried
+    again, and a refusal that lasts is the 503 ``database-unavailable``, never an unhandled error."""
+    import asyncpg
+
+    attempts = 0
+
+    async def no_slot_left() -> None:
+        nonlocal attempts
+        attempts += 1
+        raise asyncpg.TooManyConnectionsError("sorry, too many clients already")
+
+    with pytest.raises(DatabaseUnavailable):
+        await retrying(no_slot_left, window_s=REQUEST_WINDOW_S, what="a read")
+
+    assert attempts > 1
+
+
 async def test_a_runs_transition_is_not_cut_short_by_a_request_deadline() -> None:
     failures = iter([ConnectionResetError(), ConnectionResetError()])
 
