@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from actors.calls.call import ExecutorKind
 from actors.calls.exchange import DEFAULT_CALLERS
+from actors.run.approvals import DECISION_SCOPES
 from actors.run.submission import MAX_ACTIVE_RUNS
 from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, load_toolsets
 from dag.budget import NODES_CAP, WAIT_CAP_S, BudgetRequest, Budgets
@@ -48,16 +49,19 @@ class ApiKeyGrant(BaseModel):
     subject: str
     scopes: tuple[str, ...] | None = None
     """The scopes the key grants; unset, every scope the deployment's toolsets declare (a development key)."""
+    decides: bool = False
+    """The key also grants every scope a person needs to decide what runs wait for (``runs:approve``,
+    ``runs:review``, ``runs:answer``): an approver's key."""
 
     def principal(self, declared: frozenset[str]) -> Principal:
         """Who the key stands for, ``declared`` the scopes of the toolsets served."""
-        return Principal(
-            self.tenant_id, self.subject, frozenset(self.scopes if self.scopes is not None else declared)
-        )
+        scopes = frozenset(self.scopes if self.scopes is not None else declared)
+        return Principal(self.tenant_id, self.subject, scopes | DECISION_SCOPES if self.decides else scopes)
 
 
 DEV_API_KEYS: dict[str, ApiKeyGrant] = {
     "dev-key-tenant-demo": ApiKeyGrant(tenant_id="tenant-demo", subject="dev-demo"),
+    "dev-key-approver": ApiKeyGrant(tenant_id="tenant-demo", subject="dev-approver", decides=True),
     "dev-key-tenant-other": ApiKeyGrant(tenant_id="tenant-other", subject="dev-other"),
 }
 

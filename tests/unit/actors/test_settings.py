@@ -279,3 +279,17 @@ def test_a_budget_setting_that_cannot_hold_is_refused_at_load_naming_it(
         load_settings()
 
     assert problem in str(raised.value)
+
+
+def test_out_of_the_box_a_development_approver_may_decide_and_the_other_keys_may_not() -> None:
+    from actors.launch.settings import DEV_API_KEYS
+    from actors.run.approvals import DECISION_SCOPES
+
+    declared = frozenset({"cases:read", "documents:request"})
+    approver = DEV_API_KEYS["dev-key-approver"].principal(declared)
+    requester = DEV_API_KEYS["dev-key-tenant-demo"].principal(declared)
+
+    assert approver.scopes == declared | DECISION_SCOPES
+    assert DECISION_SCOPES == {"runs:approve", "runs:review", "runs:answer"}
+    assert (approver.tenant_id, approver.subject) == ("tenant-demo", "dev-approver")
+    assert requester.scopes == declared  # the requester is not the approver: separation of duties holds
