@@ -120,9 +120,9 @@ _PENDING: Mapping[str, str] = {
         SELECT o.*, r.resource AS run_resource, 'o:' || o.operation_id::text AS key,
                ARRAY(SELECT s.subject FROM operation_runs s WHERE s.operation_id = o.operation_id) AS sharers,
                CASE WHEN o.state = 'unknown' THEN NULL ELSE o.expires_at END AS deadline
-        FROM operations o JOIN runs r ON r.run_id = o.run_id
+        FROM operations o JOIN operation_runs s ON s.operation_id = o.operation_id JOIN runs r ON r.run_id = s.run_id
         WHERE o.tenant_id = r.tenant_id AND (o.state = 'unknown' OR (o.state = 'awaiting_approval'
-              AND r.finished_at IS NULL AND (o.expires_at IS NULL OR o.expires_at > now())))""",
+              AND r.finished_at IS NULL AND s.left_at IS NULL AND (o.expires_at IS NULL OR o.expires_at > now())))""",
     "review": """
         SELECT p.*, r.resource AS run_resource, p.expires_at AS deadline,
                'r:' || p.run_id::text || ':' || lpad(p.round::text, 10, '0') || ':' || p.plan_hash AS key
@@ -137,7 +137,10 @@ _PENDING: Mapping[str, str] = {
               AND r.finished_at IS NULL""",
 }
 """Each kind's rows that wait for a person, with their run's resource, their deadline and their key. An
-awaiting row of a run that has ended, or past its deadline, waits for nobody: its run expires it."""
+awaiting row of a run that has ended, or past its deadline, waits for nobody: its run expires it. An operation
+is found through each run that shares it (its intent's first proposer, and those that joined it), once per
+run: it waits while one of them waits on it, a run's filter finds it whichever of them it names, and a reader
+sees it through any of them it may read (the page keeps one of each: ``Listing._pending``)."""
 PENDING_KINDS = tuple(_PENDING)
 _ROW: Mapping[str, Callable[[asyncpg.Record], Operation | Review | Question]] = {
     "operation": operation_of,
@@ -205,16 +208,19 @@ class Listing:
             f'ORDER BY {position}, key COLLATE "C" LIMIT {where.argument(limit)}'
         )
         rows = await self._read(statement, where.arguments, f"{kind} decisions read")
-        return [
-            Pending(
-                row=_ROW[kind](row),
-                resource=dict(row["run_resource"]),
-                sharers=frozenset(row.get("sharers") or ()),
-                deadline=row["deadline"],
-                key=row["key"],
+        found: dict[str, Pending] = {}
+        for row in rows:  # an operation shared by several runs: once
+            found.setdefault(
+                row["key"],
+                Pending(
+                    row=_ROW[kind](row),
+                    resource=dict(row["run_resource"]),
+                    sharers=frozenset(row.get("sharers") or ()),
+                    deadline=row["deadline"],
+                    key=row["key"],
+                ),
             )
-            for row in rows
-        ]
+        return list(found.values())
 
     async def _read(self, statement: str, arguments: Sequence[Any], what: str) -> list[asyncpg.Record]:
         rows: list[asyncpg.Record] = await retrying(

@@ -204,7 +204,12 @@ def test_no_requester_of_a_run_sharing_an_operation_decides_it_and_a_stopped_run
 
     assert client.post(f"/runs/{first}/cancel", headers=auth(DEMO_KEY)).json()["status"] == "cancelled"
     assert operations(client, second, APPROVER_KEY)[SEND]["state"] == "awaiting_approval"
-    assert reached(client, second, APPROVER_KEY, waiting)["status"] == "waiting"
+    joined = reached(client, second, APPROVER_KEY, waiting)
+    assert joined["status"] == "waiting"
+    assert [item["operation_id"] for item in joined["waiting_for"]] == [send["operation_id"]]
+    # The run that proposed it has ended, the one that joined it waits: the inbox still shows it.
+    inbox = client.get("/decisions", params={"kind": "operation"}, headers=auth(APPROVER_KEY)).json()["items"]
+    assert send["operation_id"] in [item["operation_id"] for item in inbox], inbox
     assert client.post(f"/runs/{second}/cancel", headers=auth(APPROVER_KEY)).json()["status"] == "cancelled"
     assert operations(client, second, APPROVER_KEY)[SEND]["state"] == "expired"  # nobody waits on it now
     assert effects(dsn, body["case_id"]) == (1, 0)

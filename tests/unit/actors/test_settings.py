@@ -290,6 +290,6 @@ def test_out_of_the_box_a_development_approver_may_decide_and_the_other_keys_may
     requester = DEV_API_KEYS["dev-key-tenant-demo"].principal(declared)
 
     assert approver.scopes == declared | DECISION_SCOPES
-    assert DECISION_SCOPES == {"runs:approve", "runs:review", "runs:answer"}
+    assert {"runs:approve", "runs:review", "runs:answer"} == DECISION_SCOPES
     assert (approver.tenant_id, approver.subject) == ("tenant-demo", "dev-approver")
     assert requester.scopes == declared  # the requester is not the approver: separation of duties holds
