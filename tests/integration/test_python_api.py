@@ -13,17 +13,20 @@ import asyncpg
 from tests.caseops import copy_case
 from tests.conftest import REPO
 from tests.integration.test_cli import environment
+from tests.integration.toolset_servers import EVERYTHING, NODE
 from tests.processes import run_to_end
 
-TOY = REPO / "tests" / "integration" / "toy_mcp_server.py"
 
 
-def readme_example() -> str:
+def readme_example() -> tuple[str, str]:
+    """The README's Python example and the toolsets file it runs over, as written."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Python API\n") :]
-    found = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert found is not None
-    return found.group(1)
+    toolsets = re.search(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    script = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert toolsets is not None
+    assert script is not None
+    return script.group(1), toolsets.group(1)
 
 
 def a_case_of_its_own(dsn: str) -> str:
@@ -43,27 +46,21 @@ def run_script(text: str, dsn: str, folder: Path, **variables: str) -> tuple[int
 def test_the_readme_example_runs_a_plan_over_a_toolset_from_a_script_with_its_own_ray(
     dsn: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "toolsets.yaml").write_text(
-        f"""\
-servers:
-  - name: toy
-    transport: stdio
-    command: {sys.executable}
-    args: ["{TOY}"]
-    timeouts: {{connect_s: 60}}  # a Python server's start on a machine busy with the rest of the suite
-    tools:
-      echo: {{scope: toy:read, risk: read_only}}
-"""
-    )
-    returncode, stdout, stderr = run_script(readme_example(), dsn, tmp_path)
+    """The README's script over the README's toolsets file, as written: only ``npx -y`` (which would fetch the
+    server) is the pinned copy the tests install (``make node``)."""
+    script, toolsets = readme_example()
+    launcher = 'command: npx\n    args: ["-y", "@modelcontextprotocol/server-everything", "stdio"]'
+    assert launcher in toolsets
+    pinned = f'command: {NODE}\n    args: ["{EVERYTHING}", "stdio"]'
+    (tmp_path / "toolsets.yaml").write_text(toolsets.replace(launcher, pinned))
+
+    returncode, stdout, stderr = run_script(script, dsn, tmp_path)
 
     assert returncode == 0, stderr[-3000:]
-    lines = stdout.splitlines()
-    assert re.fullmatch(r"completed {'outputs': {'hi': {'pid': \d+, 'text': 'hello'}}}", lines[0]), (
-        lines,
-        stderr[-3000:],
-    )
-    assert lines[1] == "[('hi', 'echo', 'succeeded')]"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    printed = re.search(r"It prints `(.*?)`, then\n`(.*?)`", readme, flags=re.DOTALL)
+    assert printed is not None
+    assert stdout.splitlines()[:2] == [printed.group(1), printed.group(2)], stderr[-3000:]
 
 
 def test_the_public_surface_is_reexported_from_one_place() -> None:
