@@ -17,7 +17,6 @@ from tests.integration.toolset_servers import EVERYTHING, NODE
 from tests.processes import run_to_end
 
 
-
 def readme_example() -> tuple[str, str]:
     """The README's Python example and the toolsets file it runs over, as written."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
