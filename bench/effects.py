@@ -108,15 +108,22 @@ class Arms:
             raise RuntimeError(f"the draft did not complete: {run}")
         return elapsed, run["run_id"]
 
-    def person_write(self) -> tuple[float, float, str]:
-        """Submit to completion, and the approval's answer to completion (ms each), of a draft and a send."""
+    def person_write(self, *, inbox: bool = False) -> tuple[float, float, str]:
+        """Submit to completion, and the approval's answer to completion (ms each), of a draft and a send.
+        ``inbox``: the approver finds the send in ``GET /decisions`` and posts to the route its item names (as
+        the viewer and ``raydag inbox`` do), instead of listing the run's operations."""
         draft = self._draft()
         started = time.perf_counter()
         run_id = self._post([draft, SEND], wait=False)["run_id"]
         self._wait(run_id, lambda run: run["status"] == "waiting")
-        operations = self.client.get(f"/runs/{run_id}/operations", headers=auth(APPROVER)).json()
-        send = next(operation for operation in operations if operation["tool"] == SEND["tool"])
-        url = f"/runs/{run_id}/operations/{send['operation_id']}/approve"
+        if inbox:
+            items = self.client.get("/decisions", params={"run_id": run_id}, headers=auth(APPROVER)).json()
+            send = next(item for item in items["items"] if item.get("tool") == SEND["tool"])
+            url = send["decide"]["approve"]
+        else:
+            operations = self.client.get(f"/runs/{run_id}/operations", headers=auth(APPROVER)).json()
+            send = next(operation for operation in operations if operation["tool"] == SEND["tool"])
+            url = f"/runs/{run_id}/operations/{send['operation_id']}/approve"
         answer = self.client.post(url, json={"args_hash": send["args_hash"]}, headers=auth(APPROVER))
         approved = time.perf_counter()
         if answer.status_code != 200:
@@ -184,7 +191,7 @@ def main() -> None:
             arms.read()
             arms.policy_write()
             arms.person_write()
-        read_ms, policy_ms, person_ms, decided_ms = [], [], [], []
+        read_ms, policy_ms, person_ms, decided_ms, inbox_ms, inbox_decided_ms = [], [], [], [], [], []
         runs: dict[str, list[str]] = {"read": [], "policy": [], "person": []}
         for _ in range(SAMPLES):  # interleaved, so drift on the machine hits every arm alike
             elapsed, run_id = arms.read()
@@ -197,6 +204,9 @@ def main() -> None:
             person_ms.append(elapsed)
             decided_ms.append(after_approval)
             runs["person"].append(run_id)
+            elapsed, after_approval, run_id = arms.person_write(inbox=True)
+            inbox_ms.append(elapsed)
+            inbox_decided_ms.append(after_approval)
         counted = {arm: asyncio.run(appends(dsn, ids)) for arm, ids in runs.items()}
 
     print("\n### A write beside a read (one node each; the person-approved arm is a draft and a send)\n")
@@ -205,6 +215,13 @@ def main() -> None:
     print(row("write, policy-approved: caseops_draft_document_request (POST /runs?wait)", policy_ms))
     print(row("write, person-approved: draft + send, submit → end (approved at once)", person_ms))
     print(row("write, person-approved: the approval's answer → the run's end", decided_ms))
+    print(row("write, person-approved through the inbox: submit → end", inbox_ms))
+    print(
+        row(
+            "write, person-approved through the inbox: the approval's answer → the run's end",
+            inbox_decided_ms,
+        )
+    )
     ratio = statistics.median(policy_ms) / statistics.median(read_ms)
     print(f"\nratio policy-approved write / read (medians): {ratio:.2f}")
     print("\n### Appends per run, by arm (medians)\n")
