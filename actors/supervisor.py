@@ -30,7 +30,7 @@ from actors.run.submission import (
 from actors.store.database import create_pool
 from actors.store.decisions import DecisionWakeups
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
-from actors.toolsets.config import HttpServer, StdioServer, Toolsets, load_toolsets, shipped_toolsets
+from actors.toolsets.config import HttpServer, StdioServer, Toolsets, load_toolsets
 from actors.toolsets.listing import ServerListing
 from dag.budget import Budgets
 from dag.contracts import ToolContract
@@ -55,6 +55,10 @@ class SupervisorConfig:
     token_key: bytes
     limits: Budgets
     """The most of each budget a request may ask for."""
+    toolsets: Toolsets | str
+    """The MCP servers whose tools runs may use: parsed, or the path of a toolsets file (load a file before,
+    ``load_toolsets``, to fail where a person reads it). Which ones a deployment serves is decided where it
+    is composed (``actors.launch``)."""
     defaults: Budgets | None = None
     """What a run gets of each budget it does not ask for (a tenant's policy may say otherwise); ``None``:
     the limits."""
@@ -76,9 +80,6 @@ class SupervisorConfig:
     """How many ``ToolCaller`` actors the supervisor starts when ``tool_executor`` is ``callers``."""
     max_active_runs: int = MAX_ACTIVE_RUNS
     """How many runs it drives at once; the others it owns wait their turn, oldest first."""
-    toolsets: Toolsets | str | None = None
-    """The MCP servers whose tools runs may use: parsed, or the path of a toolsets file; ``None``: the shipped
-    caseops toolset at ``mcp_url``. Load a file before (``load_toolsets``) to fail where a person reads it."""
     relist_every_s: float = 30.0
     """How often every toolset server is listed again, to find a tool changed under the runs pinning it."""
 
@@ -87,9 +88,7 @@ class SupervisorConfig:
         return policy_of(self.tenant_policies, tenant_id)
 
     def effective_toolsets(self) -> Toolsets:
-        if isinstance(self.toolsets, str):
-            return load_toolsets(self.toolsets)
-        return self.toolsets if self.toolsets is not None else shipped_toolsets(self.mcp_url)
+        return load_toolsets(self.toolsets) if isinstance(self.toolsets, str) else self.toolsets
 
     def outbox_sink(self) -> OutboxSink:
         return WebhookSink(self.outbox_webhook_url) if self.outbox_webhook_url else LogSink()

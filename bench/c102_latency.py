@@ -22,7 +22,7 @@ import httpx
 from actors.calls.call import ToolCall
 from actors.calls.mcp import call_tool
 from actors.launch.background_server import BackgroundServer
-from actors.launch.settings import DEV_API_KEYS, Settings
+from actors.launch.settings import DEV_API_KEYS, Settings, shipped_toolsets
 from actors.store.database import drop_database, embedded_postgres, ensure_database, with_database
 from actors.supervisor import NAMESPACE
 from bench._ray import local_ray
@@ -96,7 +96,9 @@ def main() -> None:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         stack.callback(serve.shutdown)
         config = ApiConfig(
-            supervisor=SupervisorConfig(dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets()),
+            supervisor=SupervisorConfig(
+                dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets(), toolsets=shipped_toolsets(mcp_url)
+            ),
             api_keys=dict(DEV_API_KEYS),
             supervisor_name=SUPERVISOR,
         )

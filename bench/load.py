@@ -49,7 +49,7 @@ import psutil
 from actors.api.app import TOOLS_NAME
 from actors.calls.call import ExecutorKind
 from actors.calls.exchange import DEFAULT_CALLERS
-from actors.launch.settings import DEV_API_KEYS
+from actors.launch.settings import DEV_API_KEYS, shipped_toolsets
 from actors.supervisor import SupervisorConfig
 from bench._cpu import CpuMeter, machine_busy
 from bench._harness import fresh_database, tool_server_process
@@ -210,6 +210,7 @@ def deploy(
             limits=Budgets(),
             tool_executor=executor,
             tool_callers=tool_callers,
+            toolsets=shipped_toolsets(mcp_url),
         ),
         api_keys=dict(DEV_API_KEYS),
         supervisor_name=name,

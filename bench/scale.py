@@ -34,9 +34,9 @@ from typing import Any
 import asyncpg
 import yaml
 
-from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
+from actors.launch.settings import DEV_API_KEYS, SHIPPED_TOOLSETS, ApiKeyGrant
 from actors.supervisor import NAMESPACE, SupervisorConfig
-from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, parse_toolsets
+from actors.toolsets.config import Toolsets, parse_toolsets
 from bench._cpu import CpuMeter, machine_busy
 from bench._harness import LIMITS, tool_server_process
 from bench._load import (

@@ -28,6 +28,7 @@ from typing import Any
 
 import asyncpg
 
+from actors.launch.settings import shipped_toolsets
 from actors.run.submission import RunRequest, Submission
 from actors.supervisor import SupervisorConfig, get_or_create_supervisor
 from bench._harness import fresh_database, tool_server_process
@@ -125,7 +126,12 @@ def main() -> None:
                 answer_model="mcp_server.planner:DocumentCheckResult",  # the mock model answers a case
             )
             config = SupervisorConfig(
-                dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets(), openai=openai
+                dsn=dsn,
+                mcp_url=mcp_url,
+                token_key=key,
+                limits=Budgets(),
+                openai=openai,
+                toolsets=shipped_toolsets(mcp_url),
             )
             name = f"raydag-bench-{'streamed' if streamed else 'whole'}"
             actor = get_or_create_supervisor(config, name=name, detached=False)

@@ -25,7 +25,7 @@ import httpx
 import psutil
 
 from actors.launch.background_server import BackgroundServer
-from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
+from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant, shipped_toolsets
 from actors.supervisor import NAMESPACE
 from bench._cpu import CpuMeter
 from bench._harness import fresh_database, tool_server_process
@@ -170,7 +170,9 @@ def main() -> None:
         mcp_url, _ = stack.enter_context(tool_server_process(dsn, key))
         stack.enter_context(local_ray(namespace="raydag"))
         config = ApiConfig(
-            supervisor=SupervisorConfig(dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets()),
+            supervisor=SupervisorConfig(
+                dsn=dsn, mcp_url=mcp_url, token_key=key, limits=Budgets(), toolsets=shipped_toolsets(mcp_url)
+            ),
             api_keys={
                 **DEV_API_KEYS,
                 APPROVER: ApiKeyGrant(

@@ -8,9 +8,9 @@ import uuid
 import asyncpg
 
 from actors.launch.hosting import HostedToolset, hosted
+from actors.launch.settings import shipped_toolsets
 from actors.store.migrate import Schema
 from actors.store.setup import prepare_database
-from actors.toolsets.config import shipped_toolsets
 from mcp_server.seed import SeedData, demo_seed, load_seed
 
 _DEMO = object()

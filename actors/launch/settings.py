@@ -28,7 +28,7 @@ from actors.calls.call import ExecutorKind
 from actors.calls.exchange import DEFAULT_CALLERS
 from actors.run.approvals import DECISION_SCOPES
 from actors.run.submission import MAX_ACTIVE_RUNS
-from actors.toolsets.config import SHIPPED_TOOLSETS, Toolsets, load_toolsets
+from actors.toolsets.config import Toolsets, load_toolsets
 from dag.budget import NODES_CAP, WAIT_CAP_S, BudgetRequest, Budgets
 from dag.contracts import Risk
 from dag.policy import Principal, TenantPolicy
@@ -64,6 +64,17 @@ DEV_API_KEYS: dict[str, ApiKeyGrant] = {
     "dev-key-approver": ApiKeyGrant(tenant_id="tenant-demo", subject="dev-approver", decides=True),
     "dev-key-tenant-other": ApiKeyGrant(tenant_id="tenant-other", subject="dev-other"),
 }
+
+
+SHIPPED_TOOLSETS = "mcp_server:caseops.yaml"
+"""The toolsets a deployment serves when ``RAYDAG_TOOLSETS`` names none: the worked example's declaration, a
+file its package ships (named, not imported: the runtime knows the example only through what it declares).
+Named here, where the runtime is composed: the layers below read whatever toolsets they are given."""
+
+
+def shipped_toolsets(mcp_url: str) -> Toolsets:
+    """The shipped toolsets (``SHIPPED_TOOLSETS``), their hosted server at ``mcp_url``."""
+    return load_toolsets(SHIPPED_TOOLSETS, {"RAYDAG_MCP_URL": mcp_url})
 
 
 SERVER_LIMITS = Budgets(

@@ -22,7 +22,6 @@ Listing a server is the MCP client's (``actors.calls.mcp.discovery``: ``discover
 from actors.toolsets._yaml_lines import ToolsetsInvalid
 from actors.toolsets.catalogue import ToolsetCatalogue, ToolsetMismatch, build_catalogue, contract_of
 from actors.toolsets.config import (
-    SHIPPED_TOOLSETS,
     TOOLSETS_ENV,
     BearerAuth,
     HttpServer,
@@ -35,14 +34,12 @@ from actors.toolsets.config import (
     configured_toolsets,
     load_toolsets,
     parse_toolsets,
-    shipped_toolsets,
 )
 from actors.toolsets.credentials import CredentialUnavailable
 from actors.toolsets.listing import ServerListing, ToolDefinition
 from actors.toolsets.pinning import PinChanges, ToolPins, compare, definition_digest, pins_of
 
 __all__ = [
-    "SHIPPED_TOOLSETS",
     "TOOLSETS_ENV",
     "BearerAuth",
     "CredentialUnavailable",
@@ -68,5 +65,4 @@ __all__ = [
     "load_toolsets",
     "parse_toolsets",
     "pins_of",
-    "shipped_toolsets",
 ]

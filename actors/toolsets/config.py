@@ -642,8 +642,8 @@ def _check_unique_names(document: LocatedYaml) -> None:
 
 def load_toolsets(path: str | Path, variables: Mapping[str, str] | None = None) -> Toolsets:
     """Read and validate the toolsets file at ``path`` (or ``package:file``, a file a Python package ships,
-    such as ``SHIPPED_TOOLSETS``). ``${NAME}`` in ``url``, ``command``, ``args`` and ``cwd`` comes from
-    ``variables`` (default: the environment)."""
+    such as the shipped toolsets, ``mcp_server:caseops.yaml``). ``${NAME}`` in ``url``, ``command``, ``args``
+    and ``cwd`` comes from ``variables`` (default: the environment)."""
     source = str(path)
     try:
         text = _located(path).read_text(encoding="utf-8")
@@ -653,9 +653,6 @@ def load_toolsets(path: str | Path, variables: Mapping[str, str] | None = None) 
     return parse_toolsets(text, source, variables)
 
 
-SHIPPED_TOOLSETS = "mcp_server:caseops.yaml"
-"""The toolsets a deployment serves when ``RAYDAG_TOOLSETS`` names none: the worked example's declaration, a
-file its package ships (named, not imported: the runtime knows the example only through what it declares)."""
 _PACKAGED = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*):([A-Za-z0-9_][A-Za-z0-9_./-]*\.ya?ml)$")
 
 
@@ -668,11 +665,6 @@ def _located(path: str | Path) -> Path:
         return Path(str(resources.files(packaged.group(1)).joinpath(packaged.group(2))))
     except ModuleNotFoundError:
         return Path(path)  # read as a path, and reported as one that cannot be read
-
-
-def shipped_toolsets(mcp_url: str) -> Toolsets:
-    """The shipped toolsets (``SHIPPED_TOOLSETS``), their hosted server at ``mcp_url``."""
-    return load_toolsets(SHIPPED_TOOLSETS, {"RAYDAG_MCP_URL": mcp_url})
 
 
 def configured_toolsets(environ: Mapping[str, str] | None = None) -> Toolsets | None:

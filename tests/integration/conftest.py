@@ -25,7 +25,7 @@ import pytest
 import pytest_asyncio
 
 from actors.launch.background_server import BackgroundServer
-from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant
+from actors.launch.settings import DEV_API_KEYS, ApiKeyGrant, shipped_toolsets
 from actors.store.database import (
     create_pool,
     drop_database,
@@ -191,7 +191,11 @@ def supervisor_for(
 ) -> Any:
     """A supervisor of its own for a test (``config`` overrides SupervisorConfig fields)."""
     settings = SupervisorConfig(
-        dsn=dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets(), **config
+        dsn=dsn,
+        mcp_url=tool_server.url,
+        token_key=token_key,
+        limits=Budgets(),
+        **{"toolsets": shipped_toolsets(tool_server.url), **config},
     )
     return get_or_create_supervisor(settings, name=name, detached=False)
 
@@ -223,7 +227,13 @@ def api(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     config = ApiConfig(
-        supervisor=SupervisorConfig(dsn=dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets()),
+        supervisor=SupervisorConfig(
+            dsn=dsn,
+            mcp_url=tool_server.url,
+            token_key=token_key,
+            limits=Budgets(),
+            toolsets=shipped_toolsets(tool_server.url),
+        ),
         api_keys=TEST_API_KEYS,
         supervisor_name="raydag-test-api-supervisor",
     )

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import shipped_toolsets
 from actors.supervisor import NAMESPACE
 from dag.budget import Budgets
 from mcp_server.planner import ConformancePlanner
@@ -59,7 +60,10 @@ def api_config(dsn: str, mcp_url: str, token_key: bytes, **supervisor: Any) -> A
 
     return ApiConfig(
         supervisor=SupervisorConfig(
-            dsn=dsn, mcp_url=mcp_url, token_key=token_key, **{"limits": Budgets(), **supervisor}
+            dsn=dsn,
+            mcp_url=mcp_url,
+            token_key=token_key,
+            **{"limits": Budgets(), "toolsets": shipped_toolsets(mcp_url), **supervisor},
         ),
         api_keys=TEST_API_KEYS,
         supervisor_name=f"raydag-test-outage-{uuid.uuid4().hex[:8]}",

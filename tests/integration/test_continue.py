@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from actors.launch.background_server import BackgroundServer
-from actors.toolsets.config import shipped_toolsets
+from actors.launch.settings import shipped_toolsets
 from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, OTHER_KEY, RunningToolServer, auth, raydag_cli
 from tests.integration.headless import Chromium
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture

@@ -21,6 +21,7 @@ import pytest
 
 from actors.api.views import load_state
 from actors.calls.call import ExecutorKind
+from actors.launch.settings import shipped_toolsets
 from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
@@ -601,7 +602,11 @@ async def test_a_request_while_the_database_is_down_is_a_503_that_accepts_nothin
     database = restartable_database
     config = ApiConfig(
         supervisor=SupervisorConfig(
-            dsn=database.dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets()
+            dsn=database.dsn,
+            mcp_url=tool_server.url,
+            token_key=token_key,
+            limits=Budgets(),
+            toolsets=shipped_toolsets(tool_server.url),
         ),
         api_keys=TEST_API_KEYS,
         supervisor_name=unique("db-down-api"),

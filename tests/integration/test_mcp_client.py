@@ -287,7 +287,7 @@ async def test_a_cancelled_call_leaves_as_a_cancellation_not_a_client_error(
 async def test_a_toolset_server_pinned_to_2026_gets_one_request_per_call_and_the_sdk_path_asks_first(
     recorded: tuple[RunningToolServer, Recorder],
 ) -> None:
-    from actors.toolsets.config import shipped_toolsets
+    from actors.launch.settings import shipped_toolsets
 
     server, recorder = recorded
     caseops = shipped_toolsets(server.url).servers  # pinned to 2026-07-28, raydag's task tokens
@@ -311,7 +311,7 @@ async def test_a_raydag_token_server_asking_for_input_fails_the_call_as_a_protoc
     dsn: str, token_key: bytes
 ) -> None:
     """One POST per call has no way to answer a request for input; re-sending would reuse a one-call token."""
-    from actors.toolsets.config import shipped_toolsets
+    from actors.launch.settings import shipped_toolsets
 
     posts: list[bytes] = []
 

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from actors.calls.executors import RayToolExecutor
+from actors.launch.settings import shipped_toolsets
 from actors.run.service import RunService
 from actors.run.submission import RunRequest, Submission
 from actors.store.database import create_pool
-from actors.toolsets.config import parse_toolsets, shipped_toolsets
+from actors.toolsets.config import parse_toolsets
 from dag.budget import Budgets
 from dag.policy import Principal
 from dag.tokens import TaskTokens

@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 
 from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import shipped_toolsets
 from actors.store.database import drop_database
 from actors.supervisor import NAMESPACE, SupervisorConfig
 from dag.budget import Budgets
@@ -48,7 +49,11 @@ def test_readyz_is_503_naming_the_dependency_that_does_not_answer(
     name = f"raydag-test-readyz-{uuid.uuid4().hex[:6]}"
     config = ApiConfig(
         supervisor=SupervisorConfig(
-            dsn=scratch_dsn, mcp_url=tool_server.url, token_key=token_key, limits=Budgets()
+            dsn=scratch_dsn,
+            mcp_url=tool_server.url,
+            token_key=token_key,
+            limits=Budgets(),
+            toolsets=shipped_toolsets(tool_server.url),
         ),
         api_keys=TEST_API_KEYS,
         supervisor_name=name,
@@ -133,7 +138,13 @@ def test_removing_the_app_lets_a_waiting_request_finish(
 
     name = "raydag-test-graceful-supervisor"
     config = ApiConfig(
-        supervisor=SupervisorConfig(dsn=dsn, mcp_url=simulated.url, token_key=token_key, limits=Budgets()),
+        supervisor=SupervisorConfig(
+            dsn=dsn,
+            mcp_url=simulated.url,
+            token_key=token_key,
+            limits=Budgets(),
+            toolsets=shipped_toolsets(simulated.url),
+        ),
         api_keys=TEST_API_KEYS,
         supervisor_name=name,
     )
@@ -188,7 +199,13 @@ def test_the_tool_server_as_an_application_of_its_own_serves_the_runs_and_checks
     name = "raydag-test-layout-supervisor"
     mcp_url = f"{api}/layout{MCP_PATH}"
     config = ApiConfig(
-        supervisor=SupervisorConfig(dsn=dsn, mcp_url=mcp_url, token_key=token_key, limits=Budgets()),
+        supervisor=SupervisorConfig(
+            dsn=dsn,
+            mcp_url=mcp_url,
+            token_key=token_key,
+            limits=Budgets(),
+            toolsets=shipped_toolsets(mcp_url),
+        ),
         api_keys=TEST_API_KEYS,
         supervisor_name=name,
     )

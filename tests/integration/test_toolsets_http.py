@@ -16,8 +16,9 @@ from actors.calls.call import ToolCall
 from actors.calls.mcp import McpConnections
 from actors.calls.mcp.discovery import discover, discover_toolsets
 from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import shipped_toolsets
 from actors.toolsets.catalogue import ToolsetMismatch, build_catalogue
-from actors.toolsets.config import HttpServer, parse_toolsets, shipped_toolsets
+from actors.toolsets.config import HttpServer, parse_toolsets
 from dag.events import ErrorKind
 from dag.validate import check_arguments
 from mcp_server.contracts import CASEOPS_TOOLS

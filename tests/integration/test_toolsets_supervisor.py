@@ -19,9 +19,10 @@ import pytest
 
 from actors.calls.call import ExecutorKind
 from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import shipped_toolsets
 from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
-from actors.toolsets.config import Toolsets, parse_toolsets, shipped_toolsets
+from actors.toolsets.config import Toolsets, parse_toolsets
 from dag.budget import Budgets
 from dag.policy import Principal
 from dag.run_state import RunState

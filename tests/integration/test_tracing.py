@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from actors.calls.call import ExecutorKind
 from actors.launch.background_server import BackgroundServer
+from actors.launch.settings import shipped_toolsets
 from actors.supervisor import NAMESPACE, RunSupervisor
 from dag.budget import Budgets
 from mcp_server.server import MCP_PATH
@@ -146,7 +147,12 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
     name = f"raydag-traced-{uuid.uuid4().hex[:8]}"
     config = ApiConfig(
         supervisor=SupervisorConfig(
-            dsn=dsn, mcp_url=api.url + MCP_PATH, token_key=token_key, limits=Budgets(), tool_executor=executor
+            dsn=dsn,
+            mcp_url=api.url + MCP_PATH,
+            token_key=token_key,
+            limits=Budgets(),
+            tool_executor=executor,
+            toolsets=shipped_toolsets(api.url + MCP_PATH),
         ),
         api_keys=TEST_API_KEYS,
         supervisor_name=name,

@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from actors.launch.settings import shipped_toolsets
 from dag.budget import Budgets
 
 STREAMS = {("get", "/runs/{run_id}/stream")}
@@ -21,7 +22,11 @@ def document() -> dict[str, Any]:
     from actors.supervisor import SupervisorConfig
 
     supervisor = SupervisorConfig(
-        dsn="postgresql://unused", mcp_url="http://127.0.0.1:9/mcp", token_key=b"k" * 32, limits=Budgets()
+        dsn="postgresql://unused",
+        mcp_url="http://127.0.0.1:9/mcp",
+        token_key=b"k" * 32,
+        limits=Budgets(),
+        toolsets=shipped_toolsets("http://127.0.0.1:9/mcp"),
     )
     config = ApiConfig(supervisor=supervisor, api_keys={}, supervisor_name="unused")
     openapi: dict[str, Any] = create_app(config, tools_mounted=False).openapi()

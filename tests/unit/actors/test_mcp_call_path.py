@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from actors.calls.mcp.connections import McpConnections
-from actors.toolsets.config import parse_toolsets, shipped_toolsets
+from actors.launch.settings import shipped_toolsets
+from actors.toolsets.config import parse_toolsets
 from dag.contracts import Risk, ToolContract
 from dag.schemas import JsonSchema
 from mcp_server.contracts import CASEOPS_TOOLS

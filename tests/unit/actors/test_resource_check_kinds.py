@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from actors.calls.call import ToolOutcome
+from actors.launch.settings import shipped_toolsets
 from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
-from actors.toolsets.config import parse_toolsets, shipped_toolsets
+from actors.toolsets.config import parse_toolsets
 from dag.contracts import ToolContract
 from dag.events import ErrorKind, NodeError
 from dag.policy import Principal

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from actors.launch.settings import ConfigurationError, Settings, describe_errors, load_settings
+from actors.launch.settings import (
+    ConfigurationError,
+    Settings,
+    describe_errors,
+    load_settings,
+    shipped_toolsets,
+)
 from actors.supervisor import SupervisorConfig
 from dag.budget import Budgets
 from dag.contracts import Risk
@@ -148,7 +154,12 @@ def test_a_tenant_not_named_in_the_policy_gets_the_strictest(monkeypatch: pytest
 
     assert policies == {"tenant-a": TenantPolicy(self_approval=frozenset({Risk.REVERSIBLE_WRITE}))}
     assert SupervisorConfig(
-        dsn="", mcp_url="", token_key=b"", limits=Budgets(), tenant_policies=tuple(policies.items())
+        dsn="",
+        mcp_url="",
+        token_key=b"",
+        limits=Budgets(),
+        tenant_policies=tuple(policies.items()),
+        toolsets=shipped_toolsets("http://127.0.0.1:9/mcp"),
     ).policy_of("tenant-b") == TenantPolicy(self_approval=frozenset())
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.launch.settings import shipped_toolsets
 from actors.toolsets._yaml_lines import ToolsetsInvalid
 from actors.toolsets.config import (
     BearerAuth,
@@ -19,7 +20,6 @@ from actors.toolsets.config import (
     configured_toolsets,
     load_toolsets,
     parse_toolsets,
-    shipped_toolsets,
 )
 from dag.contracts import BindingMatch, Recording, Risk
 from dag.writes import Intent
