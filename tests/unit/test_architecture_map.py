@@ -79,3 +79,17 @@ def test_every_source_file_a_document_names_exists(document: Path) -> None:
     )
 
     assert sorted(path for path in named if not (REPO / path).exists()) == []
+
+
+def test_the_unit_tests_of_actors_mirror_its_packages() -> None:
+    """``tests/unit/actors/<package>/`` holds the unit tests of ``actors/<package>/``, and nothing else does."""
+    tests = REPO / "tests" / "unit" / "actors"
+    loose = sorted(path.name for path in tests.glob("*.py"))
+    folders = {
+        str(path.relative_to(tests))
+        for path in tests.rglob("*")
+        if path.is_dir() and path.name != "__pycache__"
+    }
+
+    assert loose == []
+    assert sorted(folder for folder in folders if not (ACTORS / folder).is_dir()) == []

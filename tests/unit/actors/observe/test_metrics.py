@@ -7,7 +7,17 @@ from collections import Counter
 from collections.abc import Sequence
 
 import pytest
-from runner_fakes import (
+
+from actors.observe.metrics import CallOutcome, report
+from dag.budget import Budgets
+from dag.events import ErrorKind, RunEvent
+from dag.run_state import apply, fold
+from dag.states import NodeStatus, RunStatus, StopReason
+from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
+from planner import Final, Replan
+from tests.c102 import C102_RESULT, CASE_OUTPUT, document
+from tests.run_fakes import (
     CASE_ARGS,
     WAIT_S,
     Decide,
@@ -28,16 +38,6 @@ from runner_fakes import (
     snapshot_node,
     transient,
 )
-
-from actors.observe.metrics import CallOutcome, report
-from dag.budget import Budgets
-from dag.events import ErrorKind, RunEvent
-from dag.run_state import apply, fold
-from dag.states import NodeStatus, RunStatus, StopReason
-from mcp_server.contracts import SCOPE_CASES, SCOPE_POLICIES
-from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
-from planner import Final, Replan
-from tests.c102 import C102_RESULT, CASE_OUTPUT, document
 
 Fact = tuple[str, ...]
 

@@ -11,7 +11,27 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from runner_fakes import (
+
+from actors.run.driver import RunDriver
+from dag.budget import Budgets
+from dag.events import (
+    ErrorKind,
+    JoinStarted,
+    NodeDenied,
+    NodeDispatched,
+    NodeFailed,
+    NodeRetryScheduled,
+    NodeSucceeded,
+    RuntimeFailure,
+)
+from dag.health import ToolHealth
+from dag.retry import RetryPolicy
+from dag.states import NodeStatus, RunStatus, StopReason
+from mcp_server.contracts import CASEOPS_TOOLS, GET_CASE_SNAPSHOT
+from mcp_server.planner import CASE_TOOL, POLICY_TOOL
+from planner import Final, NeedsHuman
+from tests.c102 import C102_RESULT, CASE_OUTPUT, POLICY_OUTPUT
+from tests.run_fakes import (
     CASE_ARGS,
     FAST_RETRY,
     RUN_ID,
@@ -37,26 +57,6 @@ from runner_fakes import (
     snapshot_node,
     transient,
 )
-
-from actors.run.driver import RunDriver
-from dag.budget import Budgets
-from dag.events import (
-    ErrorKind,
-    JoinStarted,
-    NodeDenied,
-    NodeDispatched,
-    NodeFailed,
-    NodeRetryScheduled,
-    NodeSucceeded,
-    RuntimeFailure,
-)
-from dag.health import ToolHealth
-from dag.retry import RetryPolicy
-from dag.states import NodeStatus, RunStatus, StopReason
-from mcp_server.contracts import CASEOPS_TOOLS, GET_CASE_SNAPSHOT
-from mcp_server.planner import CASE_TOOL, POLICY_TOOL
-from planner import Final, NeedsHuman
-from tests.c102 import C102_RESULT, CASE_OUTPUT, POLICY_OUTPUT
 
 SNAPSHOT_ONLY = {"nodes": [snapshot_node("case")]}
 

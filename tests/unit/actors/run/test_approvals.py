@@ -17,7 +17,7 @@ from dag.operations import APPROVE_SCOPE, DecisionRefusal, OperationState
 from dag.policy import Principal, TenantPolicy
 from dag.questions import ANSWER_SCOPE, QuestionState
 from dag.review import REVIEW_SCOPE, ReviewState
-from tests.unit.actors.test_decision_view import approved_at
+from tests.unit.actors.api.test_views import approved_at
 
 NOW = datetime.now(UTC)
 LATER = NOW + timedelta(hours=1)

@@ -5,7 +5,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from runner_fakes import (
+from dag.budget import Budgets
+from dag.events import (
+    ErrorKind,
+    NodeDenied,
+    NodeDispatched,
+    NodeError,
+    NodeReused,
+    PlanAccepted,
+    PlanningStarted,
+)
+from dag.health import ToolHealth
+from dag.states import NodeStatus, RunStatus, StopReason
+from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_DOCUMENTS
+from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
+from planner import Final, NeedsHuman, Replan
+from tests.c102 import CASE_OUTPUT, DOCS_OUTPUT, POLICY_OUTPUT, RESOLVE_OUTPUT
+from tests.run_fakes import (
     CASE_ARGS,
     CASE_ID,
     RESOLVE_ARGS,
@@ -23,23 +39,6 @@ from runner_fakes import (
     run_created,
     snapshot_node,
 )
-
-from dag.budget import Budgets
-from dag.events import (
-    ErrorKind,
-    NodeDenied,
-    NodeDispatched,
-    NodeError,
-    NodeReused,
-    PlanAccepted,
-    PlanningStarted,
-)
-from dag.health import ToolHealth
-from dag.states import NodeStatus, RunStatus, StopReason
-from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_DOCUMENTS
-from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
-from planner import Final, NeedsHuman, Replan
-from tests.c102 import CASE_OUTPUT, DOCS_OUTPUT, POLICY_OUTPUT, RESOLVE_OUTPUT
 
 CASE_REF = CASE_OUTPUT["evidence_ref"]
 POLICY_REF = POLICY_OUTPUT["evidence_ref"]

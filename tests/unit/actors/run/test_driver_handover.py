@@ -6,7 +6,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from runner_fakes import (
+
+from actors.run.context import HandedOver
+from dag.budget import Budgets
+from dag.events import NodeDispatched, NodeSucceeded, RunFinished
+from dag.run_state import RunState, apply, fold
+from dag.states import NodeStatus, RunStatus
+from mcp_server.planner import CASE_TOOL
+from planner import Final
+from tests.c102 import C102_RESULT, CASE_OUTPUT
+from tests.run_fakes import (
     CASE_ARGS,
     Decide,
     Propose,
@@ -24,15 +33,6 @@ from runner_fakes import (
     snapshot_node,
     transient,
 )
-
-from actors.run.context import HandedOver
-from dag.budget import Budgets
-from dag.events import NodeDispatched, NodeSucceeded, RunFinished
-from dag.run_state import RunState, apply, fold
-from dag.states import NodeStatus, RunStatus
-from mcp_server.planner import CASE_TOOL
-from planner import Final
-from tests.c102 import C102_RESULT, CASE_OUTPUT
 
 WAIT_S = 5.0
 

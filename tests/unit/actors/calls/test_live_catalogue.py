@@ -13,7 +13,7 @@ from actors.calls.mcp.discovery import ServerUnreachable
 from actors.toolsets.config import HttpServer, StdioServer
 from actors.toolsets.listing import ServerListing
 from dag.states import StopReason
-from tests.unit.actors.test_toolsets_catalogue import READ, toolsets
+from tests.unit.actors.toolsets.test_catalogue import READ, toolsets
 
 
 class ScriptedLister:

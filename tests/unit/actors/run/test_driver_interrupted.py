@@ -10,7 +10,15 @@ import asyncio
 from typing import Any
 
 import pytest
-from runner_fakes import (
+
+from dag.budget import Budgets
+from dag.contracts import Risk, ToolContract, catalogue_of
+from dag.events import ErrorKind, JoinStarted, NodeExpanded, RunCreated
+from dag.schemas import JsonSchema
+from dag.states import NodeStatus, RunStatus, StopReason
+from planner import Final, JoinDecision, NeedsHuman, Replan
+from planner.outputs import OutputsPlanner
+from tests.run_fakes import (
     Decide,
     RecordingSink,
     Scripted,
@@ -24,14 +32,6 @@ from runner_fakes import (
     ok,
     run_created,
 )
-
-from dag.budget import Budgets
-from dag.contracts import Risk, ToolContract, catalogue_of
-from dag.events import ErrorKind, JoinStarted, NodeExpanded, RunCreated
-from dag.schemas import JsonSchema
-from dag.states import NodeStatus, RunStatus, StopReason
-from planner import Final, JoinDecision, NeedsHuman, Replan
-from planner.outputs import OutputsPlanner
 
 SCOPE = "toy:read"
 

@@ -10,35 +10,6 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
-from runner_fakes import (
-    CASE_ARGS,
-    CASE_ID,
-    MCP_URL,
-    RESOLVE_ARGS,
-    RUN_ID,
-    SUBJECT,
-    TENANT,
-    TOKENS,
-    WAIT_S,
-    Decide,
-    Propose,
-    RecordingSink,
-    Scripted,
-    ScriptedExecutor,
-    ScriptedPlanner,
-    SinkDown,
-    assert_log_rebuilds,
-    c102_script,
-    call_key,
-    drive,
-    driver,
-    failure,
-    node_status,
-    ok,
-    only,
-    run_created,
-    snapshot_node,
-)
 
 from dag.budget import Budgets
 from dag.contracts import INVESTIGATE, BindingMatch, Risk, RunBinding, ToolContract, catalogue_of
@@ -71,6 +42,35 @@ from mcp_server.planner import (
 )
 from planner import Final, Replan
 from tests.c102 import C102_RESULT, CASE_OUTPUT, RESOLVE_OUTPUT, document
+from tests.run_fakes import (
+    CASE_ARGS,
+    CASE_ID,
+    MCP_URL,
+    RESOLVE_ARGS,
+    RUN_ID,
+    SUBJECT,
+    TENANT,
+    TOKENS,
+    WAIT_S,
+    Decide,
+    Propose,
+    RecordingSink,
+    Scripted,
+    ScriptedExecutor,
+    ScriptedPlanner,
+    SinkDown,
+    assert_log_rebuilds,
+    c102_script,
+    call_key,
+    drive,
+    driver,
+    failure,
+    node_status,
+    ok,
+    only,
+    run_created,
+    snapshot_node,
+)
 
 # ---------------------------------------------------------------- the C-102 document check
 

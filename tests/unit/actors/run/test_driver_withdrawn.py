@@ -7,7 +7,17 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from runner_fakes import (
+from actors.calls.call import ToolCall, ToolOutcome
+from actors.run.driver import RunDriver
+from actors.toolsets.withdrawal import Withdrawal
+from dag.events import ErrorKind, NodeDenied, NodeDispatched, NodeFailed
+from dag.evidence import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE
+from dag.run_state import apply
+from dag.states import NodeStatus, RunStatus, StopReason
+from mcp_server.contracts import CASEOPS_CHECKS
+from mcp_server.planner import CASE_TOOL, ConformancePlanner
+from planner import Final
+from tests.run_fakes import (
     CASE_ARGS,
     FAST_RETRY,
     MCP_URL,
@@ -24,17 +34,6 @@ from runner_fakes import (
     snapshot_node,
     transient,
 )
-
-from actors.calls.call import ToolCall, ToolOutcome
-from actors.run.driver import RunDriver
-from actors.toolsets.withdrawal import Withdrawal
-from dag.events import ErrorKind, NodeDenied, NodeDispatched, NodeFailed
-from dag.evidence import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE
-from dag.run_state import apply
-from dag.states import NodeStatus, RunStatus, StopReason
-from mcp_server.contracts import CASEOPS_CHECKS
-from mcp_server.planner import CASE_TOOL, ConformancePlanner
-from planner import Final
 
 UNREACHABLE = Withdrawal(
     SERVER_UNREACHABLE_RULE, StopReason.TOOL_SERVER_UNREACHABLE, "server 'toy' is unreachable"

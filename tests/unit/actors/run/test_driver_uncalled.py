@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner_fakes import (
+from test_driver_interrupted import CATALOGUE, ECHO, ITEMS, created, each, items, listing
+
+from dag.budget import Budgets
+from dag.events import ErrorKind
+from dag.states import NodeStatus, RunStatus, StopReason
+from planner import NeedsHuman
+from planner.base import Uncalled
+from planner.outputs import OutputsPlanner
+from tests.run_fakes import (
     Decide,
     RecordingSink,
     Scripted,
@@ -22,14 +30,6 @@ from runner_fakes import (
     failure,
     ok,
 )
-from test_runner_interrupted import CATALOGUE, ECHO, ITEMS, created, each, items, listing
-
-from dag.budget import Budgets
-from dag.events import ErrorKind
-from dag.states import NodeStatus, RunStatus, StopReason
-from planner import NeedsHuman
-from planner.base import Uncalled
-from planner.outputs import OutputsPlanner
 
 
 def a_string(node_id: str) -> dict[str, Any]:

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pytest
-from runner_fakes import RecordingSink, run_created
 
 from actors.run.context import HandedOver, Parked
 from actors.run.recorder import RunRecorder, now
 from actors.run.waiting import decided_or_park
 from dag.events import PlanningStarted, QuestionAsked, RunParked
 from dag.run_state import apply
+from tests.run_fakes import RecordingSink, run_created
 
 
 @dataclass
