@@ -43,21 +43,27 @@ SUPERVISOR = "raydag-bench-waiting"
 REQUESTER = "dev-key-tenant-demo"
 APPROVER = "bench-approver"
 CASE = {"case_id": "C-103"}
-PLAN = {
-    "nodes": [
-        {
-            "id": "draft",
-            "tool": "caseops_draft_document_request",
-            "args": {**CASE, "missing_document_codes": ["ACCIDENT_CERTIFICATE"]},
-        },
-        {
-            "id": "send",
-            "tool": "caseops_send_document_request",
-            "args": {**CASE, "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
-        },
-    ]
-}
 SEND = "caseops_send_document_request"
+
+
+def plan(index: int) -> dict[str, Any]:
+    """Run ``index``'s plan: a draft with a code of its own, so each run is its own intent (the same draft in
+    two runs is one operation, approved once, docs/EFFECTS.md), and the send of that draft."""
+    codes = ["ACCIDENT_CERTIFICATE", f"BENCH_WAITING_{index}"]
+    return {
+        "nodes": [
+            {
+                "id": "draft",
+                "tool": "caseops_draft_document_request",
+                "args": {**CASE, "missing_document_codes": codes},
+            },
+            {
+                "id": "send",
+                "tool": SEND,
+                "args": {**CASE, "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
+            },
+        ]
+    }
 
 
 def auth(key: str) -> dict[str, str]:
@@ -105,13 +111,12 @@ async def sent(dsn: str) -> int:
 
 async def submit_all(base: str, count: int) -> list[str]:
     """``count`` runs posted by ``SUBMITTERS`` clients at once: their ids."""
-    body = {"resource": CASE, "stage": "act", "plan": PLAN}
     queue = list(range(count))
     created: list[str] = []
 
     async def submitter(client: httpx.AsyncClient) -> None:
         while queue:
-            queue.pop()
+            body = {"resource": CASE, "stage": "act", "plan": plan(queue.pop())}
             while True:
                 answer = await client.post("/runs", json=body, headers=auth(REQUESTER))
                 if answer.status_code == 201:

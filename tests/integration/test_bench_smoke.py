@@ -31,6 +31,7 @@ TABLES = {
     "shipped-cpu": ["Shipped runtime, CPU per node by process"],
     "layer": ["A layer's timeline"],
     "effects": ["A write beside a read", "Appends per run, by arm"],
+    "waiting": ["Runs waiting for a person"],
     "scale": [
         "Scale: supervisors side by side",
         "Scale: admission and the start of a run",
