@@ -23,6 +23,7 @@ from tests.integration.headless import Chromium
 from tests.integration.test_api_supervisor_restart import serve_api  # noqa: F401 - a fixture
 from tests.integration.test_operations import (
     SEND,
+    act_on_a_copy,
     decide,
     finished,
     operations,
@@ -109,7 +110,7 @@ def own(ray_cluster: None, scratch_dsn: str, start_tool_server: Any, token_key: 
 def test_a_person_approves_a_waiting_send_from_the_page_with_their_own_key_and_it_is_sent_once(
     api: str, client: httpx.Client, dsn: str, tmp_path: Path
 ) -> None:
-    run_id, send = waiting_send(client)
+    run_id, send = waiting_send(client, act_on_a_copy(dsn))
     item = approval(send)
 
     with Chromium(tmp_path / "chromium") as browser:
@@ -140,7 +141,7 @@ def test_a_person_approves_a_waiting_send_from_the_page_with_their_own_key_and_i
 def test_the_page_shows_each_refusal_and_a_rejected_send_is_never_sent(
     api: str, client: httpx.Client, dsn: str, tmp_path: Path
 ) -> None:
-    run_id, send = waiting_send(client)
+    run_id, send = waiting_send(client, act_on_a_copy(dsn))
     item = approval(send)
 
     with Chromium(tmp_path / "chromium") as browser:
@@ -234,7 +235,7 @@ def test_a_hash_that_is_not_the_writes_is_refused_and_the_page_shows_the_write_s
 ) -> None:
     """What reaches the API is not what the page showed (here rewritten on the way): the API refuses the yes,
     and the page says so and shows the write still waiting, with its own hash."""
-    run_id, send = waiting_send(client)
+    run_id, send = waiting_send(client, act_on_a_copy(dsn))
     item = approval(send)
     target = f"{api}/runs/{run_id}/operations/{send['operation_id']}/approve"
 
@@ -406,7 +407,7 @@ def other_site() -> Iterator[Any]:
 def test_another_sites_page_decides_nothing_even_in_a_browser_that_holds_an_approvers_key(
     api: str, client: httpx.Client, dsn: str, other_site: Any, tmp_path: Path
 ) -> None:
-    run_id, send = waiting_send(client)
+    run_id, send = waiting_send(client, act_on_a_copy(dsn))
     target = f"{api}/runs/{run_id}/operations/{send['operation_id']}/approve"
     attacker = other_site(ATTACKER_PAGE.format(target=target, args_hash=send["args_hash"], key=APPROVER_KEY))
 
