@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
@@ -10,12 +11,43 @@ from pathlib import Path
 import httpx
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports on 127.0.0.1 that nothing listens on now (all held open until all are picked)."""
-    probes = [socket.socket() for _ in range(count)]
+def _ephemeral_range() -> range:
+    """The ports the kernel hands out as the local end of outgoing connections (Linux's default if unknown)."""
     try:
-        for probe in probes:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+LISTENING_PORTS = range(20000, 32768)
+"""Where tests' servers listen: above Ray's worker ports (10002-19999) and below the kernel's ephemeral range. A
+port from that range (what binding port 0 gives) can be taken, the moment its server stops, as the local end
+of any process's outgoing connection, and a server started again on it then finds it in use."""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports on 127.0.0.1 that nothing uses now (all held open until all are picked), outside
+    the ephemeral range when that leaves room (``LISTENING_PORTS``)."""
+    ephemeral = _ephemeral_range()
+    candidates = [port for port in LISTENING_PORTS if port not in ephemeral]
+    random.shuffle(candidates)
+    probes: list[socket.socket] = []
+    try:
+        for port in candidates:
+            if len(probes) == count:
+                break
+            probe = socket.socket()
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                probe.close()
+                continue
+            probes.append(probe)
+        while len(probes) < count:  # no room outside the ephemeral range: any port the kernel gives
+            probe = socket.socket()
             probe.bind(("127.0.0.1", 0))
+            probes.append(probe)
         return [int(probe.getsockname()[1]) for probe in probes]
     finally:
         for probe in probes:
@@ -23,7 +55,7 @@ def free_ports(count: int) -> list[int]:
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
+    """A port on 127.0.0.1 that nothing uses now (as ``free_ports``)."""
     (port,) = free_ports(1)
     return port
 
