@@ -336,8 +336,9 @@ def own_api(
     import ray
 
     tools: RunningToolServer = start_tool_server()
-    toolsets = toolsets_for(tools.url) if toolsets_for is not None else None
-    config = api_config(scratch_dsn, tools.url, token_key, toolsets=toolsets, **supervisor)
+    if toolsets_for is not None:
+        supervisor["toolsets"] = toolsets_for(tools.url)
+    config = api_config(scratch_dsn, tools.url, token_key, **supervisor)
     return start_api(config), tools, ray.get_actor(config.supervisor_name, namespace=NAMESPACE)
 
 
