@@ -16,6 +16,7 @@ from actors.calls.exchange import DEFAULT_CALLERS
 from actors.calls.executors import PlacedCallers, build_executor
 from actors.calls.live_catalogue import LiveCatalogue
 from actors.calls.mcp.discovery import ServerUnreachable, discover
+from actors.calls.placement import ANYWHERE, spread
 from actors.observe.ray_metrics import RayRunMetrics
 from actors.observe.tracing import configure_tracing
 from actors.run.service import RunService
@@ -384,50 +385,28 @@ def supervisor_names(name: str, count: int) -> tuple[str, ...]:
 
 
 def get_or_create_supervisor(
-    config: SupervisorConfig, *, name: str, detached: bool, spread: tuple[int, int] | None = None
+    config: SupervisorConfig, *, name: str, detached: bool, spread_at: tuple[int, int] | None = None
 ) -> Any:
     """The named supervisor actor in namespace ``raydag``, created on first use.
 
     Async and multiplexed: one actor drives many runs concurrently (``max_concurrency``) without a CPU of
-    its own; Ray restarts it if its process dies. ``spread`` = (its index, how many the deployment has): the
-    i-th of a deployment's supervisors prefers the i-th of the cluster's live nodes, so that they land on
-    different nodes (Ray's ``SPREAD`` is best effort: the callers the first one starts meanwhile can draw the
-    second onto the same node); the preference is soft, so a supervisor whose node is gone starts elsewhere.
+    its own; Ray restarts it if its process dies. ``spread_at`` = (its index, how many the deployment has): the
+    i-th of a deployment's supervisors prefers the i-th of the cluster's live nodes (``placement.spread``),
+    softly, so a supervisor whose node is gone starts elsewhere.
     """
+    placement = spread(*spread_at) if spread_at is not None else ANYWHERE
     options: dict[str, Any] = {
         "name": name,
         "namespace": NAMESPACE,
         "get_if_exists": True,
-        "num_cpus": 0,
         "max_concurrency": 1000,
         "max_restarts": -1,
         "max_task_retries": 0,
-        "scheduling_strategy": _placement(spread),
+        **placement.options(),
     }
-    if not isinstance(options["scheduling_strategy"], str):
-        # Ray places an actor that asks for nothing wherever it likes, whatever node it prefers: a sliver of
-        # a CPU makes the preference count.
-        options["num_cpus"] = PLACED_CPUS
     if detached:
         options["lifetime"] = "detached"
     return ray.remote(RunSupervisor).options(**options).remote(config)
-
-
-PLACED_CPUS = 0.001
-"""What a supervisor placed on a node of its own asks for (``get_or_create_supervisor``'s ``spread``)."""
-
-
-def _placement(spread: tuple[int, int] | None) -> Any:
-    """Where a supervisor goes: the i-th live node (softly) when the deployment has more than one supervisor and
-    the cluster more than one node; else wherever Ray's ``SPREAD`` puts it."""
-    if spread is None or spread[1] < 2:
-        return "SPREAD"
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    alive = sorted(node["NodeID"] for node in ray.nodes() if node.get("Alive"))  # type: ignore[no-untyped-call]
-    if len(alive) < 2:
-        return "SPREAD"
-    return NodeAffinitySchedulingStrategy(node_id=alive[spread[0] % len(alive)], soft=True)
 
 
 def _path_of(planner: object) -> str:

@@ -148,7 +148,10 @@ def create_app(config: ApiConfig, *, tools_mounted: bool = True) -> FastAPI:
         supervisors = Supervisors(
             {
                 name: get_or_create_supervisor(
-                    config.supervisor, name=name, detached=True, spread=(index, len(config.supervisor_names))
+                    config.supervisor,
+                    name=name,
+                    detached=True,
+                    spread_at=(index, len(config.supervisor_names)),
                 )
                 for index, name in enumerate(config.supervisor_names)
             }

@@ -6,6 +6,7 @@
   ``build_executor``;
 - ``caller``: the ``ToolCaller`` actor, which makes many calls at once from one event loop;
 - ``task``: the Ray task that makes one call;
+- ``placement``: where callers and supervisors go over a cluster's nodes (``spread``);
 - ``live_catalogue``: ``LiveCatalogue``, the toolsets as their servers list them now: listed in the
   background, re-listed, their tools withdrawn when a server cannot be reached or changes a pinned tool;
 - ``mcp/``: the MCP client itself (connections, listings, stdio servers, classification).

@@ -29,6 +29,7 @@ from actors.calls.exchange import (
     unpack,
     worker_failed,
 )
+from actors.calls.placement import ANYWHERE, spread
 from dag.contracts import ToolCatalogue
 
 if TYPE_CHECKING:
@@ -167,9 +168,10 @@ class CallerPoolExecutor:
     Each exchange is an actor task named for the tools of the calls it hands over (``exchange_name``). A
     cancelled call is cancelled in the caller by the next exchange.
 
-    The actors belong to the supervisor that creates them (they end with it), take no CPU reservation (they
-    wait on I/O) and are restarted by Ray if their process dies; the calls handed to a caller whose exchange
-    fails (it died, or is restarting) become ``WORKER_FAILED`` outcomes, as a dead task's does.
+    The actors belong to the supervisor that creates them (they end with it), take no CPU reservation beyond
+    the sliver that spreads them over a cluster's nodes (they wait on I/O) and are restarted by Ray if their
+    process dies; the calls handed to a caller whose exchange fails (it died, or is restarting) become
+    ``WORKER_FAILED`` outcomes, as a dead task's does.
     """
 
     def __init__(
@@ -229,21 +231,21 @@ class CallerPoolExecutor:
 
             from actors.calls.caller import ToolCaller
 
+            # Over the cluster's nodes, not all beside the supervisor; where the servers' placement names
+            # resources, only over the nodes that offer them.
+            placement = ANYWHERE if self._resources else spread(self._names.index(name), len(self._names))
             handle: Any = (
                 ray.remote(ToolCaller)
                 .options(
                     name=name,
                     namespace=self._namespace,
                     get_if_exists=True,
-                    num_cpus=0,
                     # Exchanges wait for outcomes without making calls; the calls are limited by the caller.
                     max_concurrency=EXCHANGES_PER_CALLER,
                     max_restarts=-1,
                     max_task_retries=0,  # retries are the supervisor's decision
-                    # Over the cluster's nodes, not all beside the supervisor; only where a node offers what
-                    # the servers' placement names.
-                    scheduling_strategy="SPREAD",
                     resources=self._resources,
+                    **placement.options(),
                 )
                 .remote(self._servers, calls_at_once=self._max_concurrency)
             )

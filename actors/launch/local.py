@@ -172,7 +172,7 @@ def local_runtime(
         config = supervisor_config(settings, dsn=dsn, mcp_url=mcp_url, token_key=token_key, toolsets=declared)
         names = supervisor_names(f"{settings.supervisor_name}-cli-{os.getpid()}", settings.supervisors)
         supervisors = tuple(
-            get_or_create_supervisor(config, name=name, detached=False, spread=(index, len(names)))
+            get_or_create_supervisor(config, name=name, detached=False, spread_at=(index, len(names)))
             for index, name in enumerate(names)
         )
         for supervisor in supervisors:
