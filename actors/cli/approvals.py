@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from actors.cli.problems import problem
 from actors.cli.report import EXIT_BAD_INPUT, EXIT_RUN_FAILED, console_for
@@ -98,21 +97,26 @@ def list_operations(
     if not listed:
         console.print(f"run {run_id} has no operations")
         return
-    table = Table("operation", "tool", "state", "approval", "runs", "arguments", "args_hash", box=None)
-    for operation in listed:
-        arguments = (
-            json.dumps(operation["args"], ensure_ascii=False) if operation["args"] is not None else "(digest)"
-        )
-        table.add_row(
-            operation["operation_id"],
-            operation["tool"],
-            operation["state"],
-            operation["approval"],
-            str(max(len(operation.get("runs") or ()), 1)),  # more than one: the intent is shared
-            escape(arguments),
-            operation["args_hash"],
-        )
-    console.print(table)
+    for number, operation in enumerate(listed):
+        if number:
+            console.print()
+        for line in operation_lines(operation):
+            console.print(line, soft_wrap=True)
+
+
+def operation_lines(operation: dict[str, Any]) -> list[str]:
+    """One operation as a person reads it: every id and hash whole, to copy into the decision that quotes it."""
+    arguments = (
+        json.dumps(operation["args"], ensure_ascii=False) if operation["args"] is not None else "(digest)"
+    )
+    sharers = len(operation.get("runs") or ()) or 1  # more than one: the intent is shared
+    return [
+        f"[bold]operation {operation['operation_id']}[/bold]  {operation['state']}",
+        f"  tool      {escape(operation['tool'])} (risk {operation['risk']}, approval {operation['approval']})",
+        f"  sends     {escape(arguments)}",
+        f"  hash      {operation['args_hash']}",
+        f"  runs      {sharers}" + (" (one intent, shared)" if sharers > 1 else ""),
+    ]
 
 
 def _decided(operation: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from actors.api.views import read_report
 from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request, approvals
+from actors.cli.inbox import inbox, runs, watch
 from actors.cli.problems import refusal_of
 from actors.cli.questions import questions
 from actors.cli.report import (
@@ -497,6 +498,12 @@ def mcp(
             errors.print(f"[red]cannot serve:[/red] {escape(str(exc))}")
             raise typer.Exit(EXIT_BAD_INPUT) from None
     errors.print(f"{stop.name}: stopped after finishing the calls in flight")
+
+
+# What waits for people, over the HTTP API (beside approvals, reviews and questions, which decide it).
+app.command()(runs)
+app.command()(inbox)
+app.command()(watch)
 
 
 def _read_plan(path: Path) -> dict[str, Any]:

@@ -503,13 +503,10 @@ def test_raydag_approvals_lists_refuses_a_stale_hash_and_approves_through_the_ap
     assert listed.returncode == 0, listed.stderr
     send = next(operation for operation in json.loads(listed.stdout) if operation["tool"] == SEND)
     assert send["state"] == "awaiting_approval"
-    table = approvals("list", acting_run)
-    header, *rows = [line.split() for line in table.stdout.splitlines() if line.strip()]
-    assert header[:5] == ["operation", "tool", "state", "approval", "runs"], table.stdout
-    sends = [
-        row for row in rows if row[0].startswith(send["operation_id"][:8])
-    ]  # cut to the terminal's width
-    assert [row[4] for row in sends] == ["1"]  # no other run shares it
+    shown = approvals("list", acting_run).stdout  # every id and hash whole, whatever the terminal's width
+    block = shown[shown.index(f"operation {send['operation_id']}  awaiting_approval") :].split("\n\n")[0]
+    assert f"hash      {send['args_hash']}" in block, shown
+    assert "runs      1\n" in block + "\n", shown  # no other run shares it
 
     stale = approvals("approve", acting_run, send["operation_id"], "--hash", "0" * 64)
     unauthorized = approvals(
