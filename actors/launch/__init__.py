@@ -5,5 +5,6 @@
 - ``servers``: the HTTP API and tool server for ``raydag serve`` (Ray Serve, or a plain process);
 - ``ports``: loopback ports bound exclusively, and Serve's proxies made to do the same;
 - ``shutdown``: SIGTERM handled as Ctrl-C, and nothing left running behind;
-- ``background_server``: an ASGI app on a background thread, bound before it starts.
+- ``background_server``: an ASGI app on a background thread, bound before it starts;
+- ``desk``: ``decisions_desk``, a person's decisions made over the run store without the HTTP API.
 """

@@ -22,19 +22,15 @@ from typing import Any, TypeVar
 from actors.api.operations import listed as listed_operations
 from actors.api.operations import shown
 from actors.api.views import as_json, question_view, read_report, review_view
+from actors.launch.desk import decisions_desk
 from actors.launch.settings import Settings, load_settings
 from actors.run.approvals import DECISION_SCOPES, Decisions, Found, Verdict
 from actors.run.submission import DEFAULT_GOAL, ContinueRequest, RunRequest, Submission, SubmitResult
-from actors.store.database import create_pool
-from actors.store.operations import OperationStore
-from actors.store.questions import QuestionStore
-from actors.store.reviews import ReviewStore
-from actors.store.runs import RunStore
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
-from dag.policy import Principal, policy_of
+from dag.policy import Principal
 
 _T = TypeVar("_T")
 
@@ -350,19 +346,8 @@ class Raydag:
     async def _at_desk(self, work: Callable[[Decisions], Awaitable[_T]]) -> _T:
         """``work`` done where decisions are made (``actors.run.approvals.Decisions``, as the API makes them),
         over a connection of its own, closed after."""
-        settings: Settings = self._runtime.settings
-        pool = await create_pool(self._runtime.dsn, max_size=1)
-        try:
-            desk = Decisions(
-                RunStore(pool),
-                OperationStore(pool),
-                ReviewStore(pool),
-                QuestionStore(pool),
-                policy_of=lambda tenant: policy_of(settings.tenant_policies(), tenant),
-            )
+        async with decisions_desk(self._runtime.dsn, self._runtime.settings) as desk:
             return await work(desk)
-        finally:
-            await pool.close()
 
 
 @contextmanager

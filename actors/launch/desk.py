@@ -1,0 +1,33 @@
+"""Where a script or a command makes a person's decisions without the HTTP API: ``decisions_desk``, the same
+``Decisions`` the API decides through, over a connection of its own to the run store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from actors.launch.settings import Settings
+from actors.run.approvals import Decisions
+from actors.store.database import create_pool
+from actors.store.operations import OperationStore
+from actors.store.questions import QuestionStore
+from actors.store.reviews import ReviewStore
+from actors.store.runs import RunStore
+from dag.policy import policy_of
+
+
+@asynccontextmanager
+async def decisions_desk(dsn: str, settings: Settings) -> AsyncIterator[Decisions]:
+    """``Decisions`` over one connection to ``dsn`` (closed when the block ends), weighing each tenant's
+    policy as ``settings`` give it."""
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        yield Decisions(
+            RunStore(pool),
+            OperationStore(pool),
+            ReviewStore(pool),
+            QuestionStore(pool),
+            policy_of=lambda tenant: policy_of(settings.tenant_policies(), tenant),
+        )
+    finally:
+        await pool.close()
