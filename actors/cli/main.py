@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -55,6 +55,9 @@ app.add_typer(questions, name="questions")
 console = console_for()
 errors = console_for(stderr=True)
 
+DEMO_TENANT = "tenant-demo"
+"""The tenant of the demo data and of the development keys; a command's default."""
+
 
 ToolsetsOption = Annotated[
     Path | None,
@@ -101,9 +104,21 @@ def _settings(toolsets: Path | None = None) -> Settings:
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    act: Annotated[
+        bool,
+        typer.Option(
+            "--act",
+            help="The write path instead: the toolsets' acting demo (caseops: C-103's missing-document "
+            "request) proposes a write, you approve or reject it here as the development approver, and it is "
+            "sent once, or never.",
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="With --act: approve each write unasked.")] = False,
+) -> None:
     """The toolsets' demo end to end (the shipped one investigates case C-102): local Ray, embedded PostgreSQL
     (unless RAYDAG_DATABASE_URL), the hosted MCP server, its demo data, one run with its own planner."""
+    from actors.cli.acting import Approver, print_writes
     from actors.launch.local import local_runtime
 
     started = time.perf_counter()
@@ -113,14 +128,25 @@ def demo() -> None:
             with console.status("starting PostgreSQL, the MCP tool server and Ray…"):
                 runtime = stack.enter_context(local_runtime(settings, demo_seed=True))
             demo = runtime.toolsets.hosting.demo if runtime.toolsets.hosting is not None else None
-            if demo is None:
-                errors.print("[red]the toolsets declare no demo (hosting.demo)[/red]")
+            if demo is None or (act and demo.act is None):
+                what = "no acting demo (hosting.demo.act)" if act else "no demo (hosting.demo)"
+                errors.print(f"[red]the toolsets declare {what}[/red]")
                 raise typer.Exit(EXIT_BAD_INPUT)
             console.print(f"[dim]database ready, tool server at {runtime.mcp_url}, Ray up[/dim]")
+            approver = Approver(runtime, DEMO_TENANT, console, approve_all=yes) if act else None
             report = _run_case(
-                runtime, tenant="tenant-demo", resource=demo.resource, goal=demo.goal, key=None, planner=None
+                runtime,
+                tenant=DEMO_TENANT,
+                resource=demo.act.resource if act and demo.act else demo.resource,
+                goal=None if act else demo.goal,
+                key=None,
+                planner=None,
+                stage=demo.act.stage if act and demo.act else INVESTIGATE,
+                on_wait=approver,
             )
             print_report(console, report)
+            if approver is not None:
+                print_writes(console, approver.writes(report["run"]["run_id"]))
             console.print(f"[dim]demo wall time {time.perf_counter() - started:.1f}s[/dim]")
     except KeyboardInterrupt as stop:
         raise typer.Exit(_stopped(interrupted(stop))) from None
@@ -142,7 +168,7 @@ def run(
             "--resource", help="What the run is about, as key=value (repeatable), e.g. root=/srv/reports."
         ),
     ] = None,
-    tenant: Annotated[str, typer.Option(help="The tenant the case belongs to.")] = "tenant-demo",
+    tenant: Annotated[str, typer.Option(help="The tenant the case belongs to.")] = DEMO_TENANT,
     goal: Annotated[str | None, typer.Option(help="What the run should establish.")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Run at most once per key.")] = None,
     planner: Annotated[
@@ -209,7 +235,7 @@ def batch(
             dir_okay=False,
         ),
     ],
-    tenant: Annotated[str, typer.Option(help="The tenant the cases belong to.")] = "tenant-demo",
+    tenant: Annotated[str, typer.Option(help="The tenant the cases belong to.")] = DEMO_TENANT,
     report: Annotated[
         Path | None,
         typer.Option(help="Where to write the JSON report. [default: batch-report.json beside FILE]"),
@@ -589,7 +615,9 @@ def _run_case(
     plan: dict[str, Any] | None = None,
     review: bool = False,
     stage: str = INVESTIGATE,
+    on_wait: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
+    """Submit the run and wait for its end (``on_wait(run_id)``: called about once a second meanwhile)."""
     principal = _operator(tenant, runtime.toolsets)
     submitted = _submit(
         runtime,
@@ -613,7 +641,7 @@ def _run_case(
             f"{submitted.run_id} --url … against an API on this database)"
         )
     try:
-        return _await_report(runtime, principal, submitted.run_id)
+        return _await_report(runtime, principal, submitted.run_id, on_wait)
     except KeyboardInterrupt as signalled:
         stop = interrupted(signalled)
         errors.print(
@@ -671,13 +699,18 @@ def _submit(
     return result
 
 
-def _await_report(runtime: Any, principal: Principal, run_id: str) -> dict[str, Any]:
-    """Wait for the run to end, then read it and its nodes."""
+def _await_report(
+    runtime: Any, principal: Principal, run_id: str, on_wait: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Wait for the run to end (``on_wait(run_id)`` after each second it has not), then read it and its
+    nodes."""
     import ray
 
     while not ray.get(runtime.supervisor.wait.remote(run_id, 1.0)):
         if stopping().is_set():  # only a worker thread gets here: the main thread was interrupted
             raise RunUnfinished(run_id)
+        if on_wait is not None:
+            on_wait(run_id)
     catalogue = ray.get(runtime.supervisor.contracts.remote())
     return asyncio.run(read_report(runtime.dsn, principal, run_id, catalogue))
 

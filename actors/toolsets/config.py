@@ -519,11 +519,21 @@ class Migrations(_Strict):
     table: str = Field(pattern=r"^[a-z_][a-z0-9_]{0,62}$")
 
 
+class DemoAct(_Strict):
+    """What ``raydag demo --act`` runs: a run over ``resource`` in ``stage``, whose writes a person at the
+    terminal approves or rejects."""
+
+    resource: dict[str, str] = Field(min_length=1)
+    stage: str = Field(min_length=1)
+
+
 class Demo(_Strict):
-    """What ``raydag demo`` runs: a run over ``resource`` with the toolset's own planner."""
+    """What ``raydag demo`` runs: a run over ``resource`` with the toolset's own planner; ``act``, what
+    ``raydag demo --act`` runs."""
 
     resource: dict[str, str] = Field(min_length=1)
     goal: str | None = None
+    act: DemoAct | None = None
 
 
 class Hosting(_Strict):
