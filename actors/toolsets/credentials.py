@@ -9,13 +9,16 @@ is handed to the HTTP client's auth flow and nothing else.
 from __future__ import annotations
 
 import os
-
-import httpx2
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from typing import TYPE_CHECKING
 
 from actors.toolsets.config import BearerAuth, OAuthClientCredentials
 from dag.errors import RaydagError
+
+if (
+    TYPE_CHECKING
+):  # the MCP SDK's OAuth client is loaded where a flow is built, not by reading a toolsets file
+    import httpx2
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 
 class CredentialUnavailable(RaydagError):
@@ -74,6 +77,8 @@ def client_credentials_flow(
 ) -> httpx2.Auth:
     """The SDK's client-credentials provider for ``url``, its client secret read now, its tokens kept in
     ``storage``."""
+    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
     return ClientCredentialsOAuthProvider(
         server_url=url,
         storage=storage,
