@@ -26,6 +26,7 @@ BENCHMARKS = {
     "effects": "bench.effects",
     "scale": "bench.scale",
     "waiting": "bench.waiting",
+    "cli": "bench.cli_start",
 }
 """Each benchmark's module; imported only when it runs, after ``--smoke`` has chosen its sizes."""
 
