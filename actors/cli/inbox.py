@@ -10,6 +10,7 @@ problem is printed), 3 the run needs a person (``watch``, as ``raydag run``).
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -45,12 +46,7 @@ WATCH_EVERY_S = 0.5
 
 def _query(pairs: Mapping[str, Any]) -> str:
     """``?a=1&b=x&b=y`` of the pairs that are set (a list repeats its key); empty when none is."""
-    flat = [
-        (key, item)
-        for key, value in pairs.items()
-        for item in (value if isinstance(value, list) else [value])
-        if item not in (None, "")
-    ]
+    flat = [(key, item) for key, value in pairs.items() for item in _set(value)]
     return f"?{urlencode(flat)}" if flat else ""
 
 
@@ -67,9 +63,20 @@ def _print_json(answer: Any) -> None:
     sys.stdout.write(json.dumps(answer, ensure_ascii=False, indent=2) + "\n")
 
 
-def _next_page(command: str, cursor: str | None) -> None:
-    if cursor:
-        console.print(f"more: {command} --cursor {cursor}", soft_wrap=True)
+def _next_page(command: str, options: Mapping[str, Any], cursor: str | None) -> None:
+    """The command that shows the next page, ready to copy: the same filters, and the cursor the API named
+    (a cursor says where the page starts, not what it lists)."""
+    if not cursor:
+        return
+    words = ["raydag", command]
+    for option, value in options.items():
+        words += [word for item in _set(value) for word in (option, str(item))]
+    console.print("more: " + shlex.join([*words, "--cursor", cursor]), soft_wrap=True)
+
+
+def _set(value: Any) -> list[Any]:
+    """The items of an option that was given: a repeated option's each, a single one's alone, none unset."""
+    return [item for item in (value if isinstance(value, list) else [value]) if item not in (None, "")]
 
 
 def runs(
@@ -117,7 +124,13 @@ def runs(
             run["run_id"], status_text, escape(_resource(run["resource"])), _when(run["created_at"])
         )
     console.print(table)
-    _next_page("raydag runs", page["next"])
+    filters = {
+        "--status": status,
+        "--case-id": case_id,
+        "--resource": resource,
+        "--created-after": created_after,
+    }
+    _next_page("runs", {**filters, "--limit": limit}, page["next"])
 
 
 def inbox(
@@ -154,7 +167,7 @@ def inbox(
             console.print()
         for line in _decision_lines(item):
             console.print(line, soft_wrap=True)
-    _next_page("raydag inbox", page["next"])
+    _next_page("inbox", {"--kind": kind, "--run": run, "--case-id": case_id, "--limit": limit}, page["next"])
 
 
 def _decision_lines(item: Mapping[str, Any]) -> Iterator[str]:
