@@ -15,11 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.api._problem import problem_responses
 from actors.api.dependencies import Api, Caller, ReadableRun
-from actors.api.schemas import OperationView
+from actors.api.schemas import OperationView, QuotedHash
 from actors.api.views import decision_view, operation_view
 from actors.store.operations import Operation, OperationStore
 
-_HASH = r"^[0-9a-f]{64}$"
 _OPERATION_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 OperationId = Annotated[str, Path(pattern=_OPERATION_ID, description="An operation of the run")]
 
@@ -29,14 +28,14 @@ router = APIRouter(tags=["operations"])
 class OperationDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    args_hash: str = Field(pattern=_HASH, description="The SHA-256 of the operation's arguments, as listed")
+    args_hash: QuotedHash = Field(description="The SHA-256 of the operation's arguments, as listed")
     note: str | None = Field(default=None, max_length=2000)
 
 
 class Resolution(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    args_hash: str = Field(pattern=_HASH)
+    args_hash: QuotedHash = Field(description="The SHA-256 of the operation's arguments, as listed")
     outcome: Literal["succeeded", "failed"] = Field(description="What a person found the write did")
     note: str = Field(min_length=1, max_length=2000, description="What was checked, and how")
 

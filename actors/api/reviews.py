@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.api._problem import problem_responses
 from actors.api.dependencies import Api, Caller, ReadableRun
-from actors.api.schemas import ReviewView
+from actors.api.schemas import QuotedHash, ReviewView
 from actors.api.views import review_view
 
 Round = Annotated[int, Path(ge=1, le=10_000, description="The round whose plan is decided")]
@@ -26,7 +26,7 @@ router = APIRouter(tags=["reviews"])
 class PlanDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    plan_hash: str = Field(pattern=r"^[0-9a-f]{64}$", description="The SHA-256 of the plan, as listed")
+    plan_hash: QuotedHash = Field(description="The SHA-256 of the plan, as listed")
     note: str | None = Field(default=None, max_length=2000)
 
 

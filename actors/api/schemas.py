@@ -6,13 +6,36 @@ and its published schema cannot drift apart. ``actors.api.views`` builds them fr
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 from dag.states import RunStatus
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _quoted_hash(value: str) -> str:
+    if _SHA256.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "hash_format",
+            "not a hash as the listing shows it: a SHA-256 is 64 characters 0-9 and a-f (this is {length}); "
+            "copy it whole from the listing, `raydag inbox` or `raydag approvals list`",
+            {"length": len(value)},
+        )
+    return value
+
+
+QuotedHash = Annotated[
+    str,
+    AfterValidator(_quoted_hash),
+    Field(json_schema_extra={"pattern": f"^{_SHA256.pattern}$"}),
+]
+"""A hash a decision quotes (``args_hash``, ``plan_hash``): refused, if it cannot be one, with what one is."""
 """An ISO 8601 moment with its offset, as ``datetime.isoformat`` writes it."""
 
 

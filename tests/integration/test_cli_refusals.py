@@ -29,7 +29,10 @@ def test_a_decision_quoting_a_malformed_hash_says_the_hash_is_what_is_wrong(api:
     assert done.returncode == 2, done.stdout + done.stderr
     headline, *fields = done.stderr.strip().splitlines()
     assert headline.endswith("(invalid-request): the request does not have the expected shape"), headline
-    assert fields == ["  /body/args_hash: String should match pattern '^[0-9a-f]{64}$'"]
+    assert fields == [
+        "  /body/args_hash: not a hash as the listing shows it: a SHA-256 is 64 characters 0-9 and a-f (this is "
+        "8); copy it whole from the listing, `raydag inbox` or `raydag approvals list`"
+    ]
 
 
 def test_run_with_a_mistyped_planner_lists_the_planners_there_are(dsn: str, home: Path) -> None:
