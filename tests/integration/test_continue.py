@@ -298,7 +298,9 @@ def test_a_supervisor_killed_mid_continuation_loses_nothing_and_calls_nothing_ag
     assert (sent(dsn, rejected), sent(dsn, send)) == (0, 1)
     assert recorded[:2] == ["run_created", "run_continued"]
     assert recorded.count("run_continued") == 1
-    assert "run_recovered" in recorded  # it was live when its supervisor died: another took it over
+    # Either it was live when its supervisor died, and the restarted one took it over; or it had already
+    # parked on the send's approval (nobody drives a parked run), and the approval woke it there.
+    assert "run_recovered" in recorded or {"run_parked", "run_woken"} <= set(recorded), recorded
 
 
 def test_a_send_left_unknown_when_its_run_stopped_is_reconciled_by_the_continuation_never_sent_again(
