@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any
 
 import typer
@@ -47,6 +47,7 @@ def api_request(
     body: Any = None,
     *,
     retryable: Collection[int] = (),
+    headers: Mapping[str, str] | None = None,
 ) -> Any:
     """The API's JSON answer to one request; a refusal or an unreachable API is printed and exits: 2 for a
     refusal the request must change to avoid, 1 for a 5xx, an unreachable API, or a ``retryable`` status. A
@@ -61,7 +62,7 @@ def api_request(
             method,
             f"{url.rstrip('/')}{path}",
             json=body,
-            headers={"Authorization": f"Bearer {api_key}"},
+            headers={**(headers or {}), "Authorization": f"Bearer {api_key}"},
             timeout=60,
         )
     except httpx.HTTPError as exc:

@@ -230,7 +230,7 @@ def _print_waits(run_id: str, url: str, api_key: str | None, shown: set[str]) ->
     """What the run waits for now, each named once while the watch lasts."""
     run = api_request("GET", url, f"/runs/{run_id}", api_key)
     for item in run.get("waiting_for") or ():
-        what = _waited_for(item)
+        what = waited_for(item)
         if what in shown:
             continue
         shown.add(what)
@@ -241,7 +241,8 @@ def _print_waits(run_id: str, url: str, api_key: str | None, shown: set[str]) ->
         )
 
 
-def _waited_for(item: Mapping[str, Any]) -> str:
+def waited_for(item: Mapping[str, Any]) -> str:
+    """What a pending decision is, in a few words: the operation and its tool, the round, the question."""
     if item["kind"] == "operation":
         return f"operation {item['operation_id']} ({item['tool']}, {item['state']})"
     if item["kind"] == "review":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -30,7 +29,6 @@ from actors.cli.report import (
 )
 from actors.cli.reviews import reviews
 from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
-from dag.contracts import INVESTIGATE
 
 if TYPE_CHECKING:
     from actors.launch.settings import Settings
@@ -53,6 +51,11 @@ app.add_typer(questions, name="questions")
 
 console = console_for()
 errors = console_for(stderr=True)
+
+INVESTIGATE = "investigate"
+"""The stage a run has unless it names one: ``dag.contracts.INVESTIGATE``, written out so that the command's
+start does not import the core's contracts (``tests/unit/actors/cli/test_main_imports.py`` holds them equal).
+"""
 
 DEMO_TENANT = "tenant-demo"
 """The tenant of the demo data and of the development keys; a command's default."""
@@ -194,9 +197,39 @@ def run(
     toolsets: ToolsetsOption = None,
     review: ReviewOption = False,
     stage: StageOption = INVESTIGATE,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RAYDAG_URL",
+            help="A raydag that is up (raydag serve, a deployment): the run is made there, over its HTTP API, "
+            "as the --api-key's tenant, and nothing is started here.",
+            show_default=False,
+        ),
+    ] = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Run one case (or any resource) to completion and print its result (usable as a `ray job submit`
     entrypoint)."""
+    if url is not None:
+        report = _run_attached(
+            url,
+            api_key,
+            case_id=case_id,
+            pairs=resource or [],
+            toolsets=toolsets,
+            goal=goal,
+            key=idempotency_key,
+            planner=planner,
+            plan=plan,
+            review=review,
+            stage=stage,
+        )
+        if as_json:
+            sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+        else:
+            print_report(console, report)
+        raise typer.Exit(exit_code(report))
+
     from actors.launch.local import local_runtime
 
     settings = _settings(toolsets)
@@ -362,6 +395,8 @@ def seed(
 
     with database(settings) as dsn:
         try:
+            import asyncio
+
             asyncio.run(prepare_database(dsn, schemas=hosting.schemas, seed=load))
         except (ValidationError, ValueError) as exc:
             errors.print(f"[red]{file} is not a valid seed file:[/red] {exc}")
@@ -397,6 +432,8 @@ def prune(
             await pool.close()
 
     with database(_settings()) as dsn:
+        import asyncio
+
         runs, events = asyncio.run(run(dsn))
     console.print(f"pruned {events} events of {runs} runs finished more than {older_than} ago")
 
@@ -512,6 +549,8 @@ def mcp(
 
     with database(settings) as dsn:  # RAYDAG_DATABASE_URL, once it answers
         try:
+            import asyncio
+
             asyncio.run(prepare_database(dsn, schemas=hosting.schemas))  # the tool server's own tables
         except (OSError, asyncpg.PostgresError) as exc:
             errors.print(f"[red]cannot prepare the tool server's database:[/red] {escape(str(exc))}")
@@ -564,6 +603,48 @@ def _refuse_a_wrong_plan(
     if refusal is not None:
         errors.print(refusal.text)
         raise typer.Exit(refusal.exit_code)
+
+
+def _run_attached(
+    url: str,
+    api_key: str | None,
+    *,
+    case_id: str | None,
+    pairs: list[str],
+    toolsets: Path | None,
+    goal: str | None,
+    key: str | None,
+    planner: str | None,
+    plan: Path | None,
+    review: bool,
+    stage: str,
+) -> dict[str, Any]:
+    """``raydag run --url``: the run made by the raydag at ``url`` (``actors/cli/attached.py``), its resource
+    read as a cold run reads it. A bare value is the shipped toolsets' ``case_id`` unless the toolsets are
+    named here (``--toolsets``, ``RAYDAG_TOOLSETS``), which are read for their resource key only: the raydag
+    at ``url`` runs its own."""
+    from actors.cli.attached import run_attached
+
+    named = toolsets is not None or bool(os.environ.get("RAYDAG_TOOLSETS"))
+    resource_key = _resource_key(_settings(toolsets)) if named and case_id is not None else "case_id"
+    about = _resource_of(case_id, pairs, key=resource_key, planned=plan is not None)
+    body = {
+        "resource": about or None,
+        "goal": goal,
+        "planner": planner,
+        "plan": _read_plan(plan) if plan is not None else None,
+        "stage": stage,
+        "review": "plan" if review else None,
+    }
+    try:
+        return run_attached(
+            url,
+            api_key,
+            {name: value for name, value in body.items() if value is not None},
+            idempotency_key=key,
+        )
+    except KeyboardInterrupt as stop:
+        raise typer.Exit(_stopped(interrupted(stop))) from None
 
 
 def _resource_key(settings: Settings) -> str | None:
@@ -713,6 +794,8 @@ def _await_report(
         if on_wait is not None:
             on_wait(run_id)
     catalogue = ray.get(runtime.supervisor.contracts.remote())
+    import asyncio
+
     from actors.api.views import read_report
 
     return asyncio.run(read_report(runtime.dsn, principal, run_id, catalogue))

@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -28,17 +29,17 @@ def watching(run_id: str, url: str, key: str) -> subprocess.Popen[str]:
     )
 
 
-def until_line(process: subprocess.Popen[str], wanted: str) -> list[str]:
-    """The lines ``process`` printed up to the first that holds ``wanted``; the test fails if it ends first."""
-    assert process.stdout is not None
+def until_line(process: subprocess.Popen[str], wanted: str, stream: IO[str] | None = None) -> list[str]:
+    """The lines ``process`` printed (to ``stream``: its stdout unless named) up to the first that holds
+    ``wanted``; the test fails if the stream ends first."""
+    stream = stream or process.stdout
+    assert stream is not None
     lines: list[str] = []
-    for line in process.stdout:
+    for line in stream:
         lines.append(line.rstrip("\n"))
         if wanted in line:
             return lines
-    raise AssertionError(
-        f"never printed {wanted!r}: {lines}, {process.stderr.read() if process.stderr else ''}"
-    )
+    raise AssertionError(f"never printed {wanted!r}: {lines}")
 
 
 def test_a_person_finds_the_waiting_send_in_the_inbox_decides_it_as_printed_and_watches_it_sent_once(

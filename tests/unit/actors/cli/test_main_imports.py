@@ -8,7 +8,18 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("ray", "mcp", "asyncpg", "fastapi", "openai", "actors.launch.settings", "actors.toolsets")
+HEAVY = (
+    "ray",
+    "mcp",
+    "asyncpg",
+    "fastapi",
+    "openai",
+    "httpx",
+    "actors.launch.settings",
+    "actors.toolsets",
+    "dag.contracts",
+    "dag.run_state",
+)
 
 
 def test_the_command_starts_without_ray_mcp_the_database_or_the_settings() -> None:
@@ -23,3 +34,10 @@ def test_the_command_starts_without_ray_mcp_the_database_or_the_settings() -> No
         )
     )
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_the_commands_default_stage_is_the_cores() -> None:
+    from actors.cli.main import INVESTIGATE as COMMAND_DEFAULT
+    from dag.contracts import INVESTIGATE
+
+    assert COMMAND_DEFAULT == INVESTIGATE

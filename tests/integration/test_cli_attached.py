@@ -1,0 +1,98 @@
+"""``raydag run --url``: a run made by a raydag already up, over its HTTP API (the session's Serve app), from
+a command that could start nothing itself (its database setting points where nothing answers, and no Ray is
+named): the report is the API's run, a refusal is the API's, and a run that waits for a person is followed
+until a person decides it. The send is counted in caseops' outbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import REPO
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, auth
+from tests.integration.test_cli import RAYDAG, environment, home_fixture
+from tests.integration.test_cli_inbox import until_line
+from tests.integration.test_operations import SEND, act_on_a_copy, decide, operations, sent
+from tests.loopback import free_port
+
+home = home_fixture("cli-attached")
+
+
+def attached_env(home: Path) -> dict[str, str]:
+    """An environment in which a cold ``raydag run`` could not start: its database is a port nothing answers."""
+    return environment(home, RAYDAG_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/none")
+
+
+def run_attached(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``raydag run ARGS`` in an environment where it could start nothing itself."""
+    return subprocess.run(
+        [RAYDAG, "run", *args],
+        env=attached_env(home),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_run_is_made_by_the_raydag_that_is_up_and_printed_as_a_cold_one_is(
+    api: str, client: httpx.Client, home: Path
+) -> None:
+    done = run_attached(home, "C-102", "--json", "--url", api, "--api-key", DEMO_KEY)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["run"]["status"] == "completed"
+    assert report["run"]["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+    assert {"case", "policy", "docs"} <= {node["node_id"] for node in report["nodes"]}
+    # The API's own run, of the key's tenant and subject.
+    served = client.get(f"/runs/{report['run']['run_id']}", headers=auth(DEMO_KEY))
+    assert served.status_code == 200
+    assert served.json()["result"] == report["run"]["result"]
+
+
+def test_a_plan_the_api_refuses_is_refused_in_its_words_and_nothing_runs(
+    api: str, client: httpx.Client, home: Path
+) -> None:
+    plan = home / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "a", "tool": "caseops_no_such_tool", "args": {}}]}))
+    before = client.get("/runs?limit=1", headers=auth(DEMO_KEY)).json()["items"]
+
+    done = run_attached(home, "C-102", "--plan", str(plan), "--url", api, "--api-key", DEMO_KEY)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "UNKNOWN_TOOL" in done.stderr, done.stderr
+    assert "caseops_no_such_tool" in done.stderr, done.stderr
+    assert client.get("/runs?limit=1", headers=auth(DEMO_KEY)).json()["items"] == before
+
+
+def test_a_run_that_waits_for_a_person_is_followed_until_one_decides(
+    api: str, client: httpx.Client, dsn: str, home: Path
+) -> None:
+    case_id = act_on_a_copy(dsn)["case_id"]
+    following = subprocess.Popen(
+        [RAYDAG, "run", case_id, "--stage", "act", "--json", "--url", api, "--api-key", DEMO_KEY],
+        env=attached_env(home),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert following.stderr is not None
+        told = until_line(following, "waits for operation", stream=following.stderr)
+        run_id = told[-1].split()[1]
+        send = operations(client, run_id)[SEND]
+        assert sent(dsn, send) == 0
+        assert decide(client, run_id, send, "approve", APPROVER_KEY).status_code == 200
+        out, err = following.communicate(timeout=120)
+    finally:
+        following.kill()
+        following.communicate()
+    assert following.returncode == 0, (out, err)
+    assert json.loads(out)["run"]["status"] == "completed"
+    assert sent(dsn, send) == 1
