@@ -1,5 +1,6 @@
 """How long the ``raydag`` command takes before it does anything: the commands a person types all day that only
-speak HTTP (``raydag runs``, ``inbox``, ``approvals``…) pay the command's start and nothing else.
+speak HTTP (``raydag runs``, ``inbox``, ``approvals``…) pay the command's start and nothing else; and
+``raydag run C-102`` attached to a ``raydag serve`` that is up (``--url``) beside the same command cold.
 
 Each sample is a new process, as at a terminal: ``raydag --help``, ``raydag inbox --help``, and ``raydag runs``
 against a loopback port nothing listens on (it starts, asks, and says it cannot reach the API). With
@@ -53,6 +54,71 @@ def _elapsed_ms(checkout: Path, args: list[str]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+DEV_KEY = "dev-key-tenant-demo"
+"""A development key of the demo tenant: what a person on the machine's own ``raydag serve`` uses."""
+RUN_SAMPLES = sized(int(os.environ.get("BENCH_CLI_RUN_SAMPLES", "3")), 1)
+
+
+def _raydag(*args: str, env: dict[str, str]) -> float:
+    """``raydag ARGS`` from this checkout, in ms of wall time; it must succeed."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "raydag"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = (time.perf_counter() - started) * 1000
+    if done.returncode != 0:
+        raise RuntimeError(f"raydag {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def _run_arms() -> dict[str, list[float]]:
+    """``raydag run C-102`` attached to a ``raydag serve`` that is up (``--url``) against the same command
+    cold (it starts Ray, the tool server and its supervisor, and stops them), alternating, on one database."""
+    import httpx
+
+    from bench._harness import fresh_database
+
+    found: dict[str, list[float]] = {
+        "attached (--url, raydag serve up)": [],
+        "cold (starts Ray and the rest)": [],
+    }
+    with ExitStack() as stack:
+        dsn = stack.enter_context(fresh_database())
+        home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="raydag-cli-run-")))
+        url = _unreachable_url()
+        env = {
+            key: value for key, value in os.environ.items() if not key.startswith(("RAYDAG_", "RAY_ADDRESS"))
+        }
+        env.update(RAYDAG_HOME=str(home), RAYDAG_DATABASE_URL=dsn, RAY_USAGE_STATS_ENABLED="0")
+        serving = subprocess.Popen(
+            [str(Path(sys.executable).parent / "raydag"), "serve"],
+            env={**env, "RAYDAG_PORT": url.rsplit(":", 1)[1]},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        stack.callback(serving.wait, 60)
+        stack.callback(serving.terminate)
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or serving.poll() is not None:
+                raise RuntimeError("raydag serve did not become ready")
+            time.sleep(0.5)
+        for _ in range(RUN_SAMPLES):
+            attached = _raydag("run", "C-102", "--url", url, "--api-key", DEV_KEY, env=env)
+            found["attached (--url, raydag serve up)"].append(attached)
+            found["cold (starts Ray and the rest)"].append(_raydag("run", "C-102", env=env))
+    return found
+
+
 def main() -> None:
     before = os.environ.get("BENCH_CLI_BEFORE")
     with ExitStack() as stack:
@@ -82,6 +148,13 @@ def main() -> None:
                 summary(found[(command, names[0])])["median"] / summary(found[(command, names[1])])["median"]
             )
             print(f"| {command} | {ratio:.2f} |")
+    runs = _run_arms()
+    print("\n### `raydag run C-102`: attached to a raydag that is up, and cold (`python -m bench cli`)\n")
+    print(HEADER)
+    for arm, samples in runs.items():
+        print(row(arm, samples))
+    attached, cold = (summary(samples)["median"] for samples in runs.values())
+    print(f"\nattached / cold (medians): {attached / cold:.2f}")
 
 
 if __name__ == "__main__":

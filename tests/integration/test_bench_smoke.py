@@ -32,7 +32,7 @@ TABLES = {
     "layer": ["A layer's timeline"],
     "effects": ["A write beside a read", "Appends per run, by arm"],
     "waiting": ["Runs waiting for a person"],
-    "cli": ["The command's start"],
+    "cli": ["The command's start", "`raydag run C-102`: attached"],
     "scale": [
         "Scale: supervisors side by side",
         "Scale: admission and the start of a run",
