@@ -147,6 +147,16 @@ class CaseResult:
         return cls(case_id=case_id, status=REJECTED, stop_reason=submission.value, detail=message)
 
     @classmethod
+    def refused_by_api(cls, case_id: str, status: int, problem: Mapping[str, Any]) -> CaseResult:
+        """A case the HTTP API created no run for (``raydag batch --url``): 404 is ``not_found`` as the
+        supervisor's refusal of an unknown resource is; another refusal is ``rejected`` with its problem type."""
+        detail = str(problem.get("detail") or problem.get("title") or status)
+        if status == 404:
+            return cls(case_id=case_id, status=NOT_FOUND, detail=detail)
+        kind = str(problem.get("type") or "").rsplit("/", 1)[-1] or str(status)
+        return cls(case_id=case_id, status=REJECTED, stop_reason=kind, detail=detail)
+
+    @classmethod
     def interrupted(cls, case_id: str, run_id: str | None = None) -> CaseResult:
         """A case the batch was stopped before it ended."""
         return cls(case_id=case_id, status=INTERRUPTED, run_id=run_id, detail="stopped before the run ended")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -31,6 +31,7 @@ from actors.cli.reviews import reviews
 from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
 
 if TYPE_CHECKING:
+    from actors.cli.batch import BatchInterrupted, CaseResult
     from actors.launch.settings import Settings
     from actors.run.submission import SubmitResult
     from actors.toolsets.config import Toolsets
@@ -286,27 +287,28 @@ def batch(
     toolsets: ToolsetsOption = None,
     review: ReviewOption = False,
     stage: StageOption = INVESTIGATE,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RAYDAG_URL",
+            help="A raydag that is up (raydag serve, a deployment): the cases are run there, over its HTTP "
+            "API, as the --api-key's tenant, and nothing is started here.",
+            show_default=False,
+        ),
+    ] = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
-    from actors.cli.batch import (
-        BatchFileInvalid,
-        BatchInterrupted,
-        CaseResult,
-        read_cases,
-        run_cases,
-        summary_table,
-        write_report,
-    )
-    from actors.cli.batch import report as batch_report
-    from actors.launch.local import local_runtime
+    from actors.cli.batch import BatchFileInvalid, BatchInterrupted, read_cases
 
     try:
         cases = read_cases(file)
     except BatchFileInvalid as exc:
         errors.print(f"[red]invalid batch file:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    settings = _settings(toolsets)
-    key = _resource_key(settings)
+    named = toolsets is not None or bool(os.environ.get("RAYDAG_TOOLSETS"))
+    settings = _settings(toolsets) if url is None or named else None
+    key = _resource_key(settings) if settings is not None else "case_id"
     if key is None:
         errors.print(
             "[red]a batch needs toolsets that bind one resource key, which each line is a value of[/red]"
@@ -315,37 +317,135 @@ def batch(
     started = time.perf_counter()
     stop: BatchInterrupted | None = None
     try:
-        with local_runtime(settings) as runtime:
-            principal = _operator(tenant, runtime.toolsets)
-
-            def run_one(
-                case_id: str,
-            ) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
-                about = {key: case_id}
-                submitted = _submit(
-                    runtime,
-                    principal,
-                    resource=about,
-                    goal=None,
-                    key=None,
-                    planner=planner,
-                    review=review,
-                    stage=stage,
-                )
-                refused = refusal_of(submitted, resource=about, tenant=tenant)
-                if refused is not None:
-                    return CaseResult.refused(case_id, submitted.outcome, refused.line)
-                assert submitted.run_id is not None
-                try:
-                    return CaseResult.of_run(
-                        case_id, _await_report(runtime, principal, submitted.run_id)["run"]
-                    )
-                except RunUnfinished:
-                    return CaseResult.interrupted(case_id, submitted.run_id)
-
-            results = run_cases(cases, run_one, concurrency=concurrency, console=errors)
+        if url is not None:
+            results = _batch_attached(
+                url,
+                api_key,
+                cases,
+                key=key,
+                planner=planner,
+                review=review,
+                stage=stage,
+                concurrency=concurrency,
+            )
+        else:
+            assert settings is not None  # read above without --url
+            results = _batch_here(
+                settings,
+                cases,
+                key=key,
+                tenant=tenant,
+                planner=planner,
+                review=review,
+                stage=stage,
+                concurrency=concurrency,
+            )
     except BatchInterrupted as signalled:
         stop, results = signalled, signalled.results
+    _batch_ended(
+        results,
+        stop,
+        started=started,
+        file=file,
+        report=report,
+        tenant=tenant,
+        planner=planner,
+        concurrency=concurrency,
+    )
+
+
+def _batch_here(
+    settings: Settings,
+    cases: list[str],
+    *,
+    key: str,
+    tenant: str,
+    planner: str | None,
+    review: bool,
+    stage: str,
+    concurrency: int,
+) -> list[CaseResult]:
+    """``raydag batch``: each case run by a raydag started here for the batch, through one supervisor."""
+    from actors.cli.batch import CaseResult, run_cases
+    from actors.launch.local import local_runtime
+
+    with local_runtime(settings) as runtime:
+        principal = _operator(tenant, runtime.toolsets)
+
+        def run_one(case_id: str) -> CaseResult:  # in a worker thread; the supervisor multiplexes the runs
+            about = {key: case_id}
+            submitted = _submit(
+                runtime,
+                principal,
+                resource=about,
+                goal=None,
+                key=None,
+                planner=planner,
+                review=review,
+                stage=stage,
+            )
+            refused = refusal_of(submitted, resource=about, tenant=tenant)
+            if refused is not None:
+                return CaseResult.refused(case_id, submitted.outcome, refused.line)
+            assert submitted.run_id is not None
+            try:
+                return CaseResult.of_run(case_id, _await_report(runtime, principal, submitted.run_id)["run"])
+            except RunUnfinished:
+                return CaseResult.interrupted(case_id, submitted.run_id)
+
+        return run_cases(cases, run_one, concurrency=concurrency, console=errors)
+
+
+def _batch_attached(
+    url: str,
+    api_key: str | None,
+    cases: list[str],
+    *,
+    key: str,
+    planner: str | None,
+    review: bool,
+    stage: str,
+    concurrency: int,
+) -> list[CaseResult]:
+    """``raydag batch --url``: each case run by the raydag at ``url``, ``concurrency`` at a time, over one
+    HTTP client (``actors/cli/attached.py``)."""
+    import httpx
+
+    from actors.cli.attached import case_attached
+    from actors.cli.batch import run_cases
+
+    if not api_key:
+        errors.print("an API key is needed: --api-key or RAYDAG_API_KEY")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    body = {"planner": planner, "stage": stage, "review": "plan" if review else None}
+    shared = {name: value for name, value in body.items() if value is not None}
+    limits = httpx.Limits(max_connections=concurrency)
+    with httpx.Client(
+        base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {api_key}"}, timeout=60, limits=limits
+    ) as client:
+        return run_cases(
+            cases,
+            lambda case_id: case_attached(client, case_id, {**shared, "resource": {key: case_id}}),
+            concurrency=concurrency,
+            console=errors,
+        )
+
+
+def _batch_ended(
+    results: list[CaseResult],
+    stop: BatchInterrupted | None,
+    *,
+    started: float,
+    file: Path,
+    report: Path | None,
+    tenant: str,
+    planner: str | None,
+    concurrency: int,
+) -> NoReturn:
+    """The batch's summary table, its report written, and its exit code."""
+    from actors.cli.batch import report as batch_report
+    from actors.cli.batch import summary_table, write_report
+
     seconds = time.perf_counter() - started
     console.print(summary_table(results))
     path = report if report is not None else file.parent / "batch-report.json"

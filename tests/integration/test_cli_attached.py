@@ -26,10 +26,10 @@ def attached_env(home: Path) -> dict[str, str]:
     return environment(home, RAYDAG_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/none")
 
 
-def run_attached(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``raydag run ARGS`` in an environment where it could start nothing itself."""
+def run_attached(home: Path, *args: str, command: str = "run") -> subprocess.CompletedProcess[str]:
+    """``raydag COMMAND ARGS`` in an environment where it could start nothing itself."""
     return subprocess.run(
-        [RAYDAG, "run", *args],
+        [RAYDAG, command, *args],
         env=attached_env(home),
         cwd=REPO,
         capture_output=True,
@@ -96,3 +96,26 @@ def test_a_run_that_waits_for_a_person_is_followed_until_one_decides(
     assert following.returncode == 0, (out, err)
     assert json.loads(out)["run"]["status"] == "completed"
     assert sent(dsn, send) == 1
+
+
+def test_a_batch_is_run_by_the_raydag_that_is_up_and_an_unknown_case_is_a_row(
+    api: str, client: httpx.Client, home: Path
+) -> None:
+    cases = home / "cases.txt"
+    cases.write_text("C-101\nC-102\nC-999\n")
+    report = home / "report.json"
+
+    done = run_attached(
+        home, str(cases), "--report", str(report), "--url", api, "--api-key", DEMO_KEY, command="batch"
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr  # a case not found fails the batch
+    rows = {row["case_id"]: row for row in json.loads(report.read_text())["cases"]}
+    assert {case: row["status"] for case, row in rows.items()} == {
+        "C-101": "completed",
+        "C-102": "completed",
+        "C-999": "not_found",
+    }
+    for case in ("C-101", "C-102"):
+        served = client.get(f"/runs/{rows[case]['run_id']}", headers=auth(DEMO_KEY)).json()
+        assert served["resource"] == {"case_id": case}
