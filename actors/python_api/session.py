@@ -13,7 +13,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +21,18 @@ from typing import Any, TypeVar
 
 from actors.api.operations import listed as listed_operations
 from actors.api.operations import shown
-from actors.api.views import as_json, question_view, read_report, review_view
-from actors.launch.desk import decisions_desk
+from actors.api.views import as_json, pending_view, question_view, read_report, review_view, run_summary
+from actors.launch.desk import decisions_desk, listing_over
 from actors.launch.settings import Settings, load_settings
 from actors.run.approvals import DECISION_SCOPES, Decisions, Found, Verdict
 from actors.run.submission import DEFAULT_GOAL, ContinueRequest, RunRequest, Submission, SubmitResult
+from actors.store.listing import RunFilter
 from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
-from dag.policy import Principal
+from dag.policy import Principal, policy_of
+from dag.states import RunStatus
 
 _T = TypeVar("_T")
 
@@ -234,6 +236,40 @@ class Raydag:
             review=review,
         )
         return self.wait(run_id, timeout_s)
+
+    def runs(
+        self, *, status: Collection[str] = (), resource: Mapping[str, str] | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The tenant's runs this session may read, newest first, as ``GET /runs`` lists them: any of
+        ``status`` (``"waiting"``…; all if empty), whose resource holds every pair of ``resource``; at most
+        ``limit``."""
+        unknown = sorted(set(status) - {every.value for every in RunStatus})
+        if unknown:
+            raise ValueError(
+                f"unknown run status {unknown}; known: {sorted(every.value for every in RunStatus)}"
+            )
+
+        async def listed() -> list[dict[str, Any]]:
+            chosen = RunFilter(statuses=list(status), resource=dict(resource or {}))
+            async with listing_over(self._runtime.dsn) as listing:
+                rows = await listing.runs(self._principal(), chosen, after=None, limit=limit)
+            return [as_json(run_summary(row)) for row in rows]
+
+        return asyncio.run(listed())
+
+    def inbox(self, *, by: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """What waits for a person across the tenant's runs, soonest deadline first, as ``GET /decisions`` lists
+        it: each decision with what a person needs to decide it, and whether ``by`` (a person of the session's
+        tenant; the session itself if ``None``) may (``decidable``)."""
+        principal = self._decider(by) if by is not None else self._principal()
+        policy = policy_of(self._runtime.settings.tenant_policies(), self._tenant)
+
+        async def listed() -> list[dict[str, Any]]:
+            async with listing_over(self._runtime.dsn) as listing:
+                found = await listing.pending(principal, RunFilter(), after=None, limit=limit)
+            return [as_json(pending_view(pending, principal, policy)) for pending in found]
+
+        return asyncio.run(listed())
 
     def operations(self, run_id: str) -> list[dict[str, Any]]:
         """The run's writes, as ``GET /runs/{id}/operations`` lists them (docs/EFFECTS.md)."""

@@ -302,3 +302,53 @@ def test_a_script_continues_a_run_a_person_stopped_and_the_write_is_sent_once(
     )
     assert asyncio.run(outbox_rows(dsn, answer["rejected"])) == []
     assert len(asyncio.run(outbox_rows(dsn, answer["sent"]))) == 1
+
+
+FINDING_SCRIPT = """\
+import json, os, time
+import ray
+import raydag
+
+ray.init()
+with raydag.start() as rd:
+    about = {"case_id": os.environ["CASE_ID"]}
+    run_id = rd.submit(resource=about, stage="act")
+    deadline = time.monotonic() + 120
+    while not [run for run in rd.runs(status=["waiting"], resource=about) if run["run_id"] == run_id]:
+        assert time.monotonic() < deadline, rd.runs(resource=about)
+        time.sleep(0.2)
+    mine = [item for item in rd.inbox() if item["run_id"] == run_id]
+    theirs = [item for item in rd.inbox(by="approver") if item["run_id"] == run_id]
+    (send,) = [item for item in theirs if item["kind"] == "operation"]
+    rd.approve(run_id, send["operation_id"], send["args_hash"], by="approver")
+    run = rd.wait(run_id, timeout_s=120)
+    try:
+        rd.runs(status=["asleep"])
+        unknown = None
+    except ValueError as error:
+        unknown = str(error)
+    print(json.dumps({
+        "mine": [item["decidable"] for item in mine], "theirs": [item["decidable"] for item in theirs],
+        "tool": send["tool"], "status": run.status, "operation": send["operation_id"],
+        "left": [item for item in rd.inbox(by="approver") if item["run_id"] == run_id],
+        "completed": [run["run_id"] for run in rd.runs(status=["completed"], resource=about)],
+        "run_id": run_id, "unknown": unknown,
+    }))
+"""
+
+
+def test_a_script_finds_its_waiting_run_and_what_it_waits_for_and_decides_it_from_the_inbox(
+    dsn: str, tmp_path: Path
+) -> None:
+    returncode, stdout, stderr = run_script(FINDING_SCRIPT, dsn, tmp_path, CASE_ID=a_case_of_its_own(dsn))
+
+    assert returncode == 0, stderr[-3000:]
+    answer = json.loads(stdout.strip().splitlines()[-1])
+    assert answer["mine"] == [False]  # the requester sees its run's send, and may not approve it
+    assert answer["theirs"] == [True]
+    assert answer["tool"] == "caseops_send_document_request"
+    assert answer["status"] == "completed"
+    assert answer["left"] == []
+    assert answer["completed"] == [answer["run_id"]]
+    assert "asleep" in answer["unknown"]
+    assert len(asyncio.run(outbox_rows(dsn, answer["operation"]))) == 1
