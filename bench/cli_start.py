@@ -26,8 +26,9 @@ SAMPLES = sized(int(os.environ.get("BENCH_CLI_SAMPLES", "7")), 1)
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _unreachable_url() -> str:
-    """A loopback URL nothing answers: a port bound and released just now."""
+def _free_loopback_url() -> str:
+    """A loopback URL on a port bound and released just now: nothing answers there (``raydag runs``'s arm), or
+    a server of the benchmark's own will (``raydag serve``'s)."""
     import socket
 
     with socket.socket() as probe:
@@ -89,7 +90,7 @@ def _run_arms() -> dict[str, list[float]]:
     with ExitStack() as stack:
         dsn = stack.enter_context(fresh_database())
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="raydag-cli-run-")))
-        url = _unreachable_url()
+        url = _free_loopback_url()
         env = {
             key: value for key, value in os.environ.items() if not key.startswith(("RAYDAG_", "RAY_ADDRESS"))
         }
@@ -130,7 +131,7 @@ def main() -> None:
                 subprocess.run, ["git", "worktree", "remove", "--force", str(folder)], cwd=REPO, check=False
             )
             arms[f"before ({before})"] = folder
-        commands = _commands(_unreachable_url())
+        commands = _commands(_free_loopback_url())
         found: dict[tuple[str, str], list[float]] = {}
         for _ in range(SAMPLES):
             for command, args in commands.items():

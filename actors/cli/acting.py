@@ -67,7 +67,7 @@ class Approver:
     def writes(self, run_id: str) -> list[dict[str, Any]]:
         """Every write of ``run_id``, as ``raydag approvals list`` shows them."""
 
-        async def listed() -> list[dict[str, Any]]:
+        async def read() -> list[dict[str, Any]]:
             from actors.api.operations import listed
             from actors.api.views import as_json
             from actors.launch.desk import decisions_desk
@@ -75,7 +75,7 @@ class Approver:
             async with decisions_desk(self._runtime.dsn, self._runtime.settings) as desk:
                 return [as_json(view) for view in await listed(desk.operations, run_id)]
 
-        return asyncio.run(listed())
+        return asyncio.run(read())
 
     async def _decide(self, run_id: str, operation: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
         from actors.api.operations import shown

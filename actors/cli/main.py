@@ -58,6 +58,11 @@ INVESTIGATE = "investigate"
 start does not import the core's contracts (``tests/unit/actors/cli/test_main_imports.py`` holds them equal).
 """
 
+TOOLSETS_ENV = "RAYDAG_TOOLSETS"
+"""``actors.toolsets.TOOLSETS_ENV``, and the shipped toolsets' one resource key: written out for the same reason
+(the same test holds them equal)."""
+SHIPPED_RESOURCE_KEY = "case_id"
+
 DEMO_TENANT = "tenant-demo"
 """The tenant of the demo data and of the development keys; a command's default."""
 
@@ -97,11 +102,10 @@ def _settings(toolsets: Path | None = None) -> Settings:
     (``ConfigurationError``), or a malformed toolsets file (``ToolsetsInvalid``: its file, line and field), is
     raised here, before anything starts, and said in a line by ``main``."""
     from actors.launch.local import PLACEHOLDER_URL
-    from actors.toolsets import TOOLSETS_ENV
+    from actors.launch.settings import load_settings
 
     if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
         os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
-    from actors.launch.settings import load_settings
 
     settings = load_settings()
     settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
@@ -306,9 +310,8 @@ def batch(
     except BatchFileInvalid as exc:
         errors.print(f"[red]invalid batch file:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    named = toolsets is not None or bool(os.environ.get("RAYDAG_TOOLSETS"))
-    settings = _settings(toolsets) if url is None or named else None
-    key = _resource_key(settings) if settings is not None else "case_id"
+    settings = _settings(toolsets) if url is None else None
+    key = _resource_key(settings) if settings is not None else _attached_resource_key(toolsets)
     if key is None:
         errors.print(
             "[red]a batch needs toolsets that bind one resource key, which each line is a value of[/red]"
@@ -720,13 +723,10 @@ def _run_attached(
     stage: str,
 ) -> dict[str, Any]:
     """``raydag run --url``: the run made by the raydag at ``url`` (``actors/cli/attached.py``), its resource
-    read as a cold run reads it. A bare value is the shipped toolsets' ``case_id`` unless the toolsets are
-    named here (``--toolsets``, ``RAYDAG_TOOLSETS``), which are read for their resource key only: the raydag
-    at ``url`` runs its own."""
+    read as a cold run reads it (a bare value: ``_attached_resource_key``)."""
     from actors.cli.attached import run_attached
 
-    named = toolsets is not None or bool(os.environ.get("RAYDAG_TOOLSETS"))
-    resource_key = _resource_key(_settings(toolsets)) if named and case_id is not None else "case_id"
+    resource_key = _attached_resource_key(toolsets) if case_id is not None else None
     about = _resource_of(case_id, pairs, key=resource_key, planned=plan is not None)
     body = {
         "resource": about or None,
@@ -745,6 +745,15 @@ def _run_attached(
         )
     except KeyboardInterrupt as stop:
         raise typer.Exit(_stopped(interrupted(stop))) from None
+
+
+def _attached_resource_key(toolsets: Path | None) -> str | None:
+    """What a bare value stands for in a run made by the raydag at ``--url``: the resource key of the toolsets
+    named here (``--toolsets``, ``RAYDAG_TOOLSETS``: read for that alone, the raydag there runs its own), else
+    the shipped toolsets' ``case_id``, read from no file (which would cost the command's start its settings)."""
+    if toolsets is None and not os.environ.get(TOOLSETS_ENV):
+        return SHIPPED_RESOURCE_KEY
+    return _resource_key(_settings(toolsets))
 
 
 def _resource_key(settings: Settings) -> str | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from actors.cli.approvals import DEFAULT_URL
 from tests.conftest import REPO
 from tests.integration.conftest import DEMO_KEY, auth
 from tests.integration.test_cli import RAYDAG, environment
@@ -96,7 +97,7 @@ def test_step_4_serves_the_same_over_http_with_the_viewer(dsn: str, tmp_path: Pa
     toolsets, plan, reports = written(tmp_path)
     serve_command, curl = blocks("sh")[1].splitlines()[:2]
     assert serve_command.startswith("RAYDAG_TOOLSETS=my.yaml raydag serve")
-    assert "POST 'http://127.0.0.1:8000/runs?wait=30'" in curl
+    assert f"POST '{DEFAULT_URL}/runs?wait=30'" in curl  # the tour's curl speaks to serve's default address
     port = free_port()
     env = environment(
         tmp_path / "home",

@@ -36,8 +36,14 @@ def test_the_command_starts_without_ray_mcp_the_database_or_the_settings() -> No
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
-def test_the_commands_default_stage_is_the_cores() -> None:
-    from actors.cli.main import INVESTIGATE as COMMAND_DEFAULT
+def test_what_the_command_writes_out_is_what_the_runtime_says() -> None:
+    from actors.cli import main
+    from actors.launch.local import PLACEHOLDER_URL
+    from actors.launch.settings import load_settings
+    from actors.toolsets import TOOLSETS_ENV
     from dag.contracts import INVESTIGATE
 
-    assert COMMAND_DEFAULT == INVESTIGATE
+    assert main.INVESTIGATE == INVESTIGATE
+    assert main.TOOLSETS_ENV == TOOLSETS_ENV
+    shipped = load_settings().toolset_declarations(PLACEHOLDER_URL).resource_keys
+    assert set(shipped) == {main.SHIPPED_RESOURCE_KEY}
