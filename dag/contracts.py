@@ -232,6 +232,9 @@ class ToolContract:
     operation: OperationSpec | None = None
     """For a write tool, how it acts through the operation ledger (``dag.operations``); a write tool without
     one is never offered."""
+    task: bool = False
+    """Called as an MCP task (its server runs it as one): started, recorded, then followed until it ends,
+    each exchange bounded by ``timeout_s`` and the whole by the run's deadline."""
 
     def __post_init__(self) -> None:
         if (self.input_model is DeclaredBySchema) == (self.declared_input is None):

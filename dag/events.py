@@ -195,6 +195,17 @@ class NodeReused(_Event):
     """The earlier run whose output is reused (``RunContinued.outputs``); ``None``: this run's own node."""
 
 
+class NodeTaskUpdated(_Event):
+    """A node's call runs as a task on its MCP server: the first of an attempt records the task's handle
+    before anything waits on it; each later one, a status or message the server reported since. A run resumed
+    elsewhere follows ``task`` (its id and session) instead of calling the tool again."""
+
+    kind: Literal["node_task_updated"] = "node_task_updated"
+    node_id: str
+    attempt: int
+    task: dict[str, JsonValue]
+
+
 class NodeRetryScheduled(_Event):
     """Attempt ``attempt`` failed transiently; the next one is dispatched after ``delay_s``."""
 
@@ -404,6 +415,7 @@ RunEvent = Annotated[
     | NodeDispatched
     | NodeDenied
     | NodeReused
+    | NodeTaskUpdated
     | NodeRetryScheduled
     | NodeSucceeded
     | NodeFailed

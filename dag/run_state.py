@@ -27,6 +27,7 @@ from dag.events import (
     NodeReused,
     NodeSkipped,
     NodeSucceeded,
+    NodeTaskUpdated,
     PlanAccepted,
     PlanCompleted,
     PlanningStarted,
@@ -83,6 +84,9 @@ class NodeState:
     dispatched_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    task: Mapping[str, Any] | None = None
+    """The MCP task the current attempt's call runs as (``NodeTaskUpdated``), as last reported; ``None`` when
+    the attempt made a plain call."""
 
     @property
     def is_group(self) -> bool:
@@ -424,6 +428,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 decision=event.decision,
                 attempts=event.attempt,
                 dispatched_at=event.at,
+                task=None,
             )
             if event.attempt > 1:
                 return state  # a retry is the same proposal, not a new one
@@ -457,6 +462,15 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 finished_at=event.at,
             )
             return _proposed(state, event.fingerprint)
+        case NodeTaskUpdated():
+            node = state.nodes[event.node_id]
+            if node.status is not NodeStatus.RUNNING or event.attempt != node.attempts:
+                raise EventRefused(
+                    event.kind,
+                    f"{event.node_id}: no attempt {event.attempt} in flight (attempt {node.attempts}, "
+                    f"{node.status.value})",
+                )
+            return _with_node(state, event.node_id, task=event.task)
         case NodeRetryScheduled():
             return _with_node(state, event.node_id, NodeStatus.RETRYING, error=event.error)
         case NodeSucceeded():

@@ -205,6 +205,18 @@ class NodeView(BaseModel):
     for_each_parent: str | None
     children: list[str] | None
     history: list[AttemptView]
+    task: TaskView | None = Field(
+        default=None, description="The MCP task the current attempt's call runs as, as last reported."
+    )
+
+
+class TaskView(BaseModel):
+    """A node's call running as an MCP task on its server: the task's id, status and status message."""
+
+    task_id: str
+    server: str
+    status: str
+    message: str | None
 
 
 class EventView(BaseModel):

@@ -4,7 +4,7 @@ the Python API (which take them as JSON: ``as_json``); the shapes themselves are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from actors.api.schemas import (
     RunSummary,
     RunView,
     SharerView,
+    TaskView,
     TransitionView,
 )
 from actors.run.approvals import decidable
@@ -132,6 +133,18 @@ def node_view(
         for_each_parent=node.parent,
         children=list(node.children) if node.children is not None else None,
         history=[attempt_view(row) for row in history or []],
+        task=_task(node.task),
+    )
+
+
+def _task(task: Mapping[str, Any] | None) -> TaskView | None:
+    if task is None:
+        return None
+    return TaskView(
+        task_id=str(task["task_id"]),
+        server=str(task["server"]),
+        status=str(task["status"]),
+        message=task.get("message"),
     )
 
 

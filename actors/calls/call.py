@@ -4,7 +4,7 @@ nor the MCP SDK (the settings and the run's logic import it)."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -14,6 +14,56 @@ from dag.events import NodeError
 
 MODERN_PROTOCOL = "2026-07-28"
 """Stateless: a call is one HTTP request, no handshake. ``"legacy"`` selects the 2025-11-25 handshake."""
+
+
+TASK_ENDED = frozenset({"completed", "failed", "cancelled"})
+"""A task's terminal statuses: its result (or its failure) can be read, and nothing more happens to it."""
+
+
+@dataclass(frozen=True)
+class TaskHandle:
+    """An MCP task a call started (``tools/call`` with a ``task``): what following it needs, from any process.
+
+    Recorded in the run's log before anything waits on it (``NodeTaskUpdated``), so that a run resumed by
+    another supervisor or caller polls this task instead of calling the tool again. ``session`` is the
+    Streamable HTTP session the task lives in (tasks are per session); ``None`` for a stdio server, whose
+    tasks live and die with its process.
+    """
+
+    server: str
+    task_id: str
+    status: str
+    message: str | None = None
+    session: str | None = None
+    protocol: str = "2025-11-25"
+    poll_s: float = 1.0
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TASK_ENDED
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "task_id": self.task_id,
+            "status": self.status,
+            "message": self.message,
+            "session": self.session,
+            "protocol": self.protocol,
+            "poll_s": self.poll_s,
+        }
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any]) -> TaskHandle:
+        return cls(
+            server=str(value["server"]),
+            task_id=str(value["task_id"]),
+            status=str(value["status"]),
+            message=value.get("message"),
+            session=value.get("session"),
+            protocol=str(value.get("protocol") or "2025-11-25"),
+            poll_s=float(value.get("poll_s") or 1.0),
+        )
 
 
 @dataclass(frozen=True)
@@ -35,6 +85,11 @@ class ToolCall:
     """The toolset server to call (its declaration says how); ``None``: ``mcp_url`` with ``token``."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Entries for the request's ``_meta`` (a write's operation id, where its overlay says so)."""
+    as_task: bool = False
+    """Start the call as an MCP task (its tool's server runs it as one): the outcome is the task's handle."""
+    task: TaskHandle | None = None
+    """Follow this task instead of calling the tool: the outcome is its result once it ended, or its handle
+    again once its status changed (recorded, then followed on)."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +98,17 @@ class ToolOutcome:
     error: NodeError | None
     started_at: datetime
     finished_at: datetime
+    task: TaskHandle | None = None
+    """A task the call started or follows, still running: no output, no error yet (``pending``)."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.error is None and self.task is None
+
+    @property
+    def pending(self) -> bool:
+        """The call runs on as a task: record ``task`` and follow it."""
+        return self.task is not None and self.error is None
 
 
 class ToolExecutor(Protocol):

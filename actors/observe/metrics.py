@@ -30,6 +30,7 @@ from dag.events import (
     NodeReused,
     NodeSkipped,
     NodeSucceeded,
+    NodeTaskUpdated,
     PlanAccepted,
     PlanCompleted,
     PlanningStarted,
@@ -174,6 +175,7 @@ def count(metrics: RunMetrics, before: RunState | None, event: RunEvent, after: 
             | NodeDispatched()
             | NodeReused()
             | NodeSkipped()
+            | NodeTaskUpdated()
             | GroupSettled()
             | RunWaiting()
             | RunResumed()

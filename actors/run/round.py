@@ -17,7 +17,7 @@ from typing import Any, assert_never, cast
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from actors.calls.call import ToolCall, ToolOutcome
+from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.context import ExecutionContext, HandedOver, Interruption, Parked
 from actors.run.operate import AWAITING_APPROVAL, OPERATION_EXPIRED, RESOLUTION_EXPIRED, Operate, Wait
@@ -49,6 +49,7 @@ from dag.events import (
     NodeReused,
     NodeSkipped,
     NodeSucceeded,
+    NodeTaskUpdated,
     RunEvent,
     RunParked,
     RunResumed,
@@ -66,6 +67,11 @@ HELD_AT_MOST_S = 0.05
 are out) waits to be stored with the next append. A wide layer's outcomes land a few at a time; one append each
 was several appends the layer's last outcome queued behind. It is stored before anything acts on it, with the
 next dispatch or the round's end, or after this long, so that a run's events lag its calls by no more."""
+
+
+REFOLLOWS = 3
+"""How many times a node's task is followed on after the process following it died, before such a death
+counts as the call's failure."""
 
 
 class RoundExecution:
@@ -91,6 +97,8 @@ class RoundExecution:
         self._calls: dict[asyncio.Task[ToolOutcome], str] = {}
         self._spans: dict[str, trace.Span] = {}
         """The span of each node's attempt in flight, ended when its outcome is recorded."""
+        self._sent: dict[str, ToolCall] = {}
+        """The call of each read node in flight: a task it started is followed with it."""
         self._timers: dict[asyncio.Task[None], str] = {}
         self._frontier = Frontier()
         self._landed: list[RunEvent] = []
@@ -358,6 +366,8 @@ class RoundExecution:
             contract = self._context.catalogue.get(node.tool)
             if contract is not None and contract.operation is not None and self._context.operate is not None:
                 self._take_up(node.node_id)
+            elif contract is not None and node.task is not None:
+                self._follow_recorded(node.node_id, contract)
             else:
                 running.append(node)
         await self._run.record(
@@ -369,19 +379,37 @@ class RoundExecution:
             )
         )
         self._due.extend(
-            node.node_id for node in self._run.state.in_flight() if node.node_id not in self._unreported
+            node.node_id
+            for node in self._run.state.in_flight()
+            if node.node_id not in self._unreported and node.node_id not in self._sent
         )
+
+    def _follow_recorded(self, node_id: str, contract: ToolContract) -> None:
+        """Go on following the task a read node's attempt started, as its log recorded it: the tool is not
+        called again (a task the server lost fails ``TASK_LOST``, and only then is the read made again)."""
+        task = self._run.state.nodes[node_id].task
+        assert task is not None
+        self._sent[node_id] = self._call_for(self._run.state, self._recorded_step(node_id))
+        self._follow(node_id, TaskHandle.of(task), contract)
+
+    def _follow(self, node_id: str, task: TaskHandle, contract: ToolContract) -> None:
+        call = replace(self._sent[node_id], as_task=False, task=task)
+        self._calls[asyncio.create_task(self._guarded(call, contract))] = node_id
+
+    def _recorded_step(self, node_id: str) -> Call:
+        """The call a node in flight was dispatched with, as its log recorded it."""
+        node = self._run.state.nodes[node_id]
+        assert node.args is not None, "a node in flight was dispatched with its arguments"
+        assert node.fingerprint is not None
+        assert node.decision is not None
+        return Call(node_id, node.tool, dict(node.args), node.fingerprint, node.attempts, node.decision)
 
     def _take_up(self, node_id: str) -> None:
         """Go on with a write node's attempt recorded in flight: its operation, driven from its row."""
         state = self._run.state
-        node = state.nodes[node_id]
-        assert node.args is not None, "a node in flight was dispatched with its arguments"
-        assert node.fingerprint is not None
-        assert node.decision is not None
-        step = Call(node_id, node.tool, dict(node.args), node.fingerprint, node.attempts, node.decision)
+        step = self._recorded_step(node_id)
         self._unreported.add(node_id)
-        self._start(self._call_for(state, step), self._context.catalogue[node.tool], step)
+        self._start(self._call_for(state, step), self._context.catalogue[step.tool], step)
 
     async def _step(self) -> Interruption | bool:
         """Record and perform every step that can be taken now; ``True`` if anything happened."""
@@ -473,15 +501,22 @@ class RoundExecution:
         resumes the run dispatches them."""
         events: list[RunEvent] = []
         timers: list[tuple[str, float]] = []
+        following: list[tuple[str, TaskHandle]] = []
         for task in done:
             if task in self._calls:
                 node_id = self._calls.pop(task)
-                event = self._completion(node_id, task.result())
+                outcome = task.result()
+                followed = self._task_of(node_id, outcome)
+                if followed is not None:
+                    following.append((node_id, followed))
+                    continue
+                event = self._completion(node_id, outcome)
                 events.append(event)
                 if isinstance(event, NodeRetryScheduled):
                     timers.append((node_id, event.delay_s))
             elif task in self._timers:
                 self._due.append(self._timers.pop(task))
+        await self._follow_on(following)
         if retry and not timers:
             self._landed.extend(events)  # recorded by the next step, before anything acts on them
             return
@@ -537,7 +572,37 @@ class RoundExecution:
         self._due[:taken] = resting
         return moved
 
+    def _task_of(self, node_id: str, outcome: ToolOutcome) -> TaskHandle | None:
+        """The task to follow on instead of recording ``outcome``: one the call started or reported on, or the
+        node's recorded task when the process following it died (a dead caller is not a lost task)."""
+        if outcome.pending:
+            return outcome.task
+        recorded = self._run.state.nodes[node_id].task
+        error = outcome.error
+        if error is None or not error.runtime_failure or recorded is None:
+            return None
+        if self._runtime_failures[node_id] >= REFOLLOWS:  # followers keep dying: the retry policy decides
+            return None
+        self._runtime_failures[node_id] += 1
+        return TaskHandle.of(recorded)
+
+    async def _follow_on(self, following: list[tuple[str, TaskHandle]]) -> None:
+        """Record each task's new handle or status (before anything waits on it), then follow each on."""
+        state = self._run.state
+        updates = [
+            NodeTaskUpdated(
+                at=now(), node_id=node_id, attempt=state.nodes[node_id].attempts, task=task.json()
+            )
+            for node_id, task in following
+            if state.nodes[node_id].task != task.json()
+        ]
+        if updates:
+            await self._run.record(*updates)
+        for node_id, task in following:
+            self._follow(node_id, task, self._context.catalogue[state.nodes[node_id].tool])
+
     def _completion(self, node_id: str, outcome: ToolOutcome) -> RunEvent:
+        self._sent.pop(node_id, None)
         state = self._run.state
         node = state.nodes[node_id]
         contract = self._context.catalogue[node.tool]
@@ -626,6 +691,7 @@ class RoundExecution:
             timeout_s=contract.timeout_s,
             protocol=self._context.protocol,
             server=contract.server,
+            as_task=contract.task,
         )
 
     def _start(self, call: ToolCall, contract: ToolContract, step: Call) -> None:
@@ -634,6 +700,7 @@ class RoundExecution:
             self._writes = True
             work = self._operated(operate, call, contract, step)
         else:
+            self._sent[call.node_id] = call
             work = self._guarded(call, contract)
         self._calls[asyncio.create_task(work)] = call.node_id
 

@@ -21,6 +21,9 @@ class ToolDefinition:
     title: str | None = None
     annotations: dict[str, Any] | None = None
     """Hints (``readOnlyHint``, ``destructiveHint``, ...): never a grant of anything."""
+    task_support: str = "forbidden"
+    """``execution.taskSupport``: whether the server runs a call of the tool as an MCP task (``required``,
+    ``optional``) or only answers it at once (``forbidden``, the default)."""
 
     @classmethod
     def of(cls, tool: dict[str, Any]) -> ToolDefinition:
@@ -32,6 +35,7 @@ class ToolDefinition:
             output_schema=tool.get("outputSchema"),
             title=tool.get("title"),
             annotations=tool.get("annotations"),
+            task_support=_task_support(tool.get("execution")),
         )
 
     def hint(self, name: str) -> bool | None:
@@ -79,3 +83,8 @@ class ServerListing:
             if tool.name in renames or tool.name not in taken
         )
         return dataclasses.replace(self, tools=tools)
+
+
+def _task_support(execution: Any) -> str:
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return support if support in ("required", "optional") else "forbidden"

@@ -39,7 +39,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
-from actors.calls.call import MODERN_PROTOCOL, ToolCall, ToolOutcome
+from actors.calls.call import MODERN_PROTOCOL, TaskHandle, ToolCall, ToolOutcome
 from actors.calls.mcp.outcomes import (
     ConnectionLost,
     classify_failure,
@@ -57,6 +57,16 @@ from actors.calls.mcp.session import (
 )
 from actors.calls.mcp.stateless_post import open_session, post_tool_call
 from actors.calls.mcp.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
+from actors.calls.mcp.tasks import (
+    FOLLOW_S,
+    TaskLost,
+    TasksNotOffered,
+    cancel_task,
+    follow_task,
+    open_task_session,
+    session_of,
+    start_task,
+)
 from actors.calls.mcp.watch import CallWatch, Link, current_call, watch_response, watched
 from actors.observe.tracing import context_of, tracer
 from actors.toolsets.config import (
@@ -187,7 +197,11 @@ class McpConnections:
         for tool in listing.tools:
             definition = tool.definition
             redacted = redactor.value(definition)
-            tools.append(tool if redacted is definition else ToolDefinition.of(redacted))
+            tools.append(
+                tool
+                if redacted is definition
+                else dataclasses.replace(ToolDefinition.of(redacted), task_support=tool.task_support)
+            )
         return dataclasses.replace(listing, tools=tuple(tools))
 
     async def __aenter__(self) -> McpConnections:
@@ -232,12 +246,23 @@ class McpConnections:
         )
         attached = otel_context.attach(trace.set_span_in_context(span))
         error: NodeError | None = None  # a cancelled call leaves by BaseException, with no outcome to record
+        task: TaskHandle | None = None
         try:
             redactor = self._redactor(call)
             try:
                 with anyio.fail_after(call.timeout_s):
                     result = await self._send(call, contract)
-                output, error = classify_result(call.tool, result, catalogue[call.tool], redactor)
+                if isinstance(result, TaskHandle):
+                    output, task, error = None, result, _cancelled(result)
+                else:
+                    output, error = classify_result(call.tool, result, catalogue[call.tool], redactor)
+            except TaskLost as exc:
+                output, error = None, NodeError(kind=ErrorKind.TRANSIENT, code="TASK_LOST", message=str(exc))
+            except TasksNotOffered as exc:
+                output, error = (
+                    None,
+                    NodeError(kind=ErrorKind.PROTOCOL, code="TASKS_NOT_OFFERED", message=str(exc)),
+                )
             except TimeoutError:
                 message = f"no answer within {call.timeout_s:g}s"
                 output, error = None, NodeError(kind=ErrorKind.TRANSIENT, code="TIMEOUT", message=message)
@@ -255,7 +280,9 @@ class McpConnections:
                 span.set_attribute("raydag.error_code", error.code)
                 span.set_status(Status(StatusCode.ERROR, error.code))
             span.end()
-        return ToolOutcome(output=output, error=error, started_at=started, finished_at=datetime.now(UTC))
+        return ToolOutcome(
+            output=output, error=error, started_at=started, finished_at=datetime.now(UTC), task=task
+        )
 
     def _redactor(self, call: ToolCall) -> Redactor:
         """The secrets this call's server may echo: the call's token, and the server's own."""
@@ -265,13 +292,17 @@ class McpConnections:
         tokens = self._oauth_tokens.get(spec.name)
         return Redactor((call.token, *server_secrets(spec), *(tokens.secrets() if tokens else ())))
 
-    async def _send(self, call: ToolCall, contract: ToolContract | None) -> CallToolResult:
+    async def _send(self, call: ToolCall, contract: ToolContract | None) -> CallToolResult | TaskHandle:
         spec = self._servers.get(call.server) if call.server is not None else None
         if spec is not None:
             remote = spec.server_name(call.tool)
             if remote != call.tool:  # offered under a name of the operator's: the server knows its own
                 call = dataclasses.replace(call, tool=remote)
+            if call.task is not None:  # following a task holds none of the server's call slots
+                return await self._follow(spec, call.task, call.timeout_s)
             async with self._limits[spec.name]:
+                if call.as_task:
+                    return await self._start_task(spec, call)
                 if isinstance(spec, HttpServer) and self._posts_directly(spec, contract):
                     return await post_tool_call(
                         self._post_session(),
@@ -292,6 +323,32 @@ class McpConnections:
                 self._post_session(), url, call.token, call.tool, call.args, _read_at_most(), meta=call.meta
             )
         return await self._call_shared(url, lambda link: self._modern_client(url, link), call)
+
+    async def _start_task(self, spec: HttpServer | StdioServer, call: ToolCall) -> TaskHandle:
+        """``call`` started as a task in a session of its own (``actors.calls.mcp.tasks``)."""
+        if not isinstance(spec, HttpServer):
+            raise TasksNotOffered(
+                f"{call.tool} runs as a task, and raydag follows tasks over Streamable HTTP only"
+            )
+        bound = _read_at_most()
+        session = await open_task_session(self._http_for(spec), spec.url, max_bytes=bound)
+        return await start_task(session, spec.name, call.tool, call.args, call.meta, max_bytes=bound)
+
+    async def _follow(
+        self, spec: HttpServer | StdioServer, handle: TaskHandle, timeout_s: float
+    ) -> CallToolResult | TaskHandle:
+        """The task's result once it ended, or its handle once its status changed. Cancelled (the run stopped,
+        or its deadline came), the follower asks the server to stop the task."""
+        if not isinstance(spec, HttpServer):
+            raise TasksNotOffered(f"task {handle.task_id} of {spec.name} cannot be followed over stdio")
+        bound = _read_at_most()
+        session = session_of(self._http_for(spec), spec.url, handle)
+        try:
+            return await follow_task(session, handle, within_s=min(FOLLOW_S, timeout_s / 2), max_bytes=bound)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await cancel_task(session, handle, max_bytes=bound)
+            raise
 
     async def _send_to(self, spec: HttpServer | StdioServer, call: ToolCall) -> CallToolResult:
         if isinstance(spec, StdioServer):
@@ -422,6 +479,19 @@ def _http_client(auth: httpx2.Auth, timeout_s: float) -> httpx2.AsyncClient:
         timeout=httpx2.Timeout(timeout_s),
         verify=_SSL_CONTEXT,
         event_hooks={"response": [watch_response]},
+    )
+
+
+def _cancelled(task: TaskHandle) -> NodeError | None:
+    """A task that ended cancelled, not by raydag (whose cancellation records no outcome): the server stopped
+    it, and no result will come."""
+    if task.status != "cancelled":
+        return None
+    detail = f": {task.message}" if task.message else ""
+    return NodeError(
+        kind=ErrorKind.PROTOCOL,
+        code="TASK_CANCELLED",
+        message=f"the server cancelled task {task.task_id}{detail}",
     )
 
 

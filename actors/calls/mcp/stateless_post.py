@@ -130,22 +130,7 @@ async def post_tool_call(
             response.headers.get("WWW-Authenticate", ""),
         )
         raw = await _body(response, max_bytes)
-    # 400 and 404 may carry a JSON-RPC error, which says more than the status; other refusals carry none.
-    if status >= 400 and status not in (400, 404):
-        raise Refused(status, challenge)
-    try:
-        message = _answer(kind, raw, request_id)
-    except (ValueError, MCPError):
-        if status >= 400:
-            raise Refused(status, challenge) from None
-        raise
-    error = message.get("error")
-    if isinstance(error, dict):
-        raise MCPError(
-            int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data")
-        )
-    if status >= 400:
-        raise Refused(status, challenge)
+    message = rpc_answer(status, challenge, kind, raw, request_id)
     try:
         result = CallToolResult.model_validate(message.get("result"))
     except ValidationError as exc:
@@ -158,6 +143,28 @@ async def post_tool_call(
             INTERNAL_ERROR, f"the server answered a {result.result_type!r} result, not a complete one"
         )
     return result
+
+
+def rpc_answer(status: int, challenge: str, kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
+    """The JSON-RPC answer to ``request_id`` of an HTTP response: ``MCPError`` for a JSON-RPC error,
+    ``Refused`` for a refusal that says no more than its status."""
+    # 400 and 404 may carry a JSON-RPC error, which says more than the status; other refusals carry none.
+    if status >= 400 and status not in (400, 404):
+        raise Refused(status, challenge)
+    try:
+        message = answer_of(kind, raw, request_id)
+    except (ValueError, MCPError):
+        if status >= 400:
+            raise Refused(status, challenge) from None
+        raise
+    error = message.get("error")
+    if isinstance(error, dict):
+        raise MCPError(
+            int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data")
+        )
+    if status >= 400:
+        raise Refused(status, challenge)
+    return message
 
 
 async def _body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
@@ -174,7 +181,7 @@ async def _body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
+def answer_of(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
     """The JSON-RPC response to ``request_id``: the body itself, or the matching event of an SSE stream."""
     try:
         return _parsed_answer(kind, raw, request_id)
@@ -188,7 +195,7 @@ def _answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
 def _parsed_answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
     if kind == "text/event-stream":
         for line in raw.decode().splitlines():
-            if line.startswith("data:"):
+            if line.startswith("data:") and line[5:].strip():  # a priming event carries no data
                 message = json.loads(line[5:])
                 if isinstance(message, dict) and message.get("id") == request_id:
                     return message

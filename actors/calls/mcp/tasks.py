@@ -1,0 +1,213 @@
+"""A tool call that runs as an MCP task, as a client: started, then followed, from any process.
+
+The 2025-11-25 form of Tasks (what ``@modelcontextprotocol/server-everything`` speaks): ``tools/call`` with a
+``task`` parameter answers at once with the task (its id, status, poll interval); ``tasks/get`` reports its
+status and ``statusMessage``; ``tasks/result`` answers the tool's result once it ended; ``tasks/cancel`` stops
+it. Tasks are per session, in the server's memory: a task can be followed from another process only over the
+same Streamable HTTP session, so each task gets a session of its own, opened here, whose id goes into the
+task's handle (``TaskHandle``), and which raydag never terminates (a ``DELETE`` would drop the task with it;
+the server expires the session with the task's ``ttl``).
+
+The SDK offers no client helper for tasks, and its typed ``tools/call`` refuses the task the server answers
+with (the task is started, its id lost), so these requests are raydag's own JSON-RPC POSTs, over the HTTP
+client that carries the server's credentials. Nothing here decides what a result means for the node: that is
+``actors.calls.mcp.outcomes``, as for a plain call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+import httpx2
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import CallToolResult
+
+from actors.calls.call import TaskHandle
+from actors.calls.mcp.session import CLIENT_INFO
+from actors.calls.mcp.stateless_post import MalformedAnswer, rpc_answer
+
+TASKS_PROTOCOL = "2025-11-25"
+"""The protocol version a task session is opened in: the era whose Tasks servers speak today."""
+SESSION_HEADER = "mcp-session-id"
+TASK_TTL_MS = 24 * 3600 * 1000
+"""The lifetime raydag asks for a task (a server may grant less): a day, as long as a run may wait."""
+FOLLOW_S = 10.0
+"""The longest one exchange follows a task before it reports back; it reports sooner when the task's status
+or message changes, or it ends."""
+_ids = itertools.count(1)
+_CLIENT_INFO = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class TaskLost(Exception):
+    """The server no longer knows the task (it restarted, or dropped the session): its result will never
+    come, and the call is made again where that is safe."""
+
+
+class TasksNotOffered(Exception):
+    """The server lists a tool as running as a task, but does not offer tasks for ``tools/call``."""
+
+
+@dataclass(frozen=True)
+class TaskSession:
+    """One Streamable HTTP session of a server's, as raydag's requests carry it."""
+
+    http: httpx2.AsyncClient
+    url: str
+    session: str | None
+    protocol: str = TASKS_PROTOCOL
+
+    async def request(self, method: str, params: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
+        """The result of one JSON-RPC request; ``MCPError`` for a JSON-RPC error, ``Refused`` for an HTTP
+        refusal that says no more, ``TaskLost`` for a session the server no longer has (404)."""
+        message, _ = await _exchange(self.http, self.url, self._headers(), method, params, max_bytes)
+        result = message.get("result")
+        if not isinstance(result, dict):
+            raise MalformedAnswer("MALFORMED_ANSWER", f"the server's answer to {method} holds no result")
+        return result
+
+    async def notify(self, method: str) -> None:
+        body = {"jsonrpc": "2.0", "method": method}
+        response = await self.http.post(self.url, content=json.dumps(body), headers=self._headers())
+        await response.aclose()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if self.session is not None:
+            headers[SESSION_HEADER] = self.session
+            headers[MCP_PROTOCOL_VERSION_HEADER] = self.protocol
+        return headers
+
+
+async def open_task_session(http: httpx2.AsyncClient, url: str, *, max_bytes: int) -> TaskSession:
+    """A new session of the server at ``url`` for one task: initialized, its tasks for ``tools/call`` checked.
+
+    The client declares no capabilities: a server that would ask for input mid-task (elicitation) takes the
+    path it takes for a client that cannot answer."""
+    opening = TaskSession(http, url, None)
+    params = {"protocolVersion": TASKS_PROTOCOL, "capabilities": {}, "clientInfo": _CLIENT_INFO}
+    message, session = await _exchange(http, url, opening._headers(), "initialize", params, max_bytes)
+    result = message.get("result") or {}
+    tasks = ((result.get("capabilities") or {}).get("tasks") or {}).get("requests") or {}
+    if "call" not in (tasks.get("tools") or {}):
+        raise TasksNotOffered("the server does not offer tasks for tools/call")
+    opened = TaskSession(http, url, session, str(result.get("protocolVersion") or TASKS_PROTOCOL))
+    await opened.notify("notifications/initialized")
+    return opened
+
+
+async def start_task(
+    session: TaskSession,
+    server: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    *,
+    max_bytes: int,
+) -> TaskHandle:
+    """Start ``tool`` as a task: its handle, as the server created it."""
+    params: dict[str, Any] = {"name": tool, "arguments": dict(arguments), "task": {"ttl": TASK_TTL_MS}}
+    if meta:
+        params["_meta"] = dict(meta)
+    result = await session.request("tools/call", params, max_bytes=max_bytes)
+    task = result.get("task")
+    if not isinstance(task, dict) or not isinstance(task.get("taskId"), str):
+        raise MalformedAnswer(
+            "MALFORMED_ANSWER", f"{tool} was called as a task, and the server answered no task"
+        )
+    return _updated(
+        TaskHandle(server=server, task_id=task["taskId"], status="working", session=session.session),
+        task,
+        protocol=session.protocol,
+    )
+
+
+async def follow_task(
+    session: TaskSession, handle: TaskHandle, *, within_s: float, max_bytes: int
+) -> TaskHandle | CallToolResult:
+    """The task's result once it ended, or its handle as soon as its status or message changed (or
+    ``within_s`` passed with neither): polled with ``tasks/get`` at the server's interval."""
+    give_up = time.monotonic() + within_s
+    current = handle
+    while True:
+        try:
+            reported = await session.request("tasks/get", {"taskId": handle.task_id}, max_bytes=max_bytes)
+        except MCPError as exc:  # the server answers, but not for this task: it forgot it
+            raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
+        current = _updated(current, reported)
+        if current.ended:
+            if current.status == "cancelled":
+                return current
+            answer = await session.request("tasks/result", {"taskId": handle.task_id}, max_bytes=max_bytes)
+            return CallToolResult.model_validate(answer)
+        if (current.status, current.message) != (handle.status, handle.message):
+            return current
+        if time.monotonic() + current.poll_s > give_up:
+            return current
+        await anyio.sleep(current.poll_s)
+
+
+async def cancel_task(session: TaskSession, handle: TaskHandle, *, max_bytes: int) -> None:
+    """Ask the server to stop the task; a task it no longer knows needs no stopping."""
+    with contextlib.suppress(MCPError, TaskLost):
+        await session.request("tasks/cancel", {"taskId": handle.task_id}, max_bytes=max_bytes)
+
+
+def session_of(http: httpx2.AsyncClient, url: str, handle: TaskHandle) -> TaskSession:
+    """The session ``handle``'s task lives in, as a request from any process carries it."""
+    return TaskSession(http, url, handle.session, handle.protocol)
+
+
+def _updated(handle: TaskHandle, task: Mapping[str, Any], *, protocol: str | None = None) -> TaskHandle:
+    status = task.get("status")
+    message = task.get("statusMessage")
+    interval = task.get("pollInterval")
+    return replace(
+        handle,
+        status=status if isinstance(status, str) else handle.status,
+        message=message if isinstance(message, str) else handle.message,
+        poll_s=min(max(interval / 1000, 0.1), 30.0) if isinstance(interval, int | float) else handle.poll_s,
+        protocol=protocol or handle.protocol,
+    )
+
+
+async def _exchange(
+    http: httpx2.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    method: str,
+    params: Mapping[str, Any],
+    max_bytes: int,
+) -> tuple[dict[str, Any], str | None]:
+    """One JSON-RPC request's answer, and the session id its response named. A 404 within a session is the
+    server saying it no longer has that session (``TaskLost``)."""
+    request_id = next(_ids)
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
+    async with http.stream("POST", url, content=json.dumps(body), headers=headers) as response:
+        raw = await _read(response, max_bytes)
+        kind = response.headers.get("content-type", "").split(";", 1)[0].strip()
+        status, challenge = response.status_code, response.headers.get("www-authenticate", "")
+        session = response.headers.get(SESSION_HEADER)
+    if status == 404 and SESSION_HEADER in headers:
+        raise TaskLost(f"the server no longer has session {headers[SESSION_HEADER]}")
+    return rpc_answer(status, challenge, kind, raw, request_id), session
+
+
+async def _read(response: httpx2.Response, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > max_bytes:
+            raise MalformedAnswer(
+                "OUTPUT_TOO_LARGE", f"the answer is larger than the {max_bytes:,} bytes read"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
