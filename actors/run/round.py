@@ -19,7 +19,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from actors.calls.call import ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
-from actors.run.context import ExecutionContext, HandedOver, Interruption, Parked
+from actors.run.context import HandedOver, Interruption, Parked
+from actors.run.deps import RunDeps
 from actors.run.operate import AWAITING_APPROVAL, OPERATION_EXPIRED, RESOLUTION_EXPIRED, Operate, Wait
 from actors.run.recorder import RunRecorder, now
 from dag.contracts import ToolContract
@@ -72,18 +73,22 @@ class RoundExecution:
     def __init__(
         self,
         run: RunRecorder,
-        context: ExecutionContext,
+        deps: RunDeps,
         cancel: asyncio.Event,
         deadline: datetime,
         plan_changed: asyncio.Event | None = None,
         handover: asyncio.Event | None = None,
+        *,
+        operate: Operate | None = None,
     ) -> None:
         """``plan_changed`` is set whenever a streamed plan gains a node or ends: the round dispatches the new
         node at once, and cannot drain while the plan is still open. ``handover`` is set when the supervisor
         shuts down: nothing more is dispatched, the calls in flight land and are recorded, and the round
-        raises ``HandedOver``."""
+        raises ``HandedOver``. ``operate`` drives a write node through its operation's row (``None``: no
+        ledger, so no write is called)."""
         self._run = run
-        self._context = context
+        self._deps = deps
+        self._operate = operate
         self._plan_changed = plan_changed
         self._cancel = cancel
         self._handover = handover if handover is not None else asyncio.Event()
@@ -121,7 +126,7 @@ class RoundExecution:
         """Whether this round has driven a write: only then can it have operations to expire when it stops."""
         self._expired: Interruption | None = None
         """Why the round stops: a write's wait for a person ran past its deadline (approval, resolution)."""
-        fields = context.observed_fields()
+        fields = deps.observed_fields()
         state = run.state
         self._observed_fields = fields
         self._observed = observed_values(
@@ -218,7 +223,7 @@ class RoundExecution:
             for task in (*self._calls, *self._timers):
                 task.cancel()
             for key in self._probes.values():  # probes that will never report
-                self._context.health.release(key)
+                self._deps.health.release(key)
             for span in self._spans.values():  # calls abandoned by a cancellation or a hard limit
                 span.set_attribute("raydag.abandoned", True)
                 span.end()
@@ -309,7 +314,7 @@ class RoundExecution:
         """The round stops (its deadline, a cancellation): its operations not yet executing — awaiting a person,
         or approved and not yet claimed — expire, so that nothing executes a write of a run that is over. A
         deadline that caught one awaiting approval is reported as the approval's."""
-        operate = self._context.operate
+        operate = self._operate
         if operate is None or not self._writes:
             return interruption
         note = "the run stopped before the write executed" if interruption is None else interruption.detail
@@ -355,8 +360,8 @@ class RoundExecution:
         for node in state.in_flight():
             if node.status is not NodeStatus.RUNNING:
                 continue
-            contract = self._context.catalogue.get(node.tool)
-            if contract is not None and contract.operation is not None and self._context.operate is not None:
+            contract = self._deps.catalogue.get(node.tool)
+            if contract is not None and contract.operation is not None and self._operate is not None:
                 self._take_up(node.node_id)
             else:
                 running.append(node)
@@ -381,7 +386,7 @@ class RoundExecution:
         assert node.decision is not None
         step = Call(node_id, node.tool, dict(node.args), node.fingerprint, node.attempts, node.decision)
         self._unreported.add(node_id)
-        self._start(self._call_for(state, step), self._context.catalogue[node.tool], step)
+        self._start(self._call_for(state, step), self._deps.catalogue[node.tool], step)
 
     async def _step(self) -> Interruption | bool:
         """Record and perform every step that can be taken now; ``True`` if anything happened."""
@@ -395,16 +400,16 @@ class RoundExecution:
         self._landed = []
         for event in events:
             state = apply(state, event)
-        context = self._context
+        deps = self._deps
         at = now()  # the step's moment, stamped on what it decides (before deciding, as it always was)
         steps = dispatch(
             state,
             self._frontier.candidates(state),
             in_flight=len(self._calls),
-            catalogue=context.catalogue,
-            withdrawal=context.withdrawal,
+            catalogue=deps.catalogue,
+            withdrawal=deps.withdrawal,
             observed=self._observed,
-            health=context.health,
+            health=deps.health,
             now=time.monotonic(),
         )
         calls: list[tuple[ToolCall, ToolContract, Call]] = []
@@ -434,7 +439,7 @@ class RoundExecution:
                         self._observe(state.carried[ready.fingerprint].output)
                 case Call():
                     events.append(_dispatched(step, at))
-                    calls.append((self._call_for(state, step), context.catalogue[step.tool], step))
+                    calls.append((self._call_for(state, step), deps.catalogue[step.tool], step))
                 case Probe():
                     self._probes[step.node_id] = step.key
                 case HoldForCircuit():
@@ -497,15 +502,15 @@ class RoundExecution:
         them through; ``True`` if any moved, the interruption if one's tool was withdrawn."""
         if not self._due:
             return False
-        context = self._context
+        deps = self._deps
         steps = retries(
             self._run.state,
             self._due,
             in_flight=len(self._calls),
-            catalogue=context.catalogue,
-            withdrawal=context.withdrawal,
+            catalogue=deps.catalogue,
+            withdrawal=deps.withdrawal,
             observed=self._observed,
-            health=context.health,
+            health=deps.health,
             now=time.monotonic(),
         )
         moved = False
@@ -521,7 +526,7 @@ class RoundExecution:
                     self._wake_in(step.seconds)
                 case Call():
                     await self._run.record(_dispatched(step, now()))
-                    self._start(self._call_for(self._run.state, step), context.catalogue[step.tool], step)
+                    self._start(self._call_for(self._run.state, step), deps.catalogue[step.tool], step)
                     moved = True
                 case Fail():
                     await self._run.record(_event_of(step, now()))
@@ -540,10 +545,10 @@ class RoundExecution:
     def _completion(self, node_id: str, outcome: ToolOutcome) -> RunEvent:
         state = self._run.state
         node = state.nodes[node_id]
-        contract = self._context.catalogue[node.tool]
+        contract = self._deps.catalogue[node.tool]
         error = outcome.error
         key = self._health_key(node.tool)
-        health = self._context.health
+        health = self._deps.health
         health.record(key, error, time.monotonic())
         self._probes.pop(node_id, None)
         span = self._spans.pop(node_id, None)
@@ -571,13 +576,13 @@ class RoundExecution:
                 1  # a tool in an outage: the wait is the circuit's, not an attempt
             )
         remaining = (self._deadline - now()).total_seconds()
-        delay = self._context.retry.next_delay(
+        delay = self._deps.retry.next_delay(
             contract,
             error,
             attempt=self._tool_failures[node_id],
             runtime_failures=self._runtime_failures[node_id],
             remaining_s=remaining,
-            rng=self._context.rng,
+            rng=self._deps.rng,
         )
         if delay is None:
             return NodeFailed(at=now(), node_id=node_id, error=error, **times)
@@ -587,7 +592,7 @@ class RoundExecution:
 
     def _token(self, state: RunState, node_id: str, attempt: int, contract: ToolContract) -> str:
         """The task token of one call of ``contract``'s tool for a node (empty: its server takes none)."""
-        _, tokens = self._context.destination(contract)
+        _, tokens = self._deps.destination(contract)
         if tokens is None:
             return ""
         return tokens.mint(
@@ -600,8 +605,8 @@ class RoundExecution:
         )
 
     def _call_for(self, state: RunState, step: Call) -> ToolCall:
-        contract = self._context.catalogue[step.tool]
-        url, _ = self._context.destination(contract)
+        contract = self._deps.catalogue[step.tool]
+        url, _ = self._deps.destination(contract)
         token = self._token(state, step.node_id, step.attempt, contract)
         span = tracer().start_span(
             f"node {step.node_id}",
@@ -624,12 +629,12 @@ class RoundExecution:
             mcp_url=url,
             token=token,
             timeout_s=contract.timeout_s,
-            protocol=self._context.protocol,
+            protocol=self._deps.protocol,
             server=contract.server,
         )
 
     def _start(self, call: ToolCall, contract: ToolContract, step: Call) -> None:
-        operate = self._context.operate
+        operate = self._operate
         if contract.operation is not None and operate is not None:
             self._writes = True
             work = self._operated(operate, call, contract, step)
@@ -644,7 +649,7 @@ class RoundExecution:
         state = self._run.state
 
         async def call_tool(tool: str, args: dict[str, Any], meta: dict[str, Any]) -> ToolOutcome:
-            used = self._context.catalogue[tool]
+            used = self._deps.catalogue[tool]
             return await self._guarded(
                 replace(
                     call,
@@ -664,7 +669,7 @@ class RoundExecution:
             contract,
             step.args,
             step.decision,
-            call_limit_s=self._context.call_limit_s(contract),
+            call_limit_s=self._deps.call_limit_s(contract),
             call=call_tool,
             waiting=lambda operation_id, wait: self._operation_waits(call.node_id, operation_id, wait),
         )
@@ -673,13 +678,13 @@ class RoundExecution:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""
         started = now()
         try:
-            async with asyncio.timeout(self._context.call_limit_s(contract)):
-                return await self._context.executor.run(call)
+            async with asyncio.timeout(self._deps.call_limit_s(contract)):
+                return await self._deps.executor.run(call)
         except TimeoutError:
             error = NodeError(
                 kind=ErrorKind.TRANSIENT,
                 code="TIMEOUT",
-                message=f"no result within {self._context.call_limit_s(contract):g}s",
+                message=f"no result within {self._deps.call_limit_s(contract):g}s",
             )
             return ToolOutcome(output=None, error=error, started_at=started, finished_at=now())
 
