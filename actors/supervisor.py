@@ -19,6 +19,7 @@ from actors.calls.mcp.discovery import ServerUnreachable, discover
 from actors.calls.placement import ANYWHERE, spread
 from actors.observe.ray_metrics import RayRunMetrics
 from actors.observe.tracing import configure_tracing
+from actors.run.deps import RunDeps, ToolEndpoint
 from actors.run.service import RunService
 from actors.run.submission import (
     MAX_ACTIVE_RUNS,
@@ -212,28 +213,32 @@ class RunSupervisor:
                     ),
                     None,
                 )
-                self._service = RunService(
-                    pool=pool,
+                deps = RunDeps(
                     executor=self._tool_executor(),
                     catalogue=self._catalogue.contracts,
+                    planners=planners,
+                    endpoint=ToolEndpoint(
+                        url=config.mcp_url, tokens=TaskTokens(key=config.token_key, audience=config.mcp_url)
+                    ),
                     servers={spec.name: spec for spec in self._catalogue.servers},
                     withdrawn=self._catalogue.withdrawn,
                     pins=self._catalogue.pins,
+                    health=self._health,
+                    metrics=RayRunMetrics(),
+                )
+                self._service = RunService(
+                    deps,
+                    pool=pool,
                     listed=self._catalogue.first_attempt,
-                    planners=planners,
                     toolset_planner=toolset_planner,
                     unavailable_planners=unavailable_planners(config.openai),
-                    tokens=TaskTokens(key=config.token_key, audience=config.mcp_url),
-                    mcp_url=config.mcp_url,
                     limits=config.limits,
                     defaults=config.defaults,
                     tenant_tools=dict(config.tenant_tools) if config.tenant_tools is not None else None,
                     tenant_policies=dict(config.tenant_policies),
-                    health=self._health,
                     owner=self._owner,
                     lease_s=config.lease_s,
                     outbox_sink=config.outbox_sink(),
-                    metrics=RayRunMetrics(),
                     toolsets=self._catalogue.toolsets,
                     max_active_runs=config.max_active_runs,
                     # One more connection, listening: a person's decision wakes the run waiting on it.

@@ -35,6 +35,7 @@ from actors.calls.call import ToolCall
 from actors.calls.mcp import McpConnections, call_tool
 from actors.launch.background_server import BackgroundServer
 from actors.launch.settings import Settings
+from actors.run.deps import RunDeps, ToolEndpoint
 from actors.run.service import RunService
 from actors.run.submission import RunRequest, Submission
 from actors.store.database import (
@@ -196,14 +197,16 @@ class BenchSupervisor:
 
     async def _service(self, executor: str) -> RunService:
         if executor not in self._services:
-            self._services[executor] = RunService(
-                pool=await create_pool(self._dsn, max_size=4),
+            deps = RunDeps(
                 executor=EXECUTORS[executor](),
                 catalogue=CATALOGUE,
                 planners={"bench": JoinOnlyPlanner()},
-                tokens=TaskTokens(key=self._key, audience=self._mcp_url),
-                mcp_url=self._mcp_url,
-                limits=LIMITS,
+                endpoint=ToolEndpoint(
+                    url=self._mcp_url, tokens=TaskTokens(key=self._key, audience=self._mcp_url)
+                ),
+            )
+            self._services[executor] = RunService(
+                deps, pool=await create_pool(self._dsn, max_size=4), limits=LIMITS
             )
         if self._reader is None:
             self._reader = await create_pool(self._dsn, max_size=1)

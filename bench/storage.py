@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from actors.calls.call import ToolCall, ToolOutcome
+from actors.run.deps import RunDeps, ToolEndpoint
 from actors.run.driver import RunDriver
 from actors.run.recorder import now
 from actors.store.database import create_pool, drop_database, ensure_database, with_database
@@ -112,14 +113,16 @@ async def _measure(dsn: str, nodes: int) -> tuple[int, int]:
             budgets=Budgets(max_nodes=nodes, max_parallel=64, deadline_s=600),
         )
         await store.create_run(created, idempotency_key=None, request_hash="bench")
-        driver = RunDriver(
-            sink=store,
+        deps = RunDeps(
             executor=_InProcess(),
             catalogue=catalogue_of(PROBE),
             planners={"bench": _Planner(nodes)},
-            tokens=TaskTokens(key=secrets.token_bytes(32), audience="http://bench/mcp"),
-            mcp_url="http://bench/mcp",
+            endpoint=ToolEndpoint(
+                url="http://bench/mcp",
+                tokens=TaskTokens(key=secrets.token_bytes(32), audience="http://bench/mcp"),
+            ),
         )
+        driver = RunDriver(deps, sink=store)
         state = await driver.drive(apply(None, created), last_seq=1)
         assert state.status.value == "completed", state.detail
         written = int(await pool.fetchval(_WRITTEN, uuid.UUID(created.run_id)))

@@ -16,6 +16,7 @@ from typing import Any
 
 from actors.calls.call import ToolCall, ToolOutcome
 from actors.observe.metrics import NO_METRICS, RunMetrics
+from actors.run.deps import CALL_SLACK_S, RunDeps, ToolEndpoint
 from actors.run.driver import RunDriver
 from dag.budget import Budgets
 from dag.contracts import ToolCatalogue
@@ -319,22 +320,23 @@ def driver(
     health: ToolHealth | None = None,
     retry: RetryPolicy = FAST_RETRY,
     metrics: RunMetrics = NO_METRICS,
+    call_slack_s: float = CALL_SLACK_S,
 ) -> RunDriver:
     planners = {"conformance": ConformancePlanner()}
     if planner is not None:
         planners["scripted"] = planner
-    return RunDriver(
-        sink=sink,
+    deps = RunDeps(
         executor=executor,
         catalogue=catalogue,
         planners=planners,
-        tokens=TOKENS,
-        mcp_url=MCP_URL,
-        health=health,
+        endpoint=ToolEndpoint(url=MCP_URL, tokens=TOKENS),
+        health=health if health is not None else ToolHealth(),
         retry=retry,
         rng=random.Random(7),
         metrics=metrics,
+        call_slack_s=call_slack_s,
     )
+    return RunDriver(deps, sink=sink)
 
 
 async def drive(run: RunDriver, created: RunCreated, cancel: asyncio.Event | None = None) -> RunState:

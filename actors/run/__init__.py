@@ -5,7 +5,9 @@
   cancels and hands them over;
 - ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
 - ``round``: ``RoundExecution``: one plan round, each ready node dispatched the moment it is ready;
-- ``context``: what every round shares (``ExecutionContext``), ``Interruption``, ``HandedOver``;
+- ``deps``: ``RunDeps``: what every run shares (executor, tools, planners, judges of failure), built once by
+  the supervisor and handed to the service, the driver and each round as it is;
+- ``context``: why a round ended early (``Interruption``), ``HandedOver``, ``Parked``;
 - ``recorder``: ``RunRecorder``: every transition recorded before it is acted on;
 - ``operate``: a write node driven through its operation's row (approval, one execution, reconciliation);
 - ``reviewing``: ``ReviewGate``: a reviewed round dispatches nothing until a person approved its plan;

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, assert_never
 
@@ -21,21 +20,17 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 from pydantic import ValidationError
 
-from actors.calls.call import MODERN_PROTOCOL, ToolExecutor
-from actors.observe.metrics import NO_METRICS, RunMetrics
 from actors.observe.tracing import context_of, tracer
 from actors.run.asking import QuestionGate
-from actors.run.context import ExecutionContext, HandedOver, Interruption, Parked
+from actors.run.context import HandedOver, Interruption, Parked
+from actors.run.deps import RunDeps
 from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
 from actors.run.reviewing import ReviewGate
 from actors.run.round import RoundExecution
 from actors.store.ownership import LeaseLost
-from actors.toolsets.config import HttpServer, StdioServer
-from actors.toolsets.withdrawal import Withdrawal
 from dag.admission import OverBudget, PlanRefused, RoundAdmitted, ToolUnlisted, admit_round, round_validator
 from dag.conclusion import Finish, NextRound, conclude, out_of_model_budget
-from dag.contracts import ToolCatalogue
 from dag.errors import PlanErrorCode, PlanInvalid
 from dag.events import (
     JoinStarted,
@@ -47,13 +42,10 @@ from dag.events import (
     RunRecovered,
     RunWoken,
 )
-from dag.health import ToolHealth
 from dag.plan import Plan, PlanNode
 from dag.policy import effective_tools
-from dag.retry import RetryPolicy
 from dag.run_state import RunState
 from dag.states import RunStatus, StopReason
-from dag.tokens import TaskTokens
 from planner.base import (
     Observation,
     Planner,
@@ -89,52 +81,25 @@ class RunDriver:
 
     def __init__(
         self,
+        deps: RunDeps,
         *,
         sink: EventSink,
-        executor: ToolExecutor,
-        catalogue: ToolCatalogue,
-        planners: Mapping[str, Planner],
-        tokens: TaskTokens,
-        mcp_url: str,
-        protocol: str = MODERN_PROTOCOL,
-        health: ToolHealth | None = None,
-        retry: RetryPolicy | None = None,
-        rng: random.Random | None = None,
-        metrics: RunMetrics = NO_METRICS,
-        servers: Mapping[str, HttpServer | StdioServer] | None = None,
-        withdrawn: Mapping[str, Withdrawal] | None = None,
-        pins: Mapping[str, str] | None = None,
         operate: Operate | None = None,
         review: ReviewGate | None = None,
         questions: QuestionGate | None = None,
     ) -> None:
-        """``servers``, ``withdrawn`` and ``pins``: the toolset servers calls go to, the declared tools that
-        may not be called now, and the definitions pinned (live views the supervisor keeps current, like
-        ``catalogue``)."""
+        """``sink`` records the runs' transitions; ``operate`` drives write nodes through the operation ledger
+        (``None``: no ledger, so no write is called), ``review`` and ``questions`` hold a run for a person (a
+        test's driver may have neither)."""
+        self._deps = deps
         self._sink = sink
+        self._operate = operate
         self._review = review
         self._questions = questions
-        self._metrics = metrics
-        self._catalogue = catalogue
-        self._planners = planners
         self.handover = asyncio.Event()
+        """Set when the supervisor stops: every run stops being driven at its next safe point, unfinished."""
         self._checked: dict[str, Plan] = {}
         """Client plans the submission validated, by run, until their round starts."""
-        """Set when the supervisor stops: every run stops being driven at its next safe point, unfinished."""
-        self.context = ExecutionContext(
-            executor=executor,
-            catalogue=catalogue,
-            tokens=tokens,
-            mcp_url=mcp_url,
-            protocol=protocol,
-            health=health if health is not None else ToolHealth(),
-            retry=retry if retry is not None else RetryPolicy(),
-            rng=rng if rng is not None else random.Random(),
-            servers=servers if servers is not None else {},
-            withdrawn=withdrawn if withdrawn is not None else {},
-            pins=pins if pins is not None else {},
-            operate=operate,
-        )
 
     async def drive(
         self,
@@ -154,7 +119,7 @@ class RunDriver:
         when the run waits for people and for nothing else (recorded as such: a decision or a deadline wakes
         it). ``checked_plan`` is the client's proposal as the submission already validated it: not validated
         again."""
-        run = RunRecorder(state, last_seq, self._sink, self._metrics)
+        run = RunRecorder(state, last_seq, self._sink, self._deps.metrics)
         if checked_plan is not None:
             self._checked[state.run_id] = checked_plan
         span = tracer().start_span(
@@ -207,7 +172,7 @@ class RunDriver:
 
     async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
         """Each step reads the recorded status and takes the one transition it allows."""
-        planner = self._planners[run.state.planner]
+        planner = self._deps.planners[run.state.planner]
         deadline = run.state.deadline
         plan_changed = asyncio.Event()
         stream: asyncio.Task[None] | None = None
@@ -242,7 +207,13 @@ class RunDriver:
                         await self._gate(self._review).hold(run, cancel, self.handover)
                     case RunStatus.RUNNING | RunStatus.WAITING:
                         execution = RoundExecution(
-                            run, self.context, cancel, deadline, plan_changed, self.handover
+                            run,
+                            self._deps,
+                            cancel,
+                            deadline,
+                            plan_changed,
+                            self.handover,
+                            operate=self._operate,
                         )
                         interruption = await execution.run()
                         if stream is not None:  # the round drained or stopped: the stream has nothing to add
@@ -352,12 +323,12 @@ class RunDriver:
     async def _accept(self, run: RunRecorder, proposal: Any) -> None:
         """Admit ``proposal`` as the current round's plan (``dag.admission``), or end the run saying why."""
         round_number = run.state.round
-        match admit_round(proposal, run.state, self._catalogue, self.context.withdrawn):
+        match admit_round(proposal, run.state, self._deps.catalogue, self._deps.withdrawn):
             case RoundAdmitted(plan=plan):
                 # Acted on only through the dispatches of the round's first step, which store it with them.
                 await run.stage(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
             case ToolUnlisted(tool=tool):  # its server was never listed: the run stops with its withdrawal
-                withdrawn = self.context.withdrawn[tool]
+                withdrawn = self._deps.withdrawn[tool]
                 await run.finish(RunStatus.STOPPED, withdrawn.stop_reason, withdrawn.detail)
             case PlanRefused(error=error):
                 await run.finish(RunStatus.FAILED, StopReason.PLAN_INVALID, json.dumps(error.as_dict()))
@@ -377,7 +348,7 @@ class RunDriver:
     ) -> asyncio.Task[None] | None:
         state = run.state
         round_number = state.round
-        validator = round_validator(state, self._catalogue)
+        validator = round_validator(state, self._deps.catalogue)
         started = asyncio.Event()
         failure: list[BaseException] = []
         asked: list[Question] = []
@@ -504,11 +475,10 @@ class RunDriver:
 
     def _context(self, state: RunState) -> PlanningContext:
         """What the planner is shown: only the tools this run could use right now, and observations as data."""
-        authority = self.context.authority(state)
         tools = [  # a tool withdrawn under the run (its server unlisted, its definition changed) is not offered
             ToolSpec.of(contract)
-            for name, contract in effective_tools(authority, self._catalogue).items()
-            if self.context.withdrawal(name, state.tool_pins) is None
+            for name, contract in effective_tools(state.authority, self._deps.catalogue).items()
+            if self._deps.withdrawal(name, state.tool_pins) is None
         ]
         return PlanningContext(
             resource=state.resource,

@@ -19,7 +19,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
-from actors.run.context import ExecutionContext, HandedOver, Interruption, Parked
+from actors.run.context import HandedOver, Interruption, Parked
+from actors.run.deps import RunDeps
 from actors.run.operate import AWAITING_APPROVAL, OPERATION_EXPIRED, RESOLUTION_EXPIRED, Operate, Wait
 from actors.run.recorder import RunRecorder, now
 from dag.contracts import ToolContract
@@ -78,18 +79,22 @@ class RoundExecution:
     def __init__(
         self,
         run: RunRecorder,
-        context: ExecutionContext,
+        deps: RunDeps,
         cancel: asyncio.Event,
         deadline: datetime,
         plan_changed: asyncio.Event | None = None,
         handover: asyncio.Event | None = None,
+        *,
+        operate: Operate | None = None,
     ) -> None:
         """``plan_changed`` is set whenever a streamed plan gains a node or ends: the round dispatches the new
         node at once, and cannot drain while the plan is still open. ``handover`` is set when the supervisor
         shuts down: nothing more is dispatched, the calls in flight land and are recorded, and the round
-        raises ``HandedOver``."""
+        raises ``HandedOver``. ``operate`` drives a write node through its operation's row (``None``: no
+        ledger, so no write is called)."""
         self._run = run
-        self._context = context
+        self._deps = deps
+        self._operate = operate
         self._plan_changed = plan_changed
         self._cancel = cancel
         self._handover = handover if handover is not None else asyncio.Event()
@@ -129,7 +134,7 @@ class RoundExecution:
         """Whether this round has driven a write: only then can it have operations to expire when it stops."""
         self._expired: Interruption | None = None
         """Why the round stops: a write's wait for a person ran past its deadline (approval, resolution)."""
-        fields = context.observed_fields()
+        fields = deps.observed_fields()
         state = run.state
         self._observed_fields = fields
         self._observed = observed_values(
@@ -226,7 +231,7 @@ class RoundExecution:
             for task in (*self._calls, *self._timers):
                 task.cancel()
             for key in self._probes.values():  # probes that will never report
-                self._context.health.release(key)
+                self._deps.health.release(key)
             for span in self._spans.values():  # calls abandoned by a cancellation or a hard limit
                 span.set_attribute("raydag.abandoned", True)
                 span.end()
@@ -317,7 +322,7 @@ class RoundExecution:
         """The round stops (its deadline, a cancellation): its operations not yet executing — awaiting a person,
         or approved and not yet claimed — expire, so that nothing executes a write of a run that is over. A
         deadline that caught one awaiting approval is reported as the approval's."""
-        operate = self._context.operate
+        operate = self._operate
         if operate is None or not self._writes:
             return interruption
         note = "the run stopped before the write executed" if interruption is None else interruption.detail
@@ -363,8 +368,8 @@ class RoundExecution:
         for node in state.in_flight():
             if node.status is not NodeStatus.RUNNING:
                 continue
-            contract = self._context.catalogue.get(node.tool)
-            if contract is not None and contract.operation is not None and self._context.operate is not None:
+            contract = self._deps.catalogue.get(node.tool)
+            if contract is not None and contract.operation is not None and self._operate is not None:
                 self._take_up(node.node_id)
             elif contract is not None and node.task is not None:
                 self._follow_recorded(node.node_id, contract)
@@ -409,7 +414,7 @@ class RoundExecution:
         state = self._run.state
         step = self._recorded_step(node_id)
         self._unreported.add(node_id)
-        self._start(self._call_for(state, step), self._context.catalogue[step.tool], step)
+        self._start(self._call_for(state, step), self._deps.catalogue[step.tool], step)
 
     async def _step(self) -> Interruption | bool:
         """Record and perform every step that can be taken now; ``True`` if anything happened."""
@@ -423,16 +428,16 @@ class RoundExecution:
         self._landed = []
         for event in events:
             state = apply(state, event)
-        context = self._context
+        deps = self._deps
         at = now()  # the step's moment, stamped on what it decides (before deciding, as it always was)
         steps = dispatch(
             state,
             self._frontier.candidates(state),
             in_flight=len(self._calls),
-            catalogue=context.catalogue,
-            withdrawal=context.withdrawal,
+            catalogue=deps.catalogue,
+            withdrawal=deps.withdrawal,
             observed=self._observed,
-            health=context.health,
+            health=deps.health,
             now=time.monotonic(),
         )
         calls: list[tuple[ToolCall, ToolContract, Call]] = []
@@ -462,7 +467,7 @@ class RoundExecution:
                         self._observe(state.carried[ready.fingerprint].output)
                 case Call():
                     events.append(_dispatched(step, at))
-                    calls.append((self._call_for(state, step), context.catalogue[step.tool], step))
+                    calls.append((self._call_for(state, step), deps.catalogue[step.tool], step))
                 case Probe():
                     self._probes[step.node_id] = step.key
                 case HoldForCircuit():
@@ -532,15 +537,15 @@ class RoundExecution:
         them through; ``True`` if any moved, the interruption if one's tool was withdrawn."""
         if not self._due:
             return False
-        context = self._context
+        deps = self._deps
         steps = retries(
             self._run.state,
             self._due,
             in_flight=len(self._calls),
-            catalogue=context.catalogue,
-            withdrawal=context.withdrawal,
+            catalogue=deps.catalogue,
+            withdrawal=deps.withdrawal,
             observed=self._observed,
-            health=context.health,
+            health=deps.health,
             now=time.monotonic(),
         )
         moved = False
@@ -556,7 +561,7 @@ class RoundExecution:
                     self._wake_in(step.seconds)
                 case Call():
                     await self._run.record(_dispatched(step, now()))
-                    self._start(self._call_for(self._run.state, step), context.catalogue[step.tool], step)
+                    self._start(self._call_for(self._run.state, step), deps.catalogue[step.tool], step)
                     moved = True
                 case Fail():
                     await self._run.record(_event_of(step, now()))
@@ -599,16 +604,16 @@ class RoundExecution:
         if updates:
             await self._run.record(*updates)
         for node_id, task in following:
-            self._follow(node_id, task, self._context.catalogue[state.nodes[node_id].tool])
+            self._follow(node_id, task, self._deps.catalogue[state.nodes[node_id].tool])
 
     def _completion(self, node_id: str, outcome: ToolOutcome) -> RunEvent:
         self._sent.pop(node_id, None)
         state = self._run.state
         node = state.nodes[node_id]
-        contract = self._context.catalogue[node.tool]
+        contract = self._deps.catalogue[node.tool]
         error = outcome.error
         key = self._health_key(node.tool)
-        health = self._context.health
+        health = self._deps.health
         health.record(key, error, time.monotonic())
         self._probes.pop(node_id, None)
         span = self._spans.pop(node_id, None)
@@ -636,13 +641,13 @@ class RoundExecution:
                 1  # a tool in an outage: the wait is the circuit's, not an attempt
             )
         remaining = (self._deadline - now()).total_seconds()
-        delay = self._context.retry.next_delay(
+        delay = self._deps.retry.next_delay(
             contract,
             error,
             attempt=self._tool_failures[node_id],
             runtime_failures=self._runtime_failures[node_id],
             remaining_s=remaining,
-            rng=self._context.rng,
+            rng=self._deps.rng,
         )
         if delay is None:
             return NodeFailed(at=now(), node_id=node_id, error=error, **times)
@@ -652,7 +657,7 @@ class RoundExecution:
 
     def _token(self, state: RunState, node_id: str, attempt: int, contract: ToolContract) -> str:
         """The task token of one call of ``contract``'s tool for a node (empty: its server takes none)."""
-        _, tokens = self._context.destination(contract)
+        _, tokens = self._deps.destination(contract)
         if tokens is None:
             return ""
         return tokens.mint(
@@ -665,8 +670,8 @@ class RoundExecution:
         )
 
     def _call_for(self, state: RunState, step: Call) -> ToolCall:
-        contract = self._context.catalogue[step.tool]
-        url, _ = self._context.destination(contract)
+        contract = self._deps.catalogue[step.tool]
+        url, _ = self._deps.destination(contract)
         token = self._token(state, step.node_id, step.attempt, contract)
         span = tracer().start_span(
             f"node {step.node_id}",
@@ -689,13 +694,13 @@ class RoundExecution:
             mcp_url=url,
             token=token,
             timeout_s=contract.timeout_s,
-            protocol=self._context.protocol,
+            protocol=self._deps.protocol,
             server=contract.server,
             as_task=contract.task,
         )
 
     def _start(self, call: ToolCall, contract: ToolContract, step: Call) -> None:
-        operate = self._context.operate
+        operate = self._operate
         if contract.operation is not None and operate is not None:
             self._writes = True
             work = self._operated(operate, call, contract, step)
@@ -711,7 +716,7 @@ class RoundExecution:
         state = self._run.state
 
         async def call_tool(tool: str, args: dict[str, Any], meta: dict[str, Any]) -> ToolOutcome:
-            used = self._context.catalogue[tool]
+            used = self._deps.catalogue[tool]
             return await self._guarded(
                 replace(
                     call,
@@ -731,7 +736,7 @@ class RoundExecution:
             contract,
             step.args,
             step.decision,
-            call_limit_s=self._context.call_limit_s(contract),
+            call_limit_s=self._deps.call_limit_s(contract),
             call=call_tool,
             waiting=lambda operation_id, wait: self._operation_waits(call.node_id, operation_id, wait),
         )
@@ -740,13 +745,13 @@ class RoundExecution:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""
         started = now()
         try:
-            async with asyncio.timeout(self._context.call_limit_s(contract)):
-                return await self._context.executor.run(call)
+            async with asyncio.timeout(self._deps.call_limit_s(contract)):
+                return await self._deps.executor.run(call)
         except TimeoutError:
             error = NodeError(
                 kind=ErrorKind.TRANSIENT,
                 code="TIMEOUT",
-                message=f"no result within {self._context.call_limit_s(contract):g}s",
+                message=f"no result within {self._deps.call_limit_s(contract):g}s",
             )
             return ToolOutcome(output=None, error=error, started_at=started, finished_at=now())
 

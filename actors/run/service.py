@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from actors.calls.call import ToolExecutor
-from actors.observe.metrics import NO_METRICS, RunMetrics, report
+from actors.observe.metrics import report
 from actors.run.approvals import Person
 from actors.run.asking import QuestionGate
 from actors.run.context import HandedOver, Parked
+from actors.run.deps import RunDeps
 from actors.run.driver import RunDriver
 from actors.run.operate import Operate, sweep
 from actors.run.recorder import now
@@ -40,9 +40,8 @@ from actors.store.questions import QuestionStore
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.reviews import ReviewStore
 from actors.store.runs import Creation, RunStore
-from actors.toolsets.config import HttpServer, StdioServer, Toolsets
+from actors.toolsets.config import Toolsets
 from actors.toolsets.pinning import run_pin
-from actors.toolsets.withdrawal import Withdrawal
 from dag.admission import Offer, OverLimits, RunAdmitted, admit_run
 from dag.budget import BudgetAboveLimit, Budgets
 from dag.continuation import (
@@ -54,9 +53,8 @@ from dag.continuation import (
     continued_answers,
     continued_budgets,
 )
-from dag.contracts import Risk, ToolCatalogue, ToolContract
+from dag.contracts import Risk, ToolContract
 from dag.events import RunContinued, RunCreated
-from dag.health import ToolHealth
 from dag.operations import OperationState
 from dag.plan import Plan
 from dag.policy import Principal, TenantPolicy
@@ -65,7 +63,7 @@ from dag.review import ReviewState
 from dag.run_state import RunState, apply, fold
 from dag.states import RunStatus
 from dag.tokens import TaskTokens
-from planner.base import Planner, required_tools
+from planner.base import required_tools
 
 if TYPE_CHECKING:
     from actors.calls.call import ToolOutcome
@@ -84,43 +82,33 @@ class RunService:
 
     def __init__(
         self,
+        deps: RunDeps,
         *,
         pool: asyncpg.Pool,
-        executor: ToolExecutor,
-        catalogue: ToolCatalogue,
-        planners: Mapping[str, Planner],
-        tokens: TaskTokens,
-        mcp_url: str,
         limits: Budgets,
         defaults: Budgets | None = None,
         tenant_tools: Mapping[str, tuple[str, ...]] | None = None,
         tenant_policies: Mapping[str, TenantPolicy] | None = None,
-        health: ToolHealth | None = None,
         owner: str = "raydag-local",
         lease_s: float = 15.0,
         outbox_sink: OutboxSink | None = None,
         unavailable_planners: Mapping[str, str] | None = None,
-        metrics: RunMetrics = NO_METRICS,
-        servers: Mapping[str, HttpServer | StdioServer] | None = None,
-        withdrawn: Mapping[str, Withdrawal] | None = None,
         toolsets: Toolsets | None = None,
-        pins: Mapping[str, str] | None = None,
         listed: asyncio.Event | None = None,
         max_active_runs: int = MAX_ACTIVE_RUNS,
         toolset_planner: str | None = None,
         decisions: DecisionWakeups | None = None,
     ) -> None:
-        """``toolsets`` declare the resource checks of the catalogue's servers (none: the policy alone).
-        ``max_active_runs``: how many runs are driven at once; the others wait their turn, oldest first.
-        ``decisions`` wakes runs waiting on a person when a decision is written (none: they read their rows
-        every 250 ms, ``UNHEARD_READ_EVERY_S``)."""
+        """``deps``: what every run shares, handed to the driver and its rounds as it is. ``toolsets`` declare
+        the resource checks of the catalogue's servers (none: the policy alone). ``max_active_runs``: how many
+        runs are driven at once; the others wait their turn, oldest first. ``decisions`` wakes runs waiting on
+        a person when a decision is written (none: they read their rows every 250 ms,
+        ``UNHEARD_READ_EVERY_S``)."""
+        self._deps = deps
         self._pool = pool
         self._toolsets = toolsets
-        self._pins: Mapping[str, str] = pins if pins is not None else {}
         self._listed = listed
         """Set once every toolset server has been tried: runs are adopted only then (``None``: at once)."""
-        self._withdrawn: Mapping[str, Withdrawal] = withdrawn if withdrawn is not None else {}
-        self._metrics = metrics
         self.owner = owner
         self.store = RunStore(pool, owner=owner, lease_s=lease_s)
         self._operations = OperationStore(pool)
@@ -134,31 +122,21 @@ class RunService:
         self._unavailable_planners = dict(unavailable_planners or {})
         self._toolset_planner = toolset_planner
         """The toolsets' own planner's name: the planner of a run that names none and gives no plan."""
-        self._planner_tools = {name: required_tools(planner) for name, planner in planners.items()}
+        self._planner_tools = {name: required_tools(planner) for name, planner in deps.planners.items()}
         """Each planner offered, with the tools it cannot plan or judge a run without."""
-        self._catalogue = catalogue
         self._limits = limits
         self._defaults = defaults
         self._tenant_tools = tenant_tools
         self._tenant_policies: Mapping[str, TenantPolicy] = tenant_policies or {}
         self._driver = RunDriver(
+            deps,
             sink=self.store,
-            executor=executor,
-            catalogue=catalogue,
-            planners=planners,
-            tokens=tokens,
-            mcp_url=mcp_url,
-            health=health,
-            metrics=metrics,
-            servers=servers,
-            withdrawn=self._withdrawn,
-            pins=self._pins,
             operate=Operate(self._operations, actor=f"supervisor:{owner}", decisions=self._decisions),
             review=ReviewGate(self._reviews, actor=f"supervisor:{owner}"),
             questions=QuestionGate(self._questions, actor=f"supervisor:{owner}"),
         )
         self._resource_checks = (
-            resource_checks(toolsets, catalogue, database=pool, call_tool=self._call_for_check)
+            resource_checks(toolsets, deps.catalogue, database=pool, call_tool=self._call_for_check)
             if toolsets is not None
             else {}
         )
@@ -217,7 +195,9 @@ class RunService:
             or self._tenant_policies.get(request.principal.tenant_id, TenantPolicy()).plan_review,
             trace=dict(request.trace) if request.trace else None,
             tool_pins={
-                name: run_pin(self._pins[name]) for name in sorted(admission.tools) if name in self._pins
+                name: run_pin(self._deps.pins[name])
+                for name in sorted(admission.tools)
+                if name in self._deps.pins
             }
             or None,
         )
@@ -239,13 +219,13 @@ class RunService:
         if tenant_budgets is not None:
             defaults = self._limits.granted(tenant_budgets, defaults=defaults)
         return Offer(
-            catalogue=self._catalogue,
+            catalogue=self._deps.catalogue,
             limits=self._limits,
             defaults=defaults,
             planners=self._planner_tools,
             unavailable_planners=self._unavailable_planners,
             toolset_planner=self._toolset_planner,
-            withdrawn=self._withdrawn,
+            withdrawn=self._deps.withdrawn,
             unlisted=unlisted,
             granted=tenant_tools,
         )
@@ -289,7 +269,7 @@ class RunService:
             match creation:
                 case Creation.CREATED:
                     state = apply(None, created)
-                    report(self._metrics, [(None, created, state)])
+                    report(self._deps.metrics, [(None, created, state)])
                     if continued is not None:
                         state = apply(state, continued)
                     self._start(state, last_seq=2 if continued else 1, checked_plan=checked_plan)
@@ -388,7 +368,7 @@ class RunService:
         )
 
     def _is_read(self, tool: str) -> bool:
-        contract = self._catalogue.get(tool)
+        contract = self._deps.catalogue.get(tool)
         return contract is not None and contract.risk is Risk.READ_ONLY
 
     async def _ledgered(self, earlier: RunState) -> list[Ledgered]:
@@ -403,7 +383,7 @@ class RunService:
     def _served_tools(self) -> set[str]:
         """Every tool this supervisor is declared to serve, its server listed now or not."""
         declared = () if self._toolsets is None else self._toolsets.servers
-        return {*self._catalogue, *(name for server in declared for name in server.tools)}
+        return {*self._deps.catalogue, *(name for server in declared for name in server.tools)}
 
     def _unlisted_tools(self, tenant_tools: Sequence[str] | None) -> dict[str, frozenset[str]]:
         """The declared tools not offered now because their server has not been listed, with the resource
@@ -414,8 +394,8 @@ class RunService:
             name: frozenset(binding.resource for binding in overlay.run_bound.values())
             for server in self._toolsets.servers
             for name, overlay in server.tools.items()
-            if name in self._withdrawn
-            and name not in self._catalogue
+            if name in self._deps.withdrawn
+            and name not in self._deps.catalogue
             and (tenant_tools is None or name in tenant_tools)
         }
 
@@ -425,9 +405,9 @@ class RunService:
         """One call of a resource check's tool, with a token minted for the requester as a node's would be."""
         from actors.calls.call import ToolCall
 
-        context = self._driver.context
+        deps = self._deps
         check_id = f"resource-check-{uuid.uuid4()}"
-        url, tokens = context.destination(contract)
+        url, tokens = deps.destination(contract)
         call = ToolCall(
             run_id=check_id,
             node_id="check",
@@ -446,11 +426,11 @@ class RunService:
             if tokens is not None
             else "",
             timeout_s=contract.timeout_s,
-            protocol=context.protocol,
+            protocol=deps.protocol,
             server=contract.server,
         )
-        async with asyncio.timeout(contract.timeout_s + context.call_slack_s):
-            return await context.executor.run(call)
+        async with asyncio.timeout(contract.timeout_s + deps.call_slack_s):
+            return await deps.executor.run(call)
 
     def _start(
         self,
@@ -525,15 +505,14 @@ class RunService:
             principal = Principal(row.tenant_id, row.subject, frozenset({contract.scope}))
             return await self._call_for_check(principal, row.resource, contract, args)
 
-        context = self._driver.context
         await sweep(
             self._operations,
-            self._catalogue,
+            self._deps.catalogue,
             read,
             actor=f"supervisor:{self.owner}",
-            call_limit_s=context.call_limit_s,
+            call_limit_s=self._deps.call_limit_s,
         )
-        self._metrics.unknown_operations(*await self._operations.unknown())
+        self._deps.metrics.unknown_operations(*await self._operations.unknown())
 
     async def _every(self, period_s: float, job: Callable[[], Awaitable[Any]]) -> None:
         while True:
@@ -754,8 +733,8 @@ class RunService:
         self._defaults = defaults
         self._tenant_tools = tenant_tools
         self._tenant_policies = tenant_policies
-        self._driver.context.tokens = tokens
-        self._driver.context.mcp_url = mcp_url
+        self._deps.endpoint.tokens = tokens
+        self._deps.endpoint.url = mcp_url
 
     async def close(self) -> None:
         """Stop the background jobs, then cancel every run this process drives, recording each as cancelled."""

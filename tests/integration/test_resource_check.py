@@ -9,6 +9,7 @@ import pytest
 
 from actors.calls.executors import RayToolExecutor
 from actors.launch.settings import shipped_toolsets
+from actors.run.deps import RunDeps, ToolEndpoint
 from actors.run.service import RunService
 from actors.run.submission import RunRequest, Submission
 from actors.store.database import create_pool
@@ -49,14 +50,18 @@ async def service(
         == shipped_toolsets(tool_server.url).server("caseops").tools.keys()
     )
     pool = await create_pool(dsn, max_size=2)
-    running = RunService(
-        pool=pool,
+    deps = RunDeps(
         executor=RayToolExecutor(CASEOPS_TOOLS),
         catalogue=CASEOPS_TOOLS,
         planners={"conformance": ConformancePlanner()},
+        endpoint=ToolEndpoint(
+            url=tool_server.url, tokens=TaskTokens(key=token_key, audience=tool_server.url)
+        ),
+    )
+    running = RunService(
+        deps,
+        pool=pool,
         toolset_planner="conformance",  # as the shipped toolsets name it
-        tokens=TaskTokens(key=token_key, audience=tool_server.url),
-        mcp_url=tool_server.url,
         limits=Budgets(),
         owner="resource-check-test",
         toolsets=toolsets,

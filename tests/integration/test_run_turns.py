@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from actors.calls.executors import InlineExecutor
+from actors.run.deps import RunDeps, ToolEndpoint
 from actors.run.service import RunService
 from actors.run.submission import Cancellation, RunRequest, Submission
 from actors.store.database import create_pool
@@ -39,14 +40,16 @@ def slow(start_tool_server: Any) -> RunningToolServer:
 async def service(dsn: str, slow: RunningToolServer, token_key: bytes) -> AsyncIterator[RunService]:
     pool = await create_pool(dsn, max_size=4)
     executor = InlineExecutor(CASEOPS_TOOLS)
-    running = RunService(
-        pool=pool,
+    deps = RunDeps(
         executor=executor,
         catalogue=CASEOPS_TOOLS,
         planners={"conformance": ConformancePlanner()},
+        endpoint=ToolEndpoint(url=slow.url, tokens=TaskTokens(key=token_key, audience=slow.url)),
+    )
+    running = RunService(
+        deps,
+        pool=pool,
         toolset_planner="conformance",  # as the shipped toolsets name it
-        tokens=TaskTokens(key=token_key, audience=slow.url),
-        mcp_url=slow.url,
         limits=Budgets(),
         owner=f"turns-test-{uuid.uuid4().hex[:6]}",
         max_active_runs=1,

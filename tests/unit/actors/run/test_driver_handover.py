@@ -10,6 +10,7 @@ import pytest
 from actors.run.context import HandedOver
 from dag.budget import Budgets
 from dag.events import NodeDispatched, NodeSucceeded, RunFinished
+from dag.retry import RetryPolicy
 from dag.run_state import RunState, apply, fold
 from dag.states import NodeStatus, RunStatus
 from mcp_server.planner import CASE_TOOL
@@ -103,8 +104,7 @@ async def test_a_retry_waiting_at_the_handover_is_left_for_the_next_supervisor()
     planner = ScriptedPlanner(Propose({"nodes": [snapshot_node("case")]}), Decide(Final({}, citations=[])))
     sink = RecordingSink()
     executor = ScriptedExecutor({call_key(CASE_TOOL, CASE_ARGS): [Scripted(transient())]})
-    run = driver(sink, executor, planner)
-    run.context.retry = type(run.context.retry)(base_s=30.0, cap_s=30.0)  # the retry waits long
+    run = driver(sink, executor, planner, retry=RetryPolicy(base_s=30.0, cap_s=30.0))  # the retry waits long
     created = run_created(planner="scripted")
     driving = asyncio.create_task(run.drive(apply(None, created), last_seq=1))
     await sink.reached(

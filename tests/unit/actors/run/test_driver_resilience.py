@@ -150,9 +150,10 @@ async def test_a_tool_allowed_one_attempt_is_not_retried_after_a_transient_failu
 async def test_a_call_that_outlives_its_timeout_fails_as_a_transient_timeout() -> None:
     quick = dataclasses.replace(GET_CASE_SNAPSHOT, timeout_s=0.05, max_attempts=1)
     _, executor, planner, run = snapshot_run(
-        Scripted(ok(CASE_OUTPUT), gate=asyncio.Event()), catalogue={**CASEOPS_TOOLS, CASE_TOOL: quick}
+        Scripted(ok(CASE_OUTPUT), gate=asyncio.Event()),
+        catalogue={**CASEOPS_TOOLS, CASE_TOOL: quick},
+        call_slack_s=0.05,  # the production slack is 5 s on top of the contract's timeout
     )
-    run.context.call_slack_s = 0.05  # the production slack is 5 s on top of the contract's timeout
     created = run_created(planner="scripted")
 
     final = await drive(run, created)

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 from actors.calls.call import ToolCall, ToolOutcome
+from actors.run.deps import RunDeps, ToolEndpoint
 from actors.run.driver import RunDriver
 from actors.toolsets.withdrawal import Withdrawal
 from dag.events import ErrorKind, NodeDenied, NodeDispatched, NodeFailed
@@ -44,17 +45,16 @@ CHANGED = Withdrawal(DEFINITION_CHANGED_RULE, StopReason.TOOL_DEFINITION_CHANGED
 def withdrawing_driver(
     sink: RecordingSink, executor: Any, planner: ScriptedPlanner, withdrawn: dict[str, Withdrawal]
 ) -> RunDriver:
-    return RunDriver(
-        sink=sink,
+    deps = RunDeps(
         executor=executor,
         catalogue=CASEOPS_CHECKS,
         planners={"conformance": ConformancePlanner(), "scripted": planner},
-        tokens=TOKENS,
-        mcp_url=MCP_URL,
+        endpoint=ToolEndpoint(url=MCP_URL, tokens=TOKENS),
         retry=FAST_RETRY,
         rng=random.Random(7),
         withdrawn=withdrawn,
     )
+    return RunDriver(deps, sink=sink)
 
 
 async def test_a_plan_naming_a_tool_whose_server_was_never_listed_stops_the_run_with_its_withdrawal() -> None:
