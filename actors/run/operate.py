@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from actors.calls.call import ToolOutcome
+from actors.calls.call import TaskHandle, ToolOutcome
 from actors.run.recorder import now
 from actors.store.decisions import DecisionWakeups
 from actors.store.operations import Operation, OperationStore
@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 
 CallTool = Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[ToolOutcome]]
 """Call ``tool`` with ``args`` (and ``_meta`` entries) under the run's credentials and the tool's time limit."""
+FollowTask = Callable[[TaskHandle], Awaitable[ToolOutcome]]
+"""Follow an MCP task the write's call started: its outcome once it ended, or its handle again (``pending``)
+once its status changed."""
+REFOLLOWS = 3
+"""How many times a write's task is followed on after the process following it died."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,10 @@ class Operate:
         call_limit_s: float,
         call: CallTool,
         waiting: Waiting,
+        follow: FollowTask | None = None,
     ) -> ToolOutcome:
+        """The write node's outcome, once its operation has one. ``follow`` follows a task its call started
+        (a tool that runs as an MCP task): without it, such a call's outcome is unknown."""
         spec = contract.operation
         assert spec is not None, "only a write tool with an operation declared is driven here"
         started = now()
@@ -128,6 +136,7 @@ class Operate:
             carried=state.carried_operations.get((contract.name, digest)),
         )
         op_id = row.operation_id
+        lost = False  # its recorded task was found lost: only a reconciling read or a person can tell
         try:
             while True:
                 match row.state:
@@ -143,9 +152,14 @@ class Operate:
                         moved = await self._await_decision(row, run_id)
                     case OperationState.APPROVED:
                         waiting(op_id, None)
-                        moved = await self._execute(row, spec, call)
+                        moved = await self._execute(row, spec, call, follow)
+                    case OperationState.EXECUTING if row.task is not None and follow is not None:
+                        moved = await self._settle_by_task(row, follow)  # its task says how it ends
                     case OperationState.EXECUTING:  # found executing, by a caller that is not this one
                         moved = await self._await_caller(row, call_limit_s)
+                    case OperationState.UNKNOWN if row.task is not None and follow is not None and not lost:
+                        moved = await self._settle_by_task(row, follow)
+                        lost = moved is None  # the task cannot tell: a reconciling read or a person may
                     case OperationState.UNKNOWN:
                         resolve_by = row.updated_at + timedelta(seconds=state.budgets.resolution_wait_s)
                         if now() >= resolve_by:
@@ -234,8 +248,11 @@ class Operate:
             sources={OperationState.EXECUTING},
         )
 
-    async def _execute(self, row: Operation, spec: OperationSpec, call: CallTool) -> Operation | None:
-        """Claim the one execution right, call the tool once, and record what its outcome means."""
+    async def _execute(
+        self, row: Operation, spec: OperationSpec, call: CallTool, follow: FollowTask | None
+    ) -> Operation | None:
+        """Claim the one execution right, call the tool once, and record what its outcome means (a call that
+        runs as a task: once the task ended, its handle recorded on the row before it is followed)."""
         claimed = await self.store.move(
             row.operation_id,
             OperationState.EXECUTING,
@@ -248,6 +265,8 @@ class Operate:
             outcome = await call(
                 row.tool, call_arguments(spec, row.args, row.operation_id), call_meta(spec, row.operation_id)
             )
+            if outcome.task is not None and follow is not None:
+                outcome = await self._followed(row.operation_id, outcome.task, outcome, follow)
         except asyncio.CancelledError:  # the run stopped with the write out: nobody can say what it did
             await asyncio.shield(
                 self.store.move(
@@ -266,6 +285,46 @@ class Operate:
             target,
             actor=self.actor,
             note=note,
+            sources={OperationState.EXECUTING, OperationState.UNKNOWN},
+            output=outcome.output,
+            has_output=target is OperationState.SUCCEEDED,
+            error=outcome.error,
+        )
+
+    async def _followed(
+        self, op_id: str, task: TaskHandle, outcome: ToolOutcome, follow: FollowTask
+    ) -> ToolOutcome:
+        """The outcome of the write's task, followed to its end; each handle recorded on the row first."""
+        refollows = 0
+        while True:
+            if outcome.pending:
+                assert outcome.task is not None
+                task = outcome.task
+                await self.store.record_task(op_id, task.json())
+            elif outcome.error is not None and outcome.error.runtime_failure and refollows < REFOLLOWS:
+                refollows += 1  # its follower died: the task did not
+            else:
+                return outcome
+            outcome = await follow(task)
+
+    async def _settle_by_task(self, row: Operation, follow: FollowTask) -> Operation | None:
+        """An operation found executing (or unknown) with a task recorded: its outcome is the task's, read by
+        following it from here (following moves nothing at the server). A task the server lost leaves it
+        ``unknown``, for a reconciling read or a person."""
+        assert row.task is not None
+        task = TaskHandle.of(row.task)
+        outcome = await self._followed(row.operation_id, task, await follow(task), follow)
+        target = outcome_state(outcome.error)
+        note = (
+            "its task ended"
+            if outcome.error is None
+            else f"its task: {outcome.error.code}: {outcome.error.message}"
+        )
+        return await self.store.move(
+            row.operation_id,
+            target,
+            actor=self.actor,
+            note=note[:500],
             sources={OperationState.EXECUTING, OperationState.UNKNOWN},
             output=outcome.output,
             has_output=target is OperationState.SUCCEEDED,

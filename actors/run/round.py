@@ -726,6 +726,7 @@ class RoundExecution:
                     token=self._token(state, call.node_id, call.attempt, used),
                     timeout_s=used.timeout_s,
                     server=used.server,
+                    as_task=used.task and tool == contract.name,  # a reconciling read is a plain call
                 ),
                 used,
             )
@@ -739,7 +740,18 @@ class RoundExecution:
             call_limit_s=self._deps.call_limit_s(contract),
             call=call_tool,
             waiting=lambda operation_id, wait: self._operation_waits(call.node_id, operation_id, wait),
+            follow=lambda task: self._follow_write(call, contract, task),
         )
+
+    async def _follow_write(self, call: ToolCall, contract: ToolContract, task: TaskHandle) -> ToolOutcome:
+        """Follow the task a write node's call runs as (its operation recorded it first), its status recorded
+        on the node as for a read."""
+        node = self._run.state.nodes[call.node_id]
+        if node.status is NodeStatus.RUNNING and node.task != task.json():
+            await self._run.record(
+                NodeTaskUpdated(at=now(), node_id=call.node_id, attempt=node.attempts, task=task.json())
+            )
+        return await self._guarded(replace(call, as_task=False, task=task), contract)
 
     async def _guarded(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""

@@ -46,6 +46,8 @@ class Operation:
     error: NodeError | None
     created_at: datetime
     updated_at: datetime
+    task: Mapping[str, Any] | None = None
+    """The MCP task its execution runs as (``TaskHandle.json()``), recorded before anyone waits on it."""
 
     def view(self, sharers: Collection[Sharer]) -> OperationView:
         """What a decision about it is weighed on, among the runs that share it."""
@@ -108,6 +110,7 @@ def operation_of(row: asyncpg.Record) -> Operation:
         error=NodeError.model_validate(error) if error is not None else None,
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        task=row["task"],
     )
 
 

@@ -198,6 +198,20 @@ class OperationStore:
 
         return await retrying(attempt, window_s=RUN_WINDOW_S, what=f"operation {operation_id} → {target}")
 
+    async def record_task(self, operation_id: str, task: Mapping[str, Any]) -> bool:
+        """Record the task an executing operation's call runs as (or its new status); ``False`` if the operation
+        no longer executes (its outcome was recorded meanwhile)."""
+
+        async def attempt() -> bool:
+            status = await self._pool.execute(
+                "UPDATE operations SET task = $2 WHERE operation_id = $1 AND state = 'executing'",
+                uuid.UUID(operation_id),
+                dict(task),
+            )
+            return bool(status == "UPDATE 1")
+
+        return await retrying(attempt, window_s=RUN_WINDOW_S, what=f"operation {operation_id}'s task")
+
     async def expire_unshared(self, run_id: str, *, actor: str, note: str) -> list[str]:
         """Expire the operations ``run_id`` shares that have not begun executing — awaiting a person, or
         approved and not yet claimed — unless another live run shares them: its run stopped, and an operation

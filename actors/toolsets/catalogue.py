@@ -76,12 +76,6 @@ def contract_of(spec: HttpServer | StdioServer, tool: ToolDefinition, overlay: T
     if operation is not None and operation.idempotency_key not in (None, META_CARRIER):
         assert operation.idempotency_key is not None
         input_schema = _without_argument(spec.name, tool, input_schema, operation.idempotency_key)
-    if operation is not None and tool.task_support == "required":
-        raise ToolsetMismatch(
-            spec.name,
-            tool.name,
-            "runs only as an MCP task, and a write called as a task is not supported yet",
-        )
     try:
         declared_input = JsonSchema.of(input_schema)
         declared_output = JsonSchema.of(tool.output_schema) if tool.output_schema is not None else None
@@ -111,7 +105,7 @@ def contract_of(spec: HttpServer | StdioServer, tool: ToolDefinition, overlay: T
             max_output_bytes=overlay.max_output_bytes or spec.max_output_bytes,
             max_content_blocks=overlay.max_content_blocks or spec.max_content_blocks,
             operation=operation.spec() if operation is not None else None,
-            task=operation is None and tool.task_support != "forbidden",
+            task=tool.task_support != "forbidden",
         )
     except ValueError as exc:  # a bound field the tool's schema does not take
         raise ToolsetMismatch(spec.name, tool.name, str(exc).removeprefix(f"{tool.name}: ")) from None

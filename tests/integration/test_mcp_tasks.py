@@ -30,12 +30,21 @@ from tests.integration.conftest import RunningToolServer, supervisor_for
 from tests.integration.test_durability import finished, kinds, until
 from tests.integration.toolset_servers import everything_server, everything_toolsets
 
-PRINCIPAL = Principal("tenant-demo", "test", frozenset({"demo:read"}))
+PRINCIPAL = Principal("tenant-demo", "test", frozenset({"demo:read", "demo:write"}))
 RESEARCH = "simulate-research-query"
 TASK_TOOLS = f"""\
       {RESEARCH}: {{scope: demo:read, risk: read_only}}
       echo: {{scope: demo:read, risk: read_only}}
 """
+TASK_WRITES = f"""\
+      {RESEARCH}:
+        scope: demo:write
+        risk: reversible_write
+        stages: [act]
+        operation: {{approval: policy}}
+"""
+"""The research task as server-everything's hints have it: a write (``readOnlyHint: false``), run through the
+operation ledger."""
 FORWARDED = ("content-type", "accept", "mcp-session-id", "mcp-protocol-version", "authorization")
 
 
@@ -121,17 +130,17 @@ def task_events(events: list[Any]) -> list[dict[str, Any]]:
     return [event.task for event in events if event.kind == "node_task_updated"]
 
 
-async def submitted(supervisor: Any, topic: str) -> str:
+async def submitted(supervisor: Any, topic: str, stage: str = "investigate") -> str:
     answer = await supervisor.submit.remote(
-        RunRequest(principal=PRINCIPAL, resource={}, plan=research(topic), planner="outputs")
+        RunRequest(principal=PRINCIPAL, resource={}, plan=research(topic), planner="outputs", stage=stage)
     )
     assert answer.outcome is Submission.CREATED, answer
     return str(answer.run_id)
 
 
-async def task_recorded(supervisor: Any, store: RunStore, topic: str) -> str:
+async def task_recorded(supervisor: Any, store: RunStore, topic: str, stage: str = "investigate") -> str:
     """A research run, once its task's handle is in its log."""
-    run_id = await submitted(supervisor, topic)
+    run_id = await submitted(supervisor, topic, stage)
     await until(store, run_id, lambda events: len(task_events(events)) >= 1)
     return run_id
 
@@ -267,3 +276,49 @@ async def test_a_cancelled_run_cancels_its_task_at_the_server(
 
     assert events[-1].status == "cancelled", events[-1]
     assert proxy.methods["tasks/cancel"] == before + 1
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["as-is", "supervisor-killed-mid-task"])
+async def test_a_write_that_runs_as_a_task_executes_once_through_its_operation_even_across_a_crash(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    store: RunStore,
+    name: str,
+    proxied: tuple[str, CountingProxy],
+    killed: bool,
+) -> None:
+    """The operation records the task before anyone waits on it; a supervisor that finds it executing after a
+    crash follows that task to the operation's outcome, instead of calling it unknown."""
+    import ray
+
+    from actors.store.database import create_pool
+    from actors.store.operations import OperationStore
+
+    url, proxy = proxied
+    supervisor = supervisor_for(
+        dsn, tool_server, token_key, name, toolsets=everything_toolsets(url, TASK_WRITES)
+    )
+    topic = f"a write {uuid.uuid4().hex[:6]}"
+    try:
+        before = proxy.tools[RESEARCH]
+        run_id = await task_recorded(supervisor, store, topic, stage="act")
+        if killed:
+            ray.kill(supervisor, no_restart=False)  # Ray restarts it; it reclaims and resumes the run
+        events = await until(store, run_id, finished, timeout_s=120)
+    finally:
+        ray.kill(supervisor)
+
+    assert events[-1].status == "completed", events[-1]
+    assert kinds(events)["run_recovered"] == int(killed)
+    assert f"# Research Report: {topic}" in report_of(events)
+    assert proxy.tools[RESEARCH] == before + 1  # executed once, at the server
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        [operation] = await OperationStore(pool).of_run(run_id)
+    finally:
+        await pool.close()
+    assert operation.state.value == "succeeded"
+    assert operation.task is not None
+    assert operation.task["task_id"] == task_events(events)[0]["task_id"]

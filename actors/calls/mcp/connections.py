@@ -59,6 +59,7 @@ from actors.calls.mcp.stateless_post import open_session, post_tool_call
 from actors.calls.mcp.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
 from actors.calls.mcp.tasks import (
     FOLLOW_S,
+    TaskAsks,
     TaskLost,
     TasksNotOffered,
     cancel_task,
@@ -256,6 +257,11 @@ class McpConnections:
                     output, task, error = None, result, _cancelled(result)
                 else:
                     output, error = classify_result(call.tool, result, catalogue[call.tool], redactor)
+            except TaskAsks as exc:
+                output, error = (
+                    None,
+                    NodeError(kind=ErrorKind.PROTOCOL, code="TASK_INPUT_REQUIRED", message=str(exc)),
+                )
             except TaskLost as exc:
                 output, error = None, NodeError(kind=ErrorKind.TRANSIENT, code="TASK_LOST", message=str(exc))
             except TasksNotOffered as exc:

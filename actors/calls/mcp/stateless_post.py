@@ -197,7 +197,8 @@ def _parsed_answer(kind: str, raw: bytes, request_id: int) -> dict[str, Any]:
         for line in raw.decode().splitlines():
             if line.startswith("data:") and line[5:].strip():  # a priming event carries no data
                 message = json.loads(line[5:])
-                if isinstance(message, dict) and message.get("id") == request_id:
+                # a request of the server's own (its ids are its own) is not the answer, whatever its id
+                if isinstance(message, dict) and message.get("id") == request_id and "method" not in message:
                     return message
         raise MCPError(INTERNAL_ERROR, "the event stream ended without an answer to the call")
     message = json.loads(raw)

@@ -51,6 +51,11 @@ class TaskLost(Exception):
     come, and the call is made again where that is safe."""
 
 
+class TaskAsks(Exception):
+    """The task waits for input from the client (``input_required``): raydag does not answer a server's
+    questions yet, so the task is cancelled and the call fails."""
+
+
 class TasksNotOffered(Exception):
     """The server lists a tool as running as a task, but does not offer tasks for ``tools/call``."""
 
@@ -142,6 +147,11 @@ async def follow_task(
         except MCPError as exc:  # the server answers, but not for this task: it forgot it
             raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
         current = _updated(current, reported)
+        if current.status == "input_required":
+            await cancel_task(session, current, max_bytes=max_bytes)
+            raise TaskAsks(
+                f"task {handle.task_id} asks for input ({current.message or 'no message'}), which raydag does not give"
+            )
         if current.ended:
             if current.status == "cancelled":
                 return current

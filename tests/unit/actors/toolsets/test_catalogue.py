@@ -266,3 +266,25 @@ def test_a_write_with_an_operation_is_offered_without_the_key_raydag_sets_and_ca
 def test_an_idempotency_key_the_tool_does_not_take_is_a_startup_error() -> None:
     with pytest.raises(ToolsetMismatch, match="idempotency_key names 'request_id'"):
         build_catalogue(toolsets(WRITES), listing(READ, WRITE))
+
+
+@pytest.mark.parametrize(
+    ("execution", "task"),
+    [
+        ({"taskSupport": "required"}, True),
+        ({"taskSupport": "optional"}, True),
+        ({"taskSupport": "forbidden"}, False),
+        ({"taskSupport": "whenever"}, False),  # a value the protocol does not have: called as before
+        (None, False),
+    ],
+)
+def test_a_tool_is_called_as_a_task_where_its_listing_says_it_runs_as_one(
+    execution: dict[str, str] | None, task: bool
+) -> None:
+    wire = {"name": "read_text_file", "inputSchema": READ.input_schema, "annotations": {"readOnlyHint": True}}
+    if execution is not None:
+        wire["execution"] = execution
+    listed = ToolDefinition.of(wire)
+
+    assert build_catalogue(toolsets(), listing(listed)).contracts["read_text_file"].task is task
+    assert listed.definition == ToolDefinition.of({**wire, "execution": None}).definition  # pins unchanged
