@@ -3,6 +3,8 @@
 - ``submission``: ``RunRequest`` and the typed answers of submitting, cancelling and draining;
 - ``service``: ``RunService``: accepts runs (once per idempotency key), owns them in this process, waits on,
   cancels and hands them over;
+- ``turns``: ``Turns``: the runs this process owns, each driven by its own task once one of ``max_active_runs``
+  turns is free;
 - ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
 - ``round``: ``RoundExecution``: the loop of one plan round, each ready node dispatched the moment it is ready;
 - ``deps``: ``RunDeps``: what every run shares (executor, tools, planners, judges of failure), built once by
