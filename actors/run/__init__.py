@@ -3,13 +3,17 @@
 - ``submission``: ``RunRequest`` and the typed answers of submitting, cancelling and draining;
 - ``service``: ``RunService``: accepts runs (once per idempotency key), owns them in this process, waits on,
   cancels and hands them over;
+- ``turns``: ``Turns``: the runs this process owns, each driven by its own task once one of ``max_active_runs``
+  turns is free;
 - ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
-- ``round``: ``RoundExecution``: one plan round, each ready node dispatched the moment it is ready;
+- ``round``: ``RoundExecution``: the loop of one plan round, each ready node dispatched the moment it is ready;
 - ``deps``: ``RunDeps``: what every run shares (executor, tools, planners, judges of failure), built once by
   the supervisor and handed to the service, the driver and each round as it is;
 - ``context``: why a round ended early (``Interruption``), ``HandedOver``, ``Parked``;
 - ``recorder``: ``RunRecorder``: every transition recorded before it is acted on;
 - ``operate``: a write node driven through its operation's row (approval, one execution, reconciliation);
+- ``pending_writes``: ``PendingWrites``: a round's writes that have not ended (which wait, on what), which the
+  run's status, parking and expiry follow;
 - ``reviewing``: ``ReviewGate``: a reviewed round dispatches nothing until a person approved its plan;
 - ``asking``: ``QuestionGate``: a planner's question, the run waiting for a person's answer;
 - ``waiting``: how a run watches a row a person decides (a review, a question) until it is decided;

@@ -19,9 +19,10 @@ from opentelemetry.trace import Status, StatusCode
 
 from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
-from actors.run.context import HandedOver, Interruption, Parked
+from actors.run.context import HandedOver, Interruption
 from actors.run.deps import RunDeps
-from actors.run.operate import AWAITING_APPROVAL, OPERATION_EXPIRED, RESOLUTION_EXPIRED, Operate, Wait
+from actors.run.operate import CallTool, Operate
+from actors.run.pending_writes import PendingWrites
 from actors.run.recorder import RunRecorder, now
 from dag.contracts import ToolContract
 from dag.dispatch import (
@@ -52,16 +53,13 @@ from dag.events import (
     NodeSucceeded,
     NodeTaskUpdated,
     RunEvent,
-    RunParked,
-    RunResumed,
     RuntimeFailure,
-    RunWaiting,
 )
 from dag.health import HealthKey, counts_against_tool
 from dag.policy import observed_values
 from dag.run_state import RunState, apply
 from dag.scheduler import Expand, Frontier, Settle, Skip
-from dag.states import NodeStatus, RunStatus, StopReason
+from dag.states import NodeStatus, StopReason
 
 HELD_AT_MOST_S = 0.05
 """How long what a round decided and nothing acts on yet (outcomes that make no node ready while other calls
@@ -94,7 +92,8 @@ class RoundExecution:
         ledger, so no write is called)."""
         self._run = run
         self._deps = deps
-        self._operate = operate
+        self._writes = PendingWrites(run, operate)
+        """The round's writes that have not ended: the run's status, parking and expiry follow them."""
         self._plan_changed = plan_changed
         self._cancel = cancel
         self._handover = handover if handover is not None else asyncio.Event()
@@ -119,21 +118,6 @@ class RoundExecution:
         """Per node, the attempts its tool's own failures used up (not those of a tool in an outage)."""
         self._runtime_failures: Counter[str] = Counter()
         """Per node, the failures of raydag's machinery (dead workers) it has been through."""
-        self._waiting: dict[str, Wait] = {}
-        """Operations of this round waiting, and on what (``actors.run.operate``)."""
-        self._waiting_nodes: dict[str, str] = {}
-        """The node of each operation waiting."""
-        self._unreported: set[str] = set()
-        """Write nodes taken up again (a resumed or woken run) whose operation has not said yet whether it
-        still waits: the run's status and parking wait for their word."""
-        self._parking = False
-        """The round is letting its waits go to park the run: their operations' last words are not news."""
-        self._attention = asyncio.Event()
-        """Set when an operation starts or stops waiting: the run's status follows."""
-        self._writes = False
-        """Whether this round has driven a write: only then can it have operations to expire when it stops."""
-        self._expired: Interruption | None = None
-        """Why the round stops: a write's wait for a person ran past its deadline (approval, resolution)."""
         fields = deps.observed_fields()
         state = run.state
         self._observed_fields = fields
@@ -158,7 +142,7 @@ class RoundExecution:
             while True:
                 if self._cancel.is_set():
                     await self._record_landed()
-                    await self._expire_waiting(None)
+                    await self._writes.expire(None)
                     return Interruption(StopReason.CANCELLED, "the run was cancelled")
                 if self._handover.is_set():
                     await self._record_landed()
@@ -170,11 +154,11 @@ class RoundExecution:
                 late = past_deadline(self._run.state, at)
                 if late is not None:
                     await self._record_landed()
-                    return await self._expire_waiting(Interruption(late.reason, late.detail))
-                if self._expired is not None:
+                    return await self._writes.expire(Interruption(late.reason, late.detail))
+                if self._writes.expired is not None:
                     await self._record_landed()
-                    return self._expired
-                await self._follow_waiting()
+                    return self._writes.expired
+                await self._writes.follow()
                 if self._plan_changed is not None:
                     self._plan_changed.clear()  # before the scheduler looks, so no arrival goes unseen
                 progress = await self._step()
@@ -187,7 +171,7 @@ class RoundExecution:
                 if self._parkable():
                     await self._park()
                 streaming = self._plan_changed is not None and self._run.state.plan_open
-                attention = asyncio.ensure_future(self._attention.wait())
+                attention = asyncio.ensure_future(self._writes.attention.wait())
                 waiting: set[asyncio.Future[Any]] = {
                     *self._calls,
                     *self._timers,
@@ -247,7 +231,7 @@ class RoundExecution:
 
         A write waiting for a person is not a call in flight: its wait is abandoned here, its operation's row
         stays as it is, and the supervisor that resumes the run waits on."""
-        waiting = set(self._waiting_nodes.values())
+        waiting = self._writes.waiting_nodes()
         for task, node_id in list(self._calls.items()):
             if node_id in waiting:
                 task.cancel()
@@ -256,52 +240,19 @@ class RoundExecution:
             done, _ = await asyncio.wait(set(self._calls), return_when=asyncio.FIRST_COMPLETED)
             await self._absorb(cast(set[asyncio.Task[Any]], done), retry=False)
 
-    def _operation_waits(self, node_id: str, operation_id: str, wait: Wait | None) -> None:
-        """``node_id``'s operation starts (``wait``) or stops (``None``) waiting."""
-        if self._parking:
-            return
-        reported = node_id in self._unreported
-        self._unreported.discard(node_id)
-        if wait is None:
-            self._waiting_nodes.pop(operation_id, None)
-            if self._waiting.pop(operation_id, None) is None and not reported:
-                return
-        elif self._waiting.get(operation_id) == wait:
-            return
-        else:
-            self._waiting[operation_id] = wait
-            self._waiting_nodes[operation_id] = node_id
-        self._attention.set()
-
-    async def _follow_waiting(self) -> None:
-        """The run's status follows its operations: ``waiting`` while one waits for a person."""
-        self._attention.clear()
-        state = self._run.state
-        status = state.status
-        unannounced = self._waiting.keys() - set(state.waiting_on)
-        if self._waiting and (status is RunStatus.RUNNING or unannounced):  # a wait starts: said once
-            reasons = sorted({wait.why for wait in self._waiting.values()})
-            await self._run.record(
-                RunWaiting(at=now(), operation_ids=tuple(sorted(self._waiting)), reason="; ".join(reasons))
-            )
-        elif not self._waiting and not self._unreported and status is RunStatus.WAITING:
-            await self._run.record(RunResumed(at=now()))
-
     def _parkable(self) -> bool:
         """Whether the round has nothing left to do but wait for people: every call out is a write waiting for
         a person alone, nothing is due, resting or streaming in, and every write taken up again has said so."""
-        if not self._calls or self._unreported or self._landed or self._due or self._timers:
+        if not self._calls or self._landed or self._due or self._timers:
             return False
         if self._alarm is not None or (self._plan_changed is not None and self._run.state.plan_open):
             return False
-        on_people = {self._waiting_nodes[op] for op, wait in self._waiting.items() if wait.person}
-        return all(node_id in on_people for node_id in self._calls.values())
+        return self._writes.parkable(set(self._calls.values()))
 
     async def _park(self) -> None:
         """Let the waits go and park the run (``RunParked``): it holds nothing while people decide, and is
         woken by a decision or its first wait's deadline. Raises ``Parked``."""
-        waits = dict(self._waiting)
-        self._parking = True
+        self._writes.let_go()
         tasks = list(self._calls)
         for task in tasks:
             task.cancel()
@@ -312,35 +263,7 @@ class RoundExecution:
                 span.set_attribute("raydag.parked", True)
                 span.end()
         self._calls.clear()
-        await self._follow_waiting()
-        wake_at = min((wait.until for wait in waits.values() if wait.until is not None), default=None)
-        parked = tuple(f"operation:{op}" for op in sorted(waits))
-        await self._run.record(RunParked(at=now(), waits=parked, wake_at=wake_at))
-        raise Parked(self._run.state.run_id, parked)
-
-    async def _expire_waiting(self, interruption: Interruption | None) -> Interruption | None:
-        """The round stops (its deadline, a cancellation): its operations not yet executing — awaiting a person,
-        or approved and not yet claimed — expire, so that nothing executes a write of a run that is over. A
-        deadline that caught one awaiting approval is reported as the approval's."""
-        operate = self._operate
-        if operate is None or not self._writes:
-            return interruption
-        note = "the run stopped before the write executed" if interruption is None else interruption.detail
-        run_id = self._run.state.run_id
-        waited = {op for op, wait in self._waiting.items() if wait.why == AWAITING_APPROVAL}
-        await operate.expire_unexecuted(run_id, note=note)
-        if interruption is None or interruption.reason is not StopReason.DEADLINE_EXCEEDED:
-            return interruption
-        # Expired here, or by its own waiter at its deadline (the run's) a moment before: it waited past it.
-        awaiting = sorted(waited & await operate.expired_of(run_id))
-        if awaiting:
-            return Interruption(
-                StopReason.APPROVAL_EXPIRED,
-                f"{len(awaiting)} operation(s) waited for approval past the run's deadline: {', '.join(awaiting)}",
-            )
-        if self._expired is not None:  # its node landed before the round saw the deadline
-            return self._expired
-        return interruption
+        await self._writes.park()
 
     def _wake_in(self, seconds: float) -> None:
         """Run the round's loop again after ``seconds`` (the earliest of several requests wins)."""
@@ -369,7 +292,7 @@ class RoundExecution:
             if node.status is not NodeStatus.RUNNING:
                 continue
             contract = self._deps.catalogue.get(node.tool)
-            if contract is not None and contract.operation is not None and self._operate is not None:
+            if contract is not None and self._writes.operated(contract):
                 self._take_up(node.node_id)
             elif contract is not None and node.task is not None:
                 self._follow_recorded(node.node_id, contract)
@@ -386,7 +309,7 @@ class RoundExecution:
         self._due.extend(
             node.node_id
             for node in self._run.state.in_flight()
-            if node.node_id not in self._unreported and node.node_id not in self._sent
+            if not self._writes.unreported(node.node_id) and node.node_id not in self._sent
         )
 
     def _follow_recorded(self, node_id: str, contract: ToolContract) -> None:
@@ -413,7 +336,7 @@ class RoundExecution:
         """Go on with a write node's attempt recorded in flight: its operation, driven from its row."""
         state = self._run.state
         step = self._recorded_step(node_id)
-        self._unreported.add(node_id)
+        self._writes.take_up(node_id)
         self._start(self._call_for(state, step), self._deps.catalogue[step.tool], step)
 
     async def _step(self) -> Interruption | bool:
@@ -628,11 +551,7 @@ class RoundExecution:
             self._observe(outcome.output)
             return NodeSucceeded(at=now(), node_id=node_id, output=outcome.output, **times)
         if contract.operation is not None:  # a write is never tried again: its operation said how it ended
-            self._unreported.discard(node_id)
-            if error.code == OPERATION_EXPIRED:
-                self._expired = Interruption(StopReason.APPROVAL_EXPIRED, f"{node_id}: {error.message}")
-            elif error.code == RESOLUTION_EXPIRED:
-                self._expired = Interruption(StopReason.RESOLUTION_EXPIRED, f"{node_id}: {error.message}")
+            self._writes.ended(node_id, error)
             return NodeFailed(at=now(), node_id=node_id, error=error, **times)
         if error.runtime_failure:
             self._runtime_failures[node_id] += 1
@@ -700,19 +619,23 @@ class RoundExecution:
         )
 
     def _start(self, call: ToolCall, contract: ToolContract, step: Call) -> None:
-        operate = self._operate
-        if contract.operation is not None and operate is not None:
-            self._writes = True
-            work = self._operated(operate, call, contract, step)
+        if self._writes.operated(contract):
+            work = self._writes.drive(
+                self._run.state,
+                step,
+                contract,
+                call_limit_s=self._deps.call_limit_s(contract),
+                call=self._write_call(call, contract),
+                follow=lambda task: self._follow_write(call, contract, task),
+            )
         else:
             self._sent[call.node_id] = call
             work = self._guarded(call, contract)
         self._calls[asyncio.create_task(work)] = call.node_id
 
-    async def _operated(
-        self, operate: Operate, call: ToolCall, contract: ToolContract, step: Call
-    ) -> ToolOutcome:
-        """A write node: its operation, driven to an outcome (approval, one execution, reconciliation)."""
+    def _write_call(self, call: ToolCall, contract: ToolContract) -> CallTool:
+        """How a write node's operation calls a tool (the write, or its reconciling read): as ``call`` was
+        made, with that tool's token, time limit and server."""
         state = self._run.state
 
         async def call_tool(tool: str, args: dict[str, Any], meta: dict[str, Any]) -> ToolOutcome:
@@ -731,17 +654,7 @@ class RoundExecution:
                 used,
             )
 
-        return await operate.drive(
-            state,
-            call.node_id,
-            contract,
-            step.args,
-            step.decision,
-            call_limit_s=self._deps.call_limit_s(contract),
-            call=call_tool,
-            waiting=lambda operation_id, wait: self._operation_waits(call.node_id, operation_id, wait),
-            follow=lambda task: self._follow_write(call, contract, task),
-        )
+        return call_tool
 
     async def _follow_write(self, call: ToolCall, contract: ToolContract, task: TaskHandle) -> ToolOutcome:
         """Follow the task a write node's call runs as (its operation recorded it first), its status recorded

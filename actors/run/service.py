@@ -15,7 +15,7 @@ import asyncpg
 from actors.observe.metrics import report
 from actors.run.approvals import Person
 from actors.run.asking import QuestionGate
-from actors.run.context import HandedOver, Parked
+from actors.run.context import Parked
 from actors.run.deps import RunDeps
 from actors.run.driver import RunDriver
 from actors.run.operate import Operate, sweep
@@ -32,10 +32,11 @@ from actors.run.submission import (
     SubmitResult,
     refused_submission,
 )
+from actors.run.turns import Turns
 from actors.store.decisions import DecisionWakeups
 from actors.store.operations import Operation, OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
-from actors.store.ownership import LeaseLost, Leases
+from actors.store.ownership import Leases
 from actors.store.questions import QuestionStore
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.reviews import ReviewStore
@@ -140,11 +141,7 @@ class RunService:
             if toolsets is not None
             else {}
         )
-        self._runs: dict[str, asyncio.Task[Any]] = {}
-        self._turns = asyncio.Semaphore(max_active_runs)
-        self._driving = 0
-        self._cancels: dict[str, asyncio.Event] = {}
-        self._creating: set[str] = set()
+        self._turns = Turns(self._driver, max_active_runs=max_active_runs, parked=self._parked)
         self._background: list[asyncio.Task[None]] = []
         self._waking: set[asyncio.Task[bool]] = set()
         """Wake-ups of parked runs under way (kept referenced until they end)."""
@@ -257,8 +254,7 @@ class RunService:
         continued: RunContinued | None = None,
     ) -> SubmitResult:
         """Record the run (once per idempotency key, or per run continued) and start driving it."""
-        self._creating.add(created.run_id)  # not an orphan between its insert and its driver's start
-        try:
+        with self._turns.claiming(created.run_id):  # not an orphan between its insert and its driver's start
             creation, run_id = await self.store.create_run(
                 created,
                 idempotency_key=idempotency_key,
@@ -272,7 +268,7 @@ class RunService:
                     report(self._deps.metrics, [(None, created, state)])
                     if continued is not None:
                         state = apply(state, continued)
-                    self._start(state, last_seq=2 if continued else 1, checked_plan=checked_plan)
+                    self._turns.start(state, last_seq=2 if continued else 1, checked_plan=checked_plan)
                     return SubmitResult(Submission.CREATED, run_id)
                 case Creation.REPLAYED:
                     return SubmitResult(Submission.REPLAYED, run_id)
@@ -280,8 +276,6 @@ class RunService:
                     return SubmitResult(Submission.ALREADY_CONTINUED, run_id)
                 case Creation.CONFLICT:
                     return SubmitResult(Submission.IDEMPOTENCY_CONFLICT, run_id)
-        finally:
-            self._creating.discard(created.run_id)
 
     async def continue_run(self, request: ContinueRequest) -> SubmitResult:
         """Continue a run that stopped (``dag.continuation``): a new run over the earlier run's principal,
@@ -432,57 +426,6 @@ class RunService:
         async with asyncio.timeout(contract.timeout_s + deps.call_slack_s):
             return await deps.executor.run(call)
 
-    def _start(
-        self,
-        state: RunState,
-        last_seq: int,
-        recovered: tuple[str, str | None] | None = None,
-        checked_plan: Plan | None = None,
-    ) -> None:
-        cancel = asyncio.Event()
-        task = asyncio.create_task(
-            self._drive_in_turn(state, last_seq, cancel, recovered, checked_plan), name=f"run:{state.run_id}"
-        )
-        self._runs[state.run_id] = task
-        self._cancels[state.run_id] = cancel
-        task.add_done_callback(self._forget)
-
-    async def _drive_in_turn(
-        self,
-        state: RunState,
-        last_seq: int,
-        cancel: asyncio.Event,
-        recovered: tuple[str, str | None] | None,
-        checked_plan: Plan | None,
-    ) -> RunState:
-        """Drive the run once one of the ``max_active_runs`` turns is free. Owning more runs than it drives
-        keeps the supervisor's loop (and its pool) short of work, so that a submission is answered within the
-        API's deadline under any load; the runs waiting are owned and leased all the same. A run cancelled
-        while it waits is driven at once, to record its cancellation; one waiting when the supervisor hands
-        over is handed over as it is."""
-        turn = asyncio.ensure_future(self._turns.acquire())
-        cancelled = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait({turn, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            turn.cancel()
-            raise
-        finally:
-            cancelled.cancel()
-        self._driving += 1
-        try:
-            if self._driver.handover.is_set() and not recovered:
-                raise HandedOver(f"run {state.run_id} handed over before its turn came")
-            return await self._driver.drive(
-                state, last_seq=last_seq, cancel=cancel, recovered=recovered, checked_plan=checked_plan
-            )
-        finally:
-            self._driving -= 1
-            if turn.done() and not turn.cancelled():
-                self._turns.release()
-            else:
-                turn.cancel()
-
     # ---------------------------------------------------------------- ownership, in the background
 
     def start_background(self) -> None:
@@ -533,53 +476,39 @@ class RunService:
         if self._listed is not None and not self._listed.is_set():
             return []  # a run resumed before its servers were tried would find their tools withdrawn
         claims = await self._leases.claim_orphans(
-            driving={*self._runs, *self._creating},
+            driving=self._turns.owned(),
             serving=self._served_tools(),
             planning=self._planner_tools.keys(),
         )
         adopted = []
         for claim in claims:
             stored = await self.store.events(claim.run_id)
-            if claim.run_id in self._runs or claim.run_id in self._creating:
+            if self._turns.owns(claim.run_id):
                 continue  # created here while the scan ran: ours already, and already driven
             state = fold(item.event for item in stored)
             log.info("recovering run %s from %s", claim.run_id, claim.previous_owner)
-            self._start(state, last_seq=stored[-1].seq, recovered=(self.owner, claim.previous_owner))
+            self._turns.start(state, last_seq=stored[-1].seq, recovered=(self.owner, claim.previous_owner))
             adopted.append(claim.run_id)
         return adopted
 
     async def _renew_leases(self) -> None:
-        for run_id in await self._leases.renew(list(self._runs)):
+        for run_id in await self._leases.renew(list(self._turns.runs)):
             log.warning("run %s is no longer ours; stopping its driver here", run_id)
-            task = self._runs.get(run_id)
+            task = self._turns.runs.get(run_id)
             if task is not None:
                 task.cancel()
 
-    def _forget(self, task: asyncio.Task[Any]) -> None:
-        run_id = task.get_name().removeprefix("run:")
-        self._runs.pop(run_id, None)
-        self._cancels.pop(run_id, None)
-        if task.cancelled():
-            return
-        error = task.exception()
-        if isinstance(error, Parked):
-            log.debug("%s", error)
-            self._soon(self._wake_if_decided(run_id, error.waits))
-        elif isinstance(error, HandedOver):
-            log.info("run %s handed over unfinished; it resumes under the next supervisor", run_id)
-        elif isinstance(error, LeaseLost):
-            log.warning("run %s was taken over by another supervisor: %s", run_id, error)
-        elif error is not None:
-            # The driver could not even record its failure (the store stayed down): the run stays live in
-            # PostgreSQL, and its lease lapses so that a supervisor recovers it.
-            log.error("run %s stopped without a terminal record", run_id, exc_info=error)
-
     # ---------------------------------------------------------------- parked runs
+
+    def _parked(self, run_id: str, waits: tuple[str, ...]) -> None:
+        """``run_id`` stopped being driven here to wait for people: wake it if one of ``waits`` was decided
+        already."""
+        self._soon(self._wake_if_decided(run_id, waits))
 
     def _woken_by_decision(self, run_id: str) -> None:
         """A decision about ``run_id`` was written, and no run of this process waits on it: if the run is
         parked, wake it here (the first supervisor to claim it does)."""
-        if run_id not in self._runs and run_id not in self._creating:
+        if not self._turns.owns(run_id):
             self._soon(self.wake(run_id))
 
     def _soon(self, work: Awaitable[bool]) -> None:
@@ -611,10 +540,9 @@ class RunService:
     async def wake(self, run_id: str, *, cancel: bool = False) -> bool:
         """Claim a parked run and drive it again here (``cancel``: to record its cancellation); ``False`` if
         it is not parked (any more), or this supervisor is stopping."""
-        if self._driver.handover.is_set() or run_id in self._runs or run_id in self._creating:
+        if self._driver.handover.is_set() or self._turns.owns(run_id):
             return False
-        self._creating.add(run_id)  # claimed and not driven yet: no orphan of this owner's scan
-        try:
+        with self._turns.claiming(run_id):  # claimed and not driven yet: no orphan of this owner's scan
             try:
                 claimed = await self._leases.claim_parked(
                     run_id, serving=self._served_tools(), planning=self._planner_tools.keys()
@@ -625,13 +553,11 @@ class RunService:
             if not claimed:
                 return False
             stored = await self.store.events(run_id)
-            self._start(
+            self._turns.start(
                 fold(item.event for item in stored), last_seq=stored[-1].seq, recovered=(self.owner, None)
             )
-        finally:
-            self._creating.discard(run_id)
         if cancel:
-            self._cancels[run_id].set()
+            self._turns.cancel(run_id)
         return True
 
     async def wait(self, run_id: str, timeout_s: float, *, until_waiting: bool = False) -> bool:
@@ -641,7 +567,7 @@ class RunService:
         deadline = time.monotonic() + timeout_s
         while True:
             left = max(0.0, deadline - time.monotonic())
-            task = self._runs.get(run_id)
+            task = self._turns.runs.get(run_id)
             if task is not None and not until_waiting:
                 done, _ = await asyncio.wait({task}, timeout=left)
                 if not done:
@@ -663,26 +589,26 @@ class RunService:
 
     async def cancel(self, run_id: str, timeout_s: float = 30.0) -> Cancellation:
         """Cancel a run this process drives: in-flight calls are cancelled and nothing more is dispatched."""
-        task = self._runs.get(run_id)
+        task = self._turns.runs.get(run_id)
         if task is None and await self.wake(run_id, cancel=True):  # parked: nobody else drives it
-            task = self._runs.get(run_id)
+            task = self._turns.runs.get(run_id)
         if task is None:
             status = await self.store.run_status(run_id)
             if status is None:
                 return Cancellation.NOT_FOUND
             return Cancellation.ALREADY_FINISHED if RunStatus(status).terminal else Cancellation.NOT_OWNED
-        self._cancels[run_id].set()
+        self._turns.cancel(run_id)
         await asyncio.wait({task}, timeout=timeout_s)
         status = await self.store.run_status(run_id)
         return Cancellation.CANCELLED if status == RunStatus.CANCELLED else Cancellation.ALREADY_FINISHED
 
     def active_runs(self) -> int:
         """Runs this process owns: driven, or waiting for their turn."""
-        return len(self._runs)
+        return self._turns.active()
 
     def waiting_runs(self) -> int:
         """Runs this process owns that wait for a turn to be driven (``max_active_runs`` are)."""
-        return len(self._runs) - self._driving
+        return self._turns.waiting()
 
     @property
     def handing_over(self) -> bool:
@@ -698,7 +624,7 @@ class RunService:
         ``grace_s`` are abandoned; the resuming supervisor dispatches them again (they are read-only).
         """
         self._driver.handover.set()
-        runs = dict(self._runs)
+        runs = dict(self._turns.runs)
         pending: set[asyncio.Task[Any]] = set()
         if runs:
             _, pending = await asyncio.wait(set(runs.values()), timeout=grace_s)
@@ -740,6 +666,5 @@ class RunService:
         """Stop the background jobs, then cancel every run this process drives, recording each as cancelled."""
         for job in self._background:
             job.cancel()
-        for cancel in self._cancels.values():
-            cancel.set()
-        await asyncio.gather(*self._background, *self._runs.values(), return_exceptions=True)
+        self._turns.cancel_all()
+        await asyncio.gather(*self._background, *self._turns.runs.values(), return_exceptions=True)
