@@ -271,6 +271,10 @@ def _event_line(event: Mapping[str, Any]) -> str | None:
         return f"{node}  [red]denied[/red] by {decision.get('rule_id')}: {escape(str(decision.get('reason', '')))}"
     if kind == "node_skipped":
         return f"{node}  skipped"
+    if kind == "node_task_updated":
+        task = event.get("task") or {}
+        said = f": the server says {escape(repr(task['message']))}" if task.get("message") else ""
+        return f"{node}  task {escape(str(task.get('task_id')))} {escape(str(task.get('status')))}{said}"
     if kind == "node_retry_scheduled":
         return f"{node}  retry scheduled"
     if kind == "node_reused":
