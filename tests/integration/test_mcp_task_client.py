@@ -34,9 +34,12 @@ BOUND = 1 << 20
 class ScriptedTasks:
     """One session (``s-1``), one task (``t-1``) whose ``tasks/get`` answers the statuses given, in order."""
 
-    def __init__(self, statuses: list[str], *, offers_tasks: bool = True) -> None:
+    def __init__(self, statuses: list[str], *, offers_tasks: bool = True, unknown_session: int = 404) -> None:
+        """``unknown_session``: how a request in a session the server does not have is answered, 404 (the
+        transport spec's word) or 400 with a JSON-RPC error (what server-everything answers after a restart)."""
         self.statuses = statuses
         self.offers_tasks = offers_tasks
+        self.unknown_session = unknown_session
         self.methods: Counter[str] = Counter()
 
     async def handle(self, request: Request) -> Response:
@@ -47,7 +50,10 @@ class ScriptedTasks:
             return Response(status_code=202)
         session = request.headers.get("mcp-session-id")
         if method != "initialize" and session != "s-1":
-            return Response(status_code=404)
+            if self.unknown_session == 404:
+                return Response(status_code=404)
+            error = {"code": -32000, "message": "Bad Request: No valid session ID provided"}
+            return JSONResponse({"jsonrpc": "2.0", "error": error}, status_code=400)
         return JSONResponse(
             {"jsonrpc": "2.0", "id": message["id"], "result": self._result(method)},
             headers={"mcp-session-id": "s-1"} if method == "initialize" else {},
@@ -104,12 +110,15 @@ async def test_a_task_that_asks_for_input_is_cancelled_and_fails_the_call(
     assert server.methods["tasks/result"] == 0
 
 
-async def test_a_task_whose_session_the_server_dropped_is_lost() -> None:
-    tasks = ScriptedTasks(["working"])
+@pytest.mark.parametrize(
+    ("status", "said"), [(404, "no longer has session s-0"), (400, "no longer knows task t-1: Bad Request")]
+)
+async def test_a_task_whose_session_the_server_dropped_is_lost(status: int, said: str) -> None:
+    tasks = ScriptedTasks(["working"], unknown_session=status)
     for url in serving(tasks):
         async with httpx2.AsyncClient() as http:
             forgotten = TaskHandle(server="scripted", task_id="t-1", status="working", session="s-0")
-            with pytest.raises(TaskLost, match="no longer has session s-0"):
+            with pytest.raises(TaskLost, match=said):
                 await follow_task(session_of(http, url, forgotten), forgotten, within_s=5, max_bytes=BOUND)
 
 
