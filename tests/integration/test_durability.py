@@ -279,10 +279,14 @@ async def test_a_dead_supervisors_runs_are_taken_over_when_their_lease_lapses_an
     ray.kill(first, no_restart=True)  # gone for good
 
     events = await until(store, submitted.run_id, finished, timeout_s=90)
-    recovered = next(event for event in events if event.kind == "run_recovered")
-    # Any live supervisor may take it over (in a full test session, the API's may be first).
-    assert recovered.previous_owner == first_name
-    assert recovered.owner != first_name
+    recoveries = [event for event in events if event.kind == "run_recovered"]
+    # Any live supervisor may take it over (in a full test session, the API's may be first). On a loaded
+    # machine a taker's first append may lose to the dead owner's last one: it then takes the run again from
+    # itself, so a recovery names the dead owner or a taker, never the dead owner as the one recovering.
+    assert recoveries
+    takers = {event.owner for event in recoveries}
+    assert first_name not in takers
+    assert {event.previous_owner for event in recoveries} <= {first_name} | takers
     assert events[-1].status == "completed"
     ray.kill(second)
 
