@@ -54,7 +54,8 @@ FollowTask = Callable[[TaskHandle], Awaitable[ToolOutcome]]
 """Follow an MCP task the write's call started: its outcome once it ended, or its handle again (``pending``)
 once its status changed."""
 REFOLLOWS = 3
-"""How many times a write's task is followed on after the process following it died."""
+"""How many times a task (a read's or a write's) is followed on after the process following it died, before
+such a death counts as the call's failure."""
 
 
 @dataclass(frozen=True)

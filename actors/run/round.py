@@ -21,7 +21,7 @@ from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.context import HandedOver, Interruption
 from actors.run.deps import RunDeps
-from actors.run.operate import CallTool, Operate
+from actors.run.operate import REFOLLOWS, CallTool, Operate
 from actors.run.pending_writes import PendingWrites
 from actors.run.recorder import RunRecorder, now
 from dag.contracts import ToolContract
@@ -66,11 +66,6 @@ HELD_AT_MOST_S = 0.05
 are out) waits to be stored with the next append. A wide layer's outcomes land a few at a time; one append each
 was several appends the layer's last outcome queued behind. It is stored before anything acts on it, with the
 next dispatch or the round's end, or after this long, so that a run's events lag its calls by no more."""
-
-
-REFOLLOWS = 3
-"""How many times a node's task is followed on after the process following it died, before such a death
-counts as the call's failure."""
 
 
 class RoundExecution:
