@@ -6,8 +6,8 @@ A module-level router per noun, each route's dependencies read from ``app.state`
 - ``runs``: a run created, listed (``GET /runs``), read with its nodes and events, cancelled, continued;
 - ``decisions``: ``GET /decisions``, what waits for people across the tenant's runs, and a waiting run's
   ``waiting_for``;
-- ``operations``, ``reviews``, ``questions``: each kind of a person's decision, listed and decided through
-  ``actors.run.approvals.Decisions``;
+- ``operations``, ``reviews``, ``questions``, ``tool_questions``: each kind of a person's decision, listed and
+  decided through ``actors.run.approvals.Decisions``;
 - ``health``: ``/healthz``, ``/readyz``; ``viewer``: the run viewer's page, ``/edges`` and ``/stream``.
 
 Beside them: ``dependencies`` (``ApiState``, the caller, the run it may read), ``pages`` (cursors, the listings'

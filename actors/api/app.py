@@ -35,6 +35,7 @@ from actors.api import (
     questions,
     reviews,
     runs,
+    tool_questions,
     viewer,
 )
 from actors.api.dependencies import ApiState
@@ -192,10 +193,12 @@ ROUTERS = (
     operations.router,
     reviews.router,
     questions.router,
+    tool_questions.router,
     viewer.router,
 )
 """Every route of the API, by the noun it serves: health, runs (and their nodes and events), the inbox of
-decisions, a run's operations, plan reviews and questions (each decided through ``actors.run.approvals``), and
+decisions, a run's operations, plan reviews, planners' and tools' questions (each decided through
+``actors.run.approvals``), and
 the run viewer (its page, ``/edges``, ``/stream``)."""
 
 

@@ -26,6 +26,7 @@ from actors.store.operations import OperationStore
 from actors.store.questions import QuestionStore
 from actors.store.reviews import ReviewStore
 from actors.store.runs import RunStore
+from actors.store.tool_questions import ToolQuestionStore
 from dag.policy import Principal, TenantPolicy
 
 
@@ -42,6 +43,7 @@ class ApiState:
     operations: OperationStore = field(init=False)
     reviews: ReviewStore = field(init=False)
     questions: QuestionStore = field(init=False)
+    tool_questions: ToolQuestionStore = field(init=False)
     listing: Listing = field(init=False)
     decisions: Decisions = field(init=False)
     supervisors: Supervisors = field(init=False)
@@ -51,8 +53,11 @@ class ApiState:
         self.operations = OperationStore(pool)
         self.reviews = ReviewStore(pool)
         self.questions = QuestionStore(pool)
+        self.tool_questions = ToolQuestionStore(pool)
         self.listing = Listing(pool, line=self.store.line)
-        self.decisions = Decisions(self.store, self.operations, self.reviews, self.questions, self.policy_of)
+        self.decisions = Decisions(
+            self.store, self.operations, self.reviews, self.questions, self.policy_of, self.tool_questions
+        )
         self.supervisors = supervisors
 
 

@@ -130,7 +130,21 @@ class PendingQuestion(PendingDecision):
     question: str
 
 
-PendingItem = Annotated[PendingOperation | PendingReview | PendingQuestion, Field(discriminator="kind")]
+class PendingToolQuestion(PendingDecision):
+    """A tool's question awaiting a person's answer: the tool's server asked it mid-call, in its own words."""
+
+    kind: Literal["tool_question"]
+    question_id: str
+    node_id: str
+    server: str = Field(description="The toolset server that asked (as the toolsets file names it).")
+    tool: str
+    message: str = Field(description="The server's own words, quoted: never raydag's.")
+    requested_schema: dict[str, Any] = Field(description="The JSON Schema an answer's `content` must fit.")
+
+
+PendingItem = Annotated[
+    PendingOperation | PendingReview | PendingQuestion | PendingToolQuestion, Field(discriminator="kind")
+]
 
 
 class RunView(RunSummary):
@@ -306,6 +320,28 @@ class QuestionView(BaseModel):
     answer: str | None
     answered_by: str | None
     answered_at: Timestamp | None
+    created_at: Timestamp
+
+
+class ToolQuestionView(BaseModel):
+    """A question a tool's server asked a person mid-call, and what became of it."""
+
+    question_id: str
+    node_id: str
+    attempt: int
+    server: str = Field(description="The toolset server that asked.")
+    tool: str
+    message: str = Field(description="The server's own words, quoted: never raydag's.")
+    requested_schema: dict[str, Any] = Field(description="The JSON Schema an answer's `content` must fit.")
+    state: str = Field(
+        description="`awaiting`, `answered`, `declined`, `expired` (nobody decided it in time, or the run "
+        "stopped: the tool was told `cancel`) or `withdrawn` (the tool went on without an answer)."
+    )
+    asked_for: str
+    expires_at: Timestamp
+    content: dict[str, Any] | None = Field(description="The answer sent to the tool, once answered.")
+    decided_by: str | None
+    decided_at: Timestamp | None
     created_at: Timestamp
 
 

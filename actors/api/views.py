@@ -20,6 +20,7 @@ from actors.api.schemas import (
     PendingOperation,
     PendingQuestion,
     PendingReview,
+    PendingToolQuestion,
     PolicyDecision,
     QuestionView,
     ReviewView,
@@ -27,6 +28,7 @@ from actors.api.schemas import (
     RunView,
     SharerView,
     TaskView,
+    ToolQuestionView,
     TransitionView,
 )
 from actors.run.approvals import decidable
@@ -36,6 +38,7 @@ from actors.store.operations import Operation, Sharer, Transition
 from actors.store.questions import Question
 from actors.store.reviews import Review
 from actors.store.runs import RunStore, StoredEvent
+from actors.store.tool_questions import ToolQuestion
 from dag.contracts import Recording, ToolCatalogue
 from dag.events import NodeError, event_to_json
 from dag.fingerprint import sha256_hex
@@ -253,6 +256,26 @@ def question_view(question: Question) -> QuestionView:
     )
 
 
+def tool_question_view(question: ToolQuestion) -> ToolQuestionView:
+    """One tool's question as the API shows it."""
+    return ToolQuestionView(
+        question_id=question.question_id,
+        node_id=question.node_id,
+        attempt=question.attempt,
+        server=question.server,
+        tool=question.tool,
+        message=question.message,
+        requested_schema=dict(question.schema),
+        state=question.state.value,
+        asked_for=f"{question.tenant_id}/{question.subject}",
+        expires_at=iso(question.expires_at),
+        content=dict(question.content) if question.content is not None else None,
+        decided_by=question.decided_by,
+        decided_at=iso(question.decided_at),
+        created_at=iso(question.created_at),
+    )
+
+
 def pending_view(pending: Pending, principal: Principal, policy: TenantPolicy) -> PendingItem:
     """A decision that waits for a person, as ``principal`` is shown it: whether it may decide it, and how."""
     row = pending.row
@@ -302,6 +325,19 @@ def pending_view(pending: Pending, principal: Principal, policy: TenantPolicy) -
                 number=row.number,
                 round=row.round,
                 question=row.text,
+            )
+        case ToolQuestion():
+            base = f"/runs/{row.run_id}/tool-questions/{row.question_id}"
+            return PendingToolQuestion(
+                **common,
+                kind="tool_question",
+                decide={"answer": f"{base}/answer", "decline": f"{base}/decline"},
+                question_id=row.question_id,
+                node_id=row.node_id,
+                server=row.server,
+                tool=row.tool,
+                message=row.message,
+                requested_schema=dict(row.schema),
             )
 
 

@@ -37,6 +37,10 @@ class TaskHandle:
     session: str | None = None
     protocol: str = "2025-11-25"
     poll_s: float = 1.0
+    question: Mapping[str, Any] | None = None
+    """What the task asks while it is ``input_required``: the server's request id, its message and the schema
+    of the answer it wants (a form elicitation). Recorded with the task before a person is asked; it goes to
+    the run's inbox (``actors.run.tool_questions``), never to the model."""
 
     @property
     def ended(self) -> bool:
@@ -51,6 +55,7 @@ class TaskHandle:
             "session": self.session,
             "protocol": self.protocol,
             "poll_s": self.poll_s,
+            "question": dict(self.question) if self.question is not None else None,
         }
 
     @classmethod
@@ -63,6 +68,7 @@ class TaskHandle:
             session=value.get("session"),
             protocol=str(value.get("protocol") or "2025-11-25"),
             poll_s=float(value.get("poll_s") or 1.0),
+            question=value.get("question"),
         )
 
 
@@ -90,6 +96,12 @@ class ToolCall:
     task: TaskHandle | None = None
     """Follow this task instead of calling the tool: the outcome is its result once it ended, or its handle
     again once its status changed (recorded, then followed on)."""
+    reply: Mapping[str, Any] | None = None
+    """A person's answer to the question ``task`` asks (an elicitation's result: ``action`` and ``content``),
+    sent to its server before the task is followed on."""
+    stop: bool = False
+    """Cancel ``task`` at its server (``tasks/cancel``, after sending ``reply``) instead of following it: the
+    outcome is its handle, cancelled."""
 
 
 @dataclass(frozen=True)

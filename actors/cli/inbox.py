@@ -137,7 +137,8 @@ def inbox(
     kind: Annotated[
         list[str] | None,
         typer.Option(
-            metavar="KIND", help="Only decisions of this kind (repeatable): operation, review, question."
+            metavar="KIND",
+            help="Only decisions of this kind (repeatable): operation, review, question, tool_question.",
         ),
     ] = None,
     run: Annotated[
@@ -192,6 +193,17 @@ def _decision_lines(item: Mapping[str, Any]) -> Iterator[str]:
         yield f"  hash      {item['plan_hash']}"
         quoted = f"{run_id} {item['round']} --hash {item['plan_hash']}"
         commands = [f"raydag reviews approve {quoted}", f"raydag reviews reject {quoted}"]
+    elif item["kind"] == "tool_question":
+        yield f"[bold]tool question {item['question_id']}[/bold]  {deadline}"
+        yield f"  tool      {escape(item['tool'])} of server {escape(item['server'])}, node {escape(item['node_id'])}"
+        yield f"  it says   {escape(repr(item['message']))}"  # the server's words, quoted: never raydag's
+        schema = json.dumps(item["requested_schema"], ensure_ascii=False)
+        yield f"  answer    a JSON object fitting {escape(schema)}"
+        quoted = f"{run_id} {item['question_id']}"
+        commands = [
+            f"raydag questions answer-tool {quoted} --content JSON",
+            f"raydag questions decline-tool {quoted}",
+        ]
     else:
         yield f"[bold]question {item['number']}[/bold]  {deadline}"
         yield f"  asks      {escape(item['question'])}"
@@ -247,6 +259,8 @@ def waited_for(item: Mapping[str, Any]) -> str:
         return f"operation {item['operation_id']} ({item['tool']}, {item['state']})"
     if item["kind"] == "review":
         return f"plan review of round {item['round']}"
+    if item["kind"] == "tool_question":
+        return f"tool question {item['question_id']} ({item['tool']} asks {item['message']!r})"
     return f"question {item['number']}: {item['question']}"
 
 
@@ -274,6 +288,9 @@ def _event_line(event: Mapping[str, Any]) -> str | None:
     if kind == "node_task_updated":
         task = event.get("task") or {}
         said = f": the server says {escape(repr(task['message']))}" if task.get("message") else ""
+        asks = task.get("question") or {}
+        if asks.get("message"):
+            said += f"; it asks a person {escape(repr(asks['message']))} (see `raydag inbox`)"
         return f"{node}  task {escape(str(task.get('task_id')))} {escape(str(task.get('status')))}{said}"
     if kind == "node_retry_scheduled":
         return f"{node}  retry scheduled"

@@ -15,6 +15,7 @@ from actors.store.operations import OperationStore
 from actors.store.questions import QuestionStore
 from actors.store.reviews import ReviewStore
 from actors.store.runs import RunStore
+from actors.store.tool_questions import ToolQuestionStore
 from dag.policy import policy_of
 
 
@@ -30,6 +31,7 @@ async def decisions_desk(dsn: str, settings: Settings) -> AsyncIterator[Decision
             ReviewStore(pool),
             QuestionStore(pool),
             policy_of=lambda tenant: policy_of(settings.tenant_policies(), tenant),
+            tool_questions=ToolQuestionStore(pool),
         )
     finally:
         await pool.close()

@@ -17,12 +17,13 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from actors.store.operations import Operation, OperationStore
 from actors.store.questions import Question, QuestionStore
 from actors.store.reviews import Review, ReviewStore
 from actors.store.runs import RunStore
+from actors.store.tool_questions import ToolQuestion, ToolQuestionStore
 from dag.errors import RaydagError
 from dag.operations import (
     APPROVE_SCOPE,
@@ -35,6 +36,8 @@ from dag.operations import (
 from dag.policy import Principal, TenantPolicy
 from dag.questions import ANSWER_SCOPE, AnswerRefusal, QuestionState, answer_refusal
 from dag.review import REVIEW_SCOPE, ReviewRefusal, ReviewState, review_refusal
+from dag.tool_questions import ToolAnswerRefusal, ToolQuestionState, content_problem
+from dag.tool_questions import answer_refusal as tool_answer_refusal
 
 Verdict = Literal["approve", "reject"]
 Found = Literal["succeeded", "failed"]
@@ -46,6 +49,7 @@ class DecisionKind(StrEnum):
     OPERATION = "operation"
     REVIEW = "review"
     QUESTION = "question"
+    TOOL_QUESTION = "tool_question"
 
     @property
     def scope(self) -> str:
@@ -56,6 +60,7 @@ _SCOPES: Mapping[DecisionKind, str] = {
     DecisionKind.OPERATION: APPROVE_SCOPE,
     DecisionKind.REVIEW: REVIEW_SCOPE,
     DecisionKind.QUESTION: ANSWER_SCOPE,
+    DecisionKind.TOOL_QUESTION: ANSWER_SCOPE,
 }
 DECISION_SCOPES = frozenset(_SCOPES.values())
 """Every scope a person needs to decide something (a development key's default scopes hold none of them)."""
@@ -68,7 +73,7 @@ class Admission(StrEnum):
     RUN_NOT_FOUND = "run-not-found"
 
 
-RefusalCode = Admission | DecisionRefusal | ReviewRefusal | AnswerRefusal
+RefusalCode = Admission | DecisionRefusal | ReviewRefusal | AnswerRefusal | ToolAnswerRefusal
 """A refusal's code: the problem type the API answers with, the value every surface shows."""
 
 REFUSALS: Mapping[RefusalCode, tuple[int, str]] = {
@@ -97,6 +102,11 @@ REFUSALS: Mapping[RefusalCode, tuple[int, str]] = {
     AnswerRefusal.NOT_FOUND: (404, "the run's planner asked no question of that number"),
     AnswerRefusal.ALREADY_ANSWERED: (409, "the question was already answered"),
     AnswerRefusal.EXPIRED: (409, "the question's deadline passed before it was answered"),
+    ToolAnswerRefusal.NOT_FOUND: (404, "no tool's question with this id belongs to this run"),
+    ToolAnswerRefusal.DECIDED: (409, "the tool's question was already answered or declined"),
+    ToolAnswerRefusal.EXPIRED: (409, "the tool's question expired before it was answered"),
+    ToolAnswerRefusal.WITHDRAWN: (409, "the tool stopped waiting for an answer and went on without it"),
+    ToolAnswerRefusal.INVALID: (422, "the answer does not fit the schema the tool asked for"),
 }
 """Each refusal's HTTP status and detail: one table for every kind."""
 
@@ -104,6 +114,7 @@ _NEEDS = {
     DecisionKind.OPERATION: "deciding an operation",
     DecisionKind.REVIEW: "reviewing a plan",
     DecisionKind.QUESTION: "answering a planner",
+    DecisionKind.TOOL_QUESTION: "answering a tool",
 }
 
 
@@ -147,6 +158,7 @@ class Decisions:
     reviews: ReviewStore
     questions: QuestionStore
     policy_of: Callable[[str], TenantPolicy]
+    tool_questions: ToolQuestionStore
 
     async def admit(self, kind: DecisionKind, principal: Principal, run_id: str) -> str:
         """The id of the run ``principal`` may decide on for ``kind``, or the refusal: the scope is weighed
@@ -233,13 +245,29 @@ class Decisions:
         run = await self.admit(DecisionKind.QUESTION, principal, run_id)
         return await answer_question(self.questions, run, number, answer, person=_person(principal))
 
+    async def answer_tool(
+        self,
+        principal: Principal,
+        run_id: str,
+        question_id: str,
+        *,
+        accept: bool,
+        content: Mapping[str, Any] | None = None,
+    ) -> ToolQuestion:
+        """Answer a tool's question with ``content`` (``accept``), or decline it: the decided question. The
+        tool is sent the answer as its input; nothing in it is authority."""
+        run = await self.admit(DecisionKind.TOOL_QUESTION, principal, run_id)
+        return await answer_tool_question(
+            self.tool_questions, run, question_id, accept=accept, content=content, person=_person(principal)
+        )
+
 
 def _person(principal: Principal) -> Person:
     return Person(principal.tenant_id, principal.subject)
 
 
 def decidable(
-    row: Operation | Review | Question,
+    row: Operation | Review | Question | ToolQuestion,
     principal: Principal,
     policy: TenantPolicy,
     sharers: Collection[str] = (),
@@ -260,6 +288,11 @@ def decidable(
             )
         case Question():
             kind, refusal = DecisionKind.QUESTION, answer_refusal(row.state, row.expires_at, now=now)
+        case ToolQuestion():
+            kind, refusal = (
+                DecisionKind.TOOL_QUESTION,
+                tool_answer_refusal(row.state, row.expires_at, now=now),
+            )
     return kind.scope in principal.scopes and refusal is None
 
 
@@ -409,3 +442,41 @@ async def answer_question(
         )
         raise DecisionRefused(DecisionKind.QUESTION, late or AnswerRefusal.ALREADY_ANSWERED)
     return answered
+
+
+async def answer_tool_question(
+    store: ToolQuestionStore,
+    run_id: str,
+    question_id: str,
+    *,
+    accept: bool,
+    content: Mapping[str, Any] | None,
+    person: Person,
+) -> ToolQuestion:
+    """Decide a tool's question of the run as ``person``: answered with ``content`` (which must fit the schema
+    the tool asked for), or declined. The decided question."""
+    question = await store.get(run_id, question_id)
+    if question is None:
+        raise DecisionRefused(DecisionKind.TOOL_QUESTION, ToolAnswerRefusal.NOT_FOUND)
+    refusal = tool_answer_refusal(question.state, question.expires_at, now=datetime.now(UTC))
+    if refusal is not None:
+        raise DecisionRefused(DecisionKind.TOOL_QUESTION, refusal)
+    if accept:
+        problem = content_problem(question.schema, content or {})
+        if problem is not None:
+            raise DecisionRefused(
+                DecisionKind.TOOL_QUESTION,
+                ToolAnswerRefusal.INVALID,
+                f"the answer does not fit the schema {question.tool} asked for: {problem}",
+            )
+    target = ToolQuestionState.ANSWERED if accept else ToolQuestionState.DECLINED
+    decided = await store.settle(
+        run_id, question_id, target, by=person.actor, content=dict(content or {}) if accept else None
+    )
+    if decided is None:  # decided, withdrawn or expired between the read and the update
+        current = await store.get(run_id, question_id)
+        late = current is not None and tool_answer_refusal(
+            current.state, current.expires_at, now=datetime.now(UTC)
+        )
+        raise DecisionRefused(DecisionKind.TOOL_QUESTION, late or ToolAnswerRefusal.DECIDED)
+    return decided

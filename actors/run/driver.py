@@ -28,6 +28,7 @@ from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
 from actors.run.reviewing import ReviewGate
 from actors.run.round import RoundExecution
+from actors.run.tool_questions import ToolQuestionGate
 from actors.store.ownership import LeaseLost
 from dag.admission import OverBudget, PlanRefused, RoundAdmitted, ToolUnlisted, admit_round, round_validator
 from dag.conclusion import Finish, NextRound, conclude, out_of_model_budget
@@ -87,15 +88,18 @@ class RunDriver:
         operate: Operate | None = None,
         review: ReviewGate | None = None,
         questions: QuestionGate | None = None,
+        tool_questions: ToolQuestionGate | None = None,
     ) -> None:
         """``sink`` records the runs' transitions; ``operate`` drives write nodes through the operation ledger
         (``None``: no ledger, so no write is called), ``review`` and ``questions`` hold a run for a person (a
-        test's driver may have neither)."""
+        test's driver may have neither); ``tool_questions`` puts a task's question to a person (``None``:
+        each is declined)."""
         self._deps = deps
         self._sink = sink
         self._operate = operate
         self._review = review
         self._questions = questions
+        self._tool_questions = tool_questions
         self.handover = asyncio.Event()
         """Set when the supervisor stops: every run stops being driven at its next safe point, unfinished."""
         self._checked: dict[str, Plan] = {}
@@ -214,6 +218,7 @@ class RunDriver:
                             plan_changed,
                             self.handover,
                             operate=self._operate,
+                            questions=self._tool_questions,
                         )
                         interruption = await execution.run()
                         if stream is not None:  # the round drained or stopped: the stream has nothing to add

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, assert_never, cast
@@ -24,6 +25,7 @@ from actors.run.deps import RunDeps
 from actors.run.operate import REFOLLOWS, CallTool, Operate
 from actors.run.pending_writes import PendingWrites
 from actors.run.recorder import RunRecorder, now
+from actors.run.tool_questions import ToolQuestionGate
 from dag.contracts import ToolContract
 from dag.dispatch import (
     AwaitIdentical,
@@ -79,12 +81,14 @@ class RoundExecution:
         handover: asyncio.Event | None = None,
         *,
         operate: Operate | None = None,
+        questions: ToolQuestionGate | None = None,
     ) -> None:
         """``plan_changed`` is set whenever a streamed plan gains a node or ends: the round dispatches the new
         node at once, and cannot drain while the plan is still open. ``handover`` is set when the supervisor
         shuts down: nothing more is dispatched, the calls in flight land and are recorded, and the round
         raises ``HandedOver``. ``operate`` drives a write node through its operation's row (``None``: no
-        ledger, so no write is called)."""
+        ledger, so no write is called); ``questions`` puts a task's question to a person (``None``: nobody can
+        answer, so each is declined)."""
         self._run = run
         self._deps = deps
         self._writes = PendingWrites(run, operate)
@@ -96,6 +100,9 @@ class RoundExecution:
         self._calls: dict[asyncio.Task[ToolOutcome], str] = {}
         self._spans: dict[str, trace.Span] = {}
         """The span of each node's attempt in flight, ended when its outcome is recorded."""
+        self._questions = questions
+        self._asking: set[str] = set()
+        """Nodes whose task's question waits for a person: a handover leaves them waiting, as a write's."""
         self._sent: dict[str, ToolCall] = {}
         """The call of each read node in flight: a task it started is followed with it."""
         self._timers: dict[asyncio.Task[None], str] = {}
@@ -226,7 +233,7 @@ class RoundExecution:
 
         A write waiting for a person is not a call in flight: its wait is abandoned here, its operation's row
         stays as it is, and the supervisor that resumes the run waits on."""
-        waiting = self._writes.waiting_nodes()
+        waiting = self._writes.waiting_nodes() | self._asking
         for task, node_id in list(self._calls.items()):
             if node_id in waiting:
                 task.cancel()
@@ -317,7 +324,26 @@ class RoundExecution:
 
     def _follow(self, node_id: str, task: TaskHandle, contract: ToolContract) -> None:
         call = replace(self._sent[node_id], as_task=False, task=task)
-        self._calls[asyncio.create_task(self._guarded(call, contract))] = node_id
+        work = self._asked(call, contract) if task.question is not None else self._guarded(call, contract)
+        self._calls[asyncio.create_task(work)] = node_id
+
+    async def _asked(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
+        """Follow ``call``'s task on once a person decided what it asks (``actors.run.tool_questions``); the
+        round's other nodes go on meanwhile."""
+
+        async def follow(
+            task: TaskHandle, reply: Mapping[str, Any] | None, *, stop: bool = False
+        ) -> ToolOutcome:
+            return await self._guarded(replace(call, task=task, reply=reply, stop=stop), contract)
+
+        if self._questions is None:  # nobody can answer: declined, as the server's question documents
+            assert call.task is not None
+            return await follow(call.task, {"action": "decline"})
+        self._asking.add(call.node_id)
+        try:
+            return await self._questions.settle(self._run, call, follow, handover=self._handover)
+        finally:
+            self._asking.discard(call.node_id)
 
     def _recorded_step(self, node_id: str) -> Call:
         """The call a node in flight was dispatched with, as its log recorded it."""
@@ -521,6 +547,8 @@ class RoundExecution:
         ]
         if updates:
             await self._run.record(*updates)
+        if self._handover.is_set():  # recorded: the supervisor that resumes the run follows them on
+            return
         for node_id, task in following:
             self._follow(node_id, task, self._deps.catalogue[state.nodes[node_id].tool])
 
@@ -659,7 +687,10 @@ class RoundExecution:
             await self._run.record(
                 NodeTaskUpdated(at=now(), node_id=call.node_id, attempt=node.attempts, task=task.json())
             )
-        return await self._guarded(replace(call, as_task=False, task=task), contract)
+        following = replace(call, as_task=False, task=task)
+        if task.question is not None:
+            return await self._asked(following, contract)
+        return await self._guarded(following, contract)
 
     async def _guarded(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""

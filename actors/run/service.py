@@ -32,6 +32,7 @@ from actors.run.submission import (
     SubmitResult,
     refused_submission,
 )
+from actors.run.tool_questions import ToolQuestionGate
 from actors.run.turns import Turns
 from actors.store.decisions import DecisionWakeups
 from actors.store.operations import Operation, OperationStore
@@ -41,6 +42,7 @@ from actors.store.questions import QuestionStore
 from actors.store.resilience import DatabaseUnavailable
 from actors.store.reviews import ReviewStore
 from actors.store.runs import Creation, RunStore
+from actors.store.tool_questions import ToolQuestionStore
 from actors.toolsets.config import Toolsets
 from actors.toolsets.pinning import run_pin
 from dag.admission import Offer, OverLimits, RunAdmitted, admit_run
@@ -135,6 +137,9 @@ class RunService:
             operate=Operate(self._operations, actor=f"supervisor:{owner}", decisions=self._decisions),
             review=ReviewGate(self._reviews, actor=f"supervisor:{owner}"),
             questions=QuestionGate(self._questions, actor=f"supervisor:{owner}"),
+            tool_questions=ToolQuestionGate(
+                ToolQuestionStore(pool), actor=f"supervisor:{owner}", decisions=self._decisions
+            ),
         )
         self._resource_checks = (
             resource_checks(toolsets, deps.catalogue, database=pool, call_tool=self._call_for_check)

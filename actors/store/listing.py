@@ -23,6 +23,7 @@ from actors.store.questions import Question, _question
 from actors.store.resilience import REQUEST_WINDOW_S, Line, retrying
 from actors.store.reviews import Review, _review
 from actors.store.runs import SUMMARY_COLUMNS
+from actors.store.tool_questions import ToolQuestion, tool_question_of
 from dag.policy import Principal
 
 
@@ -58,9 +59,10 @@ class PendingKey:
 @dataclass(frozen=True)
 class Pending:
     """A decision that waits for a person: the row (an operation awaiting approval or whose outcome is
-    unknown, a plan awaiting review, a question awaiting its answer) and its run's resource."""
+    unknown, a plan awaiting review, a planner's or a tool's question awaiting its answer) and its run's
+    resource."""
 
-    row: Operation | Review | Question
+    row: Operation | Review | Question | ToolQuestion
     resource: Mapping[str, str]
     sharers: frozenset[str]
     """The principals of the runs an operation's intent was proposed by, the first and those that joined it
@@ -135,6 +137,12 @@ _PENDING: Mapping[str, str] = {
         FROM questions q JOIN runs r ON r.run_id = q.run_id
         WHERE q.tenant_id = r.tenant_id AND q.state = 'awaiting' AND q.expires_at > now()
               AND r.finished_at IS NULL""",
+    "tool_question": """
+        SELECT t.*, r.resource AS run_resource, t.expires_at AS deadline,
+               't:' || t.run_id::text || ':' || t.question_id::text AS key
+        FROM tool_questions t JOIN runs r ON r.run_id = t.run_id
+        WHERE t.tenant_id = r.tenant_id AND t.state = 'awaiting' AND t.expires_at > now()
+              AND r.finished_at IS NULL""",
 }
 """Each kind's rows that wait for a person, with their run's resource, their deadline and their key. An
 awaiting row of a run that has ended, or past its deadline, waits for nobody: its run expires it. An operation
@@ -142,10 +150,11 @@ is found through each run that shares it (its intent's first proposer, and those
 run: it waits while one of them waits on it, a run's filter finds it whichever of them it names, and a reader
 sees it through any of them it may read (the page keeps one of each: ``Listing._pending``)."""
 PENDING_KINDS = tuple(_PENDING)
-_ROW: Mapping[str, Callable[[asyncpg.Record], Operation | Review | Question]] = {
+_ROW: Mapping[str, Callable[[asyncpg.Record], Operation | Review | Question | ToolQuestion]] = {
     "operation": operation_of,
     "review": _review,
     "question": _question,
+    "tool_question": tool_question_of,
 }
 
 

@@ -1,24 +1,26 @@
 """raydag's task client against a server that does what the reference server never does: a task that asks
-for input (raydag gives none: it cancels the task), a session the server dropped (the task is lost), and a
-server that lists a task tool without offering tasks. The server is the test's own, over real HTTP."""
+for what raydag never declared (sampling, a URL) before its form question, and stops waiting for the answer;
+a session the server dropped (the task is lost); a server that lists a task tool without offering tasks. The
+server is the test's own, over real HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from actors.calls.call import TaskHandle
 from actors.calls.mcp.tasks import (
-    TaskAsks,
     TaskLost,
     TasksNotOffered,
     follow_task,
@@ -41,13 +43,25 @@ class ScriptedTasks:
         self.offers_tasks = offers_tasks
         self.unknown_session = unknown_session
         self.methods: Counter[str] = Counter()
+        self.current = statuses[0]
+        self.declared: dict[str, Any] = {}
+        """The capabilities the client declared at ``initialize``."""
+        self.answers: dict[Any, dict[str, Any]] = {}
+        """The client's answers to the server's own requests, by request id."""
 
     async def handle(self, request: Request) -> Response:
         message = json.loads(await request.body())
         method = message.get("method")
         self.methods[method] += 1
+        if method is None and "id" in message:  # the client answering one of the server's requests
+            self.answers[message["id"]] = message
+            return Response(status_code=202)
         if "id" not in message:
             return Response(status_code=202)
+        if method == "initialize":
+            self.declared = message["params"]["capabilities"]
+        if method == "tasks/result" and self.current == "input_required":
+            return StreamingResponse(_asking(), media_type="text/event-stream")
         session = request.headers.get("mcp-session-id")
         if method != "initialize" and session != "s-1":
             if self.unknown_session == 404:
@@ -71,10 +85,40 @@ class ScriptedTasks:
             return {"task": {"taskId": "t-1", "status": "working", "pollInterval": 100}}
         if method == "tasks/get":
             status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+            self.current = status
             return {"taskId": "t-1", "status": status, "statusMessage": f"now {status}", "pollInterval": 100}
         if method == "tasks/result":
             return {"content": [{"type": "text", "text": "it failed"}], "isError": True}
         return {}
+
+
+RELATED = {"_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t-1"}}}
+FORM = {
+    "type": "object",
+    "properties": {"choice": {"type": "string", "enum": ["a", "b"]}},
+    "required": ["choice"],
+}
+
+
+async def _asking() -> AsyncIterator[bytes]:
+    """What the task asks on ``tasks/result``: a model's sampling, a URL to visit, then a form; and the stream
+    stays open, as a task that waits for its answers."""
+    requests = [
+        {"id": 1, "method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5, **RELATED}},
+        {"id": 2, "method": "elicitation/create", "params": {"mode": "url", "url": "https://x", **RELATED}},
+        {"id": 3, "method": "notifications/message", "params": {"level": "info", "data": "noise"}},
+        {
+            "id": 4,
+            "method": "elicitation/create",
+            "params": {"message": "Which one?", "requestedSchema": FORM, **RELATED},
+        },
+    ]
+    yield b"data: \n\n"
+    for request in requests:
+        if request["method"].startswith("notifications/"):
+            del request["id"]
+        yield f"data: {json.dumps({'jsonrpc': '2.0', **request})}\n\n".encode()
+    await asyncio.sleep(30)
 
 
 def serving(tasks: ScriptedTasks) -> Iterator[str]:
@@ -88,12 +132,12 @@ def serving(tasks: ScriptedTasks) -> Iterator[str]:
 
 @pytest.fixture
 def asking() -> Iterator[tuple[str, ScriptedTasks]]:
-    tasks = ScriptedTasks(["working", "input_required"])
+    tasks = ScriptedTasks(["working", "input_required", "input_required", "working"])
     for url in serving(tasks):
         yield url, tasks
 
 
-async def test_a_task_that_asks_for_input_is_cancelled_and_fails_the_call(
+async def test_a_task_that_asks_reports_its_form_question_and_refuses_what_raydag_never_declared(
     asking: tuple[str, ScriptedTasks],
 ) -> None:
     url, server = asking
@@ -102,12 +146,42 @@ async def test_a_task_that_asks_for_input_is_cancelled_and_fails_the_call(
         task = await start_task(session, "scripted", "research", {"topic": "x"}, {}, max_bytes=BOUND)
         followed = await follow_task(session, task, within_s=5, max_bytes=BOUND)
         assert isinstance(followed, TaskHandle)
-        assert (followed.status, followed.message) == ("working", "now working")  # a change, reported
-        with pytest.raises(TaskAsks, match=r"task t-1 asks for input \(now input_required\)"):
-            await follow_task(session, followed, within_s=5, max_bytes=BOUND)
+        assert (followed.status, followed.question) == ("working", None)
+        asks = await follow_task(session, followed, within_s=5, max_bytes=BOUND)
+        assert isinstance(asks, TaskHandle)
+        assert asks.status == "input_required"
+        assert asks.question == {"id": 4, "message": "Which one?", "schema": FORM}
+        # Refused at once, as a client that never declared them: sampling unknown, a URL declined.
+        assert server.answers[1]["error"]["code"] == -32601
+        assert server.answers[2]["result"] == {"action": "decline"}
+        assert 4 not in server.answers  # the form waits for a person
+        still = await follow_task(session, asks, within_s=5, max_bytes=BOUND)
+        assert still == replace(asks, message=still.message)  # one look: the server still waits
+        reply = {"action": "accept", "content": {"choice": "b"}}
+        went_on = await follow_task(session, asks, within_s=5, max_bytes=BOUND, reply=reply)
 
-    assert server.methods["tasks/cancel"] == 1  # never left hanging at the server
-    assert server.methods["tasks/result"] == 0
+    assert server.declared == {"elicitation": {"form": {}}}  # form elicitation only: no sampling, no URL
+    assert server.answers[4]["result"] == reply
+    assert isinstance(went_on, TaskHandle)
+    assert (went_on.status, went_on.question) == ("working", None)
+    assert server.methods["tasks/cancel"] == 0
+
+
+async def test_a_question_the_server_stopped_waiting_for_is_dropped_from_the_task() -> None:
+    tasks = ScriptedTasks(["working"])
+    for url in serving(tasks):
+        async with httpx2.AsyncClient() as http:
+            asked = TaskHandle(
+                server="scripted",
+                task_id="t-1",
+                status="input_required",
+                session="s-1",
+                question={"id": 4, "message": "Which one?", "schema": FORM},
+            )
+            moved_on = await follow_task(session_of(http, url, asked), asked, within_s=5, max_bytes=BOUND)
+    assert isinstance(moved_on, TaskHandle)
+    assert (moved_on.status, moved_on.question) == ("working", None)
+    assert tasks.answers == {}  # nothing sent for a question nobody answered
 
 
 @pytest.mark.parametrize(

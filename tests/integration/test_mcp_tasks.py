@@ -50,7 +50,9 @@ FORWARDED = ("content-type", "accept", "mcp-session-id", "mcp-protocol-version",
 
 @dataclass
 class CountingProxy:
-    """Forwards every request to ``upstream`` and counts the JSON-RPC methods (and tools called) it saw."""
+    """Forwards every request to ``upstream`` and counts the JSON-RPC methods (and tools called) it saw. An
+    answer is relayed as it streams (a server's request arrives mid-stream), but a listing's, which is read
+    whole to be rewritten."""
 
     upstream: str
     methods: Counter[str] = field(default_factory=Counter)
@@ -64,7 +66,7 @@ class CountingProxy:
             if message.get("method") == "tools/call":
                 self.tools[message["params"]["name"]] += 1
         headers = {name: value for name, value in request.headers.items() if name in FORWARDED}
-        if request.method == "POST":
+        if request.method == "POST" and body and json.loads(body).get("method") == "tools/list":
             async with httpx.AsyncClient(timeout=60) as http:
                 answer = await http.post(self.upstream, content=body, headers=headers)
             kept = {name: value for name, value in answer.headers.items() if name in FORWARDED}

@@ -34,9 +34,10 @@ def test_every_refusal_of_a_persons_decision_has_a_status_and_is_in_the_api_docu
     from dag.operations import DecisionRefusal
     from dag.questions import AnswerRefusal
     from dag.review import ReviewRefusal
+    from dag.tool_questions import ToolAnswerRefusal
 
-    codes = [*Admission, *DecisionRefusal, *ReviewRefusal, *AnswerRefusal]
+    codes = [*Admission, *DecisionRefusal, *ReviewRefusal, *AnswerRefusal, *ToolAnswerRefusal]
 
     assert sorted(REFUSALS, key=str) == sorted(codes, key=str)
-    assert {status for status, _ in REFUSALS.values()} == {403, 404, 409}
+    assert {status for status, _ in REFUSALS.values()} == {403, 404, 409, 422}
     assert sorted(code.value for code in codes if f"`{code.value}`" not in API) == []

@@ -17,13 +17,14 @@ stdio to a child process this object owns
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ssl
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import cast
+from typing import Any, cast
 
 import aiohttp
 import anyio
@@ -59,9 +60,9 @@ from actors.calls.mcp.stateless_post import open_session, post_tool_call
 from actors.calls.mcp.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
 from actors.calls.mcp.tasks import (
     FOLLOW_S,
-    TaskAsks,
     TaskLost,
     TasksNotOffered,
+    answer_request,
     cancel_task,
     follow_task,
     open_task_session,
@@ -257,11 +258,6 @@ class McpConnections:
                     output, task, error = None, result, _cancelled(result)
                 else:
                     output, error = classify_result(call.tool, result, catalogue[call.tool], redactor)
-            except TaskAsks as exc:
-                output, error = (
-                    None,
-                    NodeError(kind=ErrorKind.PROTOCOL, code="TASK_INPUT_REQUIRED", message=str(exc)),
-                )
             except TaskLost as exc:
                 output, error = None, NodeError(kind=ErrorKind.TRANSIENT, code="TASK_LOST", message=str(exc))
             except TasksNotOffered as exc:
@@ -305,7 +301,7 @@ class McpConnections:
             if remote != call.tool:  # offered under a name of the operator's: the server knows its own
                 call = dataclasses.replace(call, tool=remote)
             if call.task is not None:  # following a task holds none of the server's call slots
-                return await self._follow(spec, call.task, call.timeout_s)
+                return await self._follow(spec, call.task, call.timeout_s, call.reply, stop=call.stop)
             async with self._limits[spec.name]:
                 if call.as_task:
                     return await self._start_task(spec, call)
@@ -341,16 +337,31 @@ class McpConnections:
         return await start_task(session, spec.name, call.tool, call.args, call.meta, max_bytes=bound)
 
     async def _follow(
-        self, spec: HttpServer | StdioServer, handle: TaskHandle, timeout_s: float
+        self,
+        spec: HttpServer | StdioServer,
+        handle: TaskHandle,
+        timeout_s: float,
+        reply: Mapping[str, Any] | None = None,
+        *,
+        stop: bool = False,
     ) -> CallToolResult | TaskHandle:
-        """The task's result once it ended, or its handle once its status changed. Cancelled (the run stopped,
-        or its deadline came), the follower asks the server to stop the task."""
+        """The task's result once it ended, or its handle once its status changed (``reply``: a person's
+        answer to its question, sent first; ``stop``: the task is cancelled instead of followed). Cancelled
+        (the run stopped, or its deadline came), the follower asks the server to stop the task."""
         if not isinstance(spec, HttpServer):
             raise TasksNotOffered(f"task {handle.task_id} of {spec.name} cannot be followed over stdio")
         bound = _read_at_most()
         session = session_of(self._http_for(spec), spec.url, handle)
+        if stop:
+            if reply is not None and handle.question is not None:
+                with contextlib.suppress(TaskLost):
+                    await answer_request(session, handle.question["id"], result=reply, max_bytes=bound)
+            await cancel_task(session, handle, max_bytes=bound)
+            return dataclasses.replace(handle, status="cancelled", question=None)
         try:
-            return await follow_task(session, handle, within_s=min(FOLLOW_S, timeout_s / 2), max_bytes=bound)
+            return await follow_task(
+                session, handle, within_s=min(FOLLOW_S, timeout_s / 2), max_bytes=bound, reply=reply
+            )
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await cancel_task(session, handle, max_bytes=bound)

@@ -42,6 +42,12 @@ TASK_TTL_MS = 24 * 3600 * 1000
 FOLLOW_S = 10.0
 """The longest one exchange follows a task before it reports back; it reports sooner when the task's status
 or message changes, or it ends."""
+ASK_WITHIN_S = 5.0
+"""How long a task that turned ``input_required`` is given to deliver its question on ``tasks/result``."""
+CLIENT_CAPABILITIES: Mapping[str, Any] = {"elicitation": {"form": {}}}
+ELICIT = "elicitation/create"
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+METHOD_NOT_FOUND = -32601
 _ids = itertools.count(1)
 _CLIENT_INFO = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -49,11 +55,6 @@ _CLIENT_INFO = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=T
 class TaskLost(Exception):
     """The server no longer knows the task (it restarted, or dropped the session): its result will never
     come, and the call is made again where that is safe."""
-
-
-class TaskAsks(Exception):
-    """The task waits for input from the client (``input_required``): raydag does not answer a server's
-    questions yet, so the task is cancelled and the call fails."""
 
 
 class TasksNotOffered(Exception):
@@ -94,10 +95,15 @@ class TaskSession:
 async def open_task_session(http: httpx2.AsyncClient, url: str, *, max_bytes: int) -> TaskSession:
     """A new session of the server at ``url`` for one task: initialized, its tasks for ``tools/call`` checked.
 
-    The client declares no capabilities: a server that would ask for input mid-task (elicitation) takes the
-    path it takes for a client that cannot answer."""
+    The client declares form elicitation, the one kind of question raydag puts to a person: a task may ask
+    mid-way (``input_required``), and its question waits in the run's inbox (``actors.run.tool_questions``).
+    Sampling and URL elicitation are not declared; a server that asks for them anyway is refused."""
     opening = TaskSession(http, url, None)
-    params = {"protocolVersion": TASKS_PROTOCOL, "capabilities": {}, "clientInfo": _CLIENT_INFO}
+    params = {
+        "protocolVersion": TASKS_PROTOCOL,
+        "capabilities": CLIENT_CAPABILITIES,
+        "clientInfo": _CLIENT_INFO,
+    }
     message, session = await _exchange(http, url, opening._headers(), "initialize", params, max_bytes)
     result = message.get("result") or {}
     tasks = ((result.get("capabilities") or {}).get("tasks") or {}).get("requests") or {}
@@ -135,10 +141,24 @@ async def start_task(
 
 
 async def follow_task(
-    session: TaskSession, handle: TaskHandle, *, within_s: float, max_bytes: int
+    session: TaskSession,
+    handle: TaskHandle,
+    *,
+    within_s: float,
+    max_bytes: int,
+    reply: Mapping[str, Any] | None = None,
 ) -> TaskHandle | CallToolResult:
     """The task's result once it ended, or its handle as soon as its status or message changed (or
-    ``within_s`` passed with neither): polled with ``tasks/get`` at the server's interval."""
+    ``within_s`` passed with neither): polled with ``tasks/get`` at the server's interval.
+
+    A task that asks for input (``input_required``) reports its question (``TaskHandle.question``) as a
+    change. While that question waits for a person, one ``tasks/get`` says whether the server still waits
+    (the handle keeps its question) or went on without the answer (the question is dropped). ``reply`` is a
+    person's answer to it: sent first, then the task is followed as before."""
+    asked = handle.question
+    if asked is not None and reply is not None:
+        await answer_request(session, asked["id"], result=reply, max_bytes=max_bytes)
+        handle = replace(handle, question=None)
     give_up = time.monotonic() + within_s
     current = handle
     while True:
@@ -147,11 +167,16 @@ async def follow_task(
         except MCPError as exc:  # the server answers, but not for this task: it forgot it
             raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
         current = _updated(current, reported)
-        if current.status == "input_required":
-            await cancel_task(session, current, max_bytes=max_bytes)
-            raise TaskAsks(
-                f"task {handle.task_id} asks for input ({current.message or 'no message'}), which raydag does not give"
-            )
+        if current.status != "input_required":
+            current = replace(current, question=None)
+        elif current.question is not None:  # its question waits for a person: the server still waits too
+            return current
+        else:
+            asks = await _question_of(session, current, within_s=ASK_WITHIN_S, max_bytes=max_bytes)
+            if isinstance(asks, CallToolResult):
+                return asks
+            if asks is not None:
+                return replace(current, question=asks)
         if current.ended:
             if current.status == "cancelled":
                 return current
@@ -162,6 +187,123 @@ async def follow_task(
         if time.monotonic() + current.poll_s > give_up:
             return current
         await anyio.sleep(current.poll_s)
+
+
+async def _question_of(
+    session: TaskSession, handle: TaskHandle, *, within_s: float, max_bytes: int
+) -> dict[str, Any] | CallToolResult | None:
+    """The question a task that turned ``input_required`` asks: the server delivers it as a request of its
+    own on the event stream of ``tasks/result`` (not while the task is polled). Its result instead, if the
+    task ended meanwhile; ``None`` if no question came within ``within_s`` (the task is polled again).
+
+    Only a form elicitation is a question for a person. Anything else the server asks is refused at once, as
+    a client that never declared it: a URL elicitation declined, any other request answered "method not
+    found" (sampling included: raydag never lets a tool server drive its model)."""
+    request_id = next(_ids)
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tasks/result",
+        "params": {"taskId": handle.task_id},
+    }
+    size = 0
+    with anyio.move_on_after(within_s):
+        async with session.http.stream(
+            "POST", session.url, content=json.dumps(body), headers=session._headers()
+        ) as response:
+            kind = response.headers.get("content-type", "").split(";", 1)[0].strip()
+            if response.status_code == 404 and session.session is not None:
+                raise TaskLost(f"the server no longer has session {session.session}")
+            if kind != "text/event-stream":  # answered at once, as JSON: the task's result, or an error
+                raw = await _read(response, max_bytes)
+                message = rpc_answer(
+                    response.status_code, response.headers.get("www-authenticate", ""), kind, raw, request_id
+                )
+                return CallToolResult.model_validate(message.get("result") or {})
+            async for line in response.aiter_lines():
+                size += len(line)
+                if size > max_bytes:
+                    raise MalformedAnswer(
+                        "OUTPUT_TOO_LARGE", f"the answer is larger than the {max_bytes:,} bytes read"
+                    )
+                if not line.startswith("data:") or not line[5:].strip():
+                    continue
+                message = json.loads(line[5:])
+                if not isinstance(message, dict):
+                    continue
+                if "method" not in message:
+                    if message.get("id") == request_id:  # the task ended before it asked anything
+                        answered = rpc_answer(
+                            200, "", "application/json", json.dumps(message).encode(), request_id
+                        )
+                        return CallToolResult.model_validate(answered.get("result") or {})
+                    continue
+                if "id" not in message or not _about(message, handle.task_id):
+                    continue  # a notification, or a request about another task of the session
+                question = _form_question(message)
+                if question is not None:
+                    return question
+                await _refuse(session, message, max_bytes=max_bytes)
+    return None
+
+
+def _about(message: Mapping[str, Any], task_id: str) -> bool:
+    """Whether a server's request belongs to ``task_id`` (one that names no task is taken as the session's
+    only task's: a task's session is its own)."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    related = meta.get(RELATED_TASK) if isinstance(meta, dict) else None
+    return not isinstance(related, dict) or related.get("taskId") == task_id
+
+
+def _form_question(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A form elicitation as the question recorded with the task: the request's id, the server's message and
+    the schema it asks an answer to; ``None`` for any other request."""
+    params = message.get("params")
+    if message.get("method") != ELICIT or not isinstance(params, dict):
+        return None
+    if params.get("mode", "form") != "form" or not isinstance(params.get("requestedSchema"), dict):
+        return None
+    text = params.get("message")
+    return {
+        "id": message["id"],
+        "message": text if isinstance(text, str) else "",
+        "schema": params["requestedSchema"],
+    }
+
+
+async def _refuse(session: TaskSession, message: Mapping[str, Any], *, max_bytes: int) -> None:
+    """Refuse a server's request raydag puts to nobody: a URL elicitation declined, anything else unknown."""
+    if message.get("method") == ELICIT:
+        await answer_request(session, message["id"], result={"action": "decline"}, max_bytes=max_bytes)
+        return
+    error = {"code": METHOD_NOT_FOUND, "message": f"raydag does not answer {message.get('method')!s:.80}"}
+    await answer_request(session, message["id"], error=error, max_bytes=max_bytes)
+
+
+async def answer_request(
+    session: TaskSession,
+    request_id: Any,
+    *,
+    result: Mapping[str, Any] | None = None,
+    error: Mapping[str, Any] | None = None,
+    max_bytes: int,
+) -> None:
+    """Answer a server's request in the task's session: a JSON-RPC response, which the server acknowledges
+    with 202. A session the server no longer has is ``TaskLost``; a request it no longer waits for is its
+    own affair (it went on without the answer)."""
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+    if error is not None:
+        body["error"] = dict(error)
+    else:
+        body["result"] = dict(result or {})
+    async with session.http.stream(
+        "POST", session.url, content=json.dumps(body), headers=session._headers()
+    ) as response:
+        await _read(response, max_bytes)
+        status = response.status_code
+    if status == 404 and session.session is not None:
+        raise TaskLost(f"the server no longer has session {session.session}")
 
 
 async def cancel_task(session: TaskSession, handle: TaskHandle, *, max_bytes: int) -> None:

@@ -54,7 +54,7 @@ def test_every_success_names_the_shape_it_answers_with() -> None:
     assert unnamed == []
 
 
-def test_a_waiting_run_and_the_inbox_name_the_three_kinds_of_decision() -> None:
+def test_a_waiting_run_and_the_inbox_name_the_four_kinds_of_decision() -> None:
     schemas = document()["components"]["schemas"]
     kinds = [
         schemas[ref.rsplit("/", 1)[-1]]["properties"]["kind"]["const"]
@@ -63,7 +63,7 @@ def test_a_waiting_run_and_the_inbox_name_the_three_kinds_of_decision() -> None:
         ].values()
     ]
 
-    assert sorted(kinds) == ["operation", "question", "review"]
+    assert sorted(kinds) == ["operation", "question", "review", "tool_question"]
     assert (
         schemas["RunView"]["properties"]["waiting_for"]["items"]
         == schemas["DecisionsPage"]["properties"]["items"]["items"]
@@ -100,5 +100,6 @@ def test_the_routes_are_module_level_routers_named_for_their_nouns() -> None:
         "actors.api.operations",
         "actors.api.reviews",
         "actors.api.questions",
+        "actors.api.tool_questions",
         "actors.api.viewer._routes",
     ]
