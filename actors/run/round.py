@@ -103,6 +103,8 @@ class RoundExecution:
         self._questions = questions
         self._asking: set[str] = set()
         """Nodes whose task's question waits for a person: a handover leaves them waiting, as a write's."""
+        self._following: set[str] = set()
+        """Read nodes whose task is being followed: a handover lets them go, and never stops their task."""
         self._sent: dict[str, ToolCall] = {}
         """The call of each read node in flight: a task it started is followed with it."""
         self._timers: dict[asyncio.Task[None], str] = {}
@@ -231,16 +233,21 @@ class RoundExecution:
     async def _land_in_flight(self) -> None:
         """Wait for the calls in flight and record their outcomes; dispatch nothing new (a handover).
 
-        A write waiting for a person is not a call in flight: its wait is abandoned here, its operation's row
-        stays as it is, and the supervisor that resumes the run waits on."""
-        waiting = self._writes.waiting_nodes() | self._asking
-        for task, node_id in list(self._calls.items()):
-            if node_id in waiting:
-                task.cancel()
-                del self._calls[task]
+        A write waiting for a person is not a call in flight, nor is a task being followed (a read's, or a
+        write's) or a task's question: each is let go here, as its log and its operation's row recorded it, and
+        the supervisor that resumes the run waits on, or follows the same task."""
         while self._calls:
-            done, _ = await asyncio.wait(set(self._calls), return_when=asyncio.FIRST_COMPLETED)
-            await self._absorb(cast(set[asyncio.Task[Any]], done), retry=False)
+            let_go = self._writes.waiting_nodes() | self._asking | self._following
+            for task, node_id in list(self._calls.items()):
+                if node_id in let_go:
+                    task.cancel()
+                    del self._calls[task]
+            if not self._calls:
+                return
+            # a write's operation may start following its task meanwhile: looked at again shortly
+            done, _ = await asyncio.wait(set(self._calls), timeout=0.1, return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                await self._absorb(cast(set[asyncio.Task[Any]], done), retry=False)
 
     def _parkable(self) -> bool:
         """Whether the round has nothing left to do but wait for people: every call out is a write waiting for
@@ -324,8 +331,23 @@ class RoundExecution:
 
     def _follow(self, node_id: str, task: TaskHandle, contract: ToolContract) -> None:
         call = replace(self._sent[node_id], as_task=False, task=task)
-        work = self._asked(call, contract) if task.question is not None else self._guarded(call, contract)
+        work = self._asked(call, contract) if task.question is not None else self._followed(call, contract)
         self._calls[asyncio.create_task(work)] = node_id
+
+    async def _followed(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
+        """One exchange following ``call``'s task. Cancelled because the run stops, the follower asks the
+        server to stop the task; cancelled by a handover, it is let go quietly (its handle is recorded, and the
+        supervisor that resumes the run follows the same task)."""
+        self._following.add(call.node_id)
+        exchange = asyncio.ensure_future(self._guarded(call, contract))
+        try:
+            return await asyncio.shield(exchange)
+        except asyncio.CancelledError:
+            if not self._handover.is_set():
+                exchange.cancel()
+            raise
+        finally:
+            self._following.discard(call.node_id)
 
     async def _asked(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """Follow ``call``'s task on once a person decided what it asks (``actors.run.tool_questions``); the
@@ -690,7 +712,7 @@ class RoundExecution:
         following = replace(call, as_task=False, task=task)
         if task.question is not None:
             return await self._asked(following, contract)
-        return await self._guarded(following, contract)
+        return await self._followed(following, contract)
 
     async def _guarded(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""

@@ -249,6 +249,39 @@ async def test_a_supervisor_killed_mid_task_recovers_the_run_by_following_the_re
     assert proxy.tools[RESEARCH] == before + 1
 
 
+async def test_a_supervisor_that_hands_over_mid_task_leaves_the_task_running_for_its_successor(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    store: RunStore,
+    name: str,
+    proxied: tuple[str, CountingProxy],
+) -> None:
+    """A drain (a SIGTERM, a redeploy) hands the run over at once, without waiting for the task and without
+    stopping it; the supervisor that takes the run on follows the same task."""
+    import ray
+
+    url, proxy = proxied
+    supervisor = supervisor_for(
+        dsn, tool_server, token_key, name, toolsets=everything_toolsets(url, TASK_TOOLS)
+    )
+    try:
+        before = proxy.tools[RESEARCH], proxy.methods["tasks/cancel"]
+        run_id = await task_recorded(supervisor, store, "a handover")
+        drained = await supervisor.drain.remote(30.0)
+        ray.kill(supervisor, no_restart=False)  # and the process goes; Ray starts another
+        events = await until(store, run_id, finished, timeout_s=120)
+    finally:
+        ray.kill(supervisor)
+
+    assert (drained.handed_over, drained.abandoned) == ((run_id,), ())  # handed over, nothing cut short
+    assert events[-1].status == "completed", events[-1]
+    assert "# Research Report: a handover" in report_of(events)
+    assert len({update["task_id"] for update in task_events(events)}) == 1
+    assert (proxy.tools[RESEARCH], proxy.methods["tasks/cancel"]) == (before[0] + 1, before[1])
+
+
 async def test_a_cancelled_run_cancels_its_task_at_the_server(
     ray_cluster: None,
     dsn: str,
