@@ -73,7 +73,7 @@ async def answer_tool_question(
 @router.post(
     "/runs/{run_id}/tool-questions/{question_id}/decline",
     response_model=ToolQuestionView,
-    responses=problem_responses(400, 401, 403, 404, 409, 503),
+    responses=problem_responses(400, 401, 403, 404, 409, 422, 503),
 )
 async def decline_tool_question(
     run_id: str, question_id: uuid.UUID, principal: Caller, api: Api

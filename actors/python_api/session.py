@@ -21,7 +21,15 @@ from typing import Any, TypeVar
 
 from actors.api.operations import listed as listed_operations
 from actors.api.operations import shown
-from actors.api.views import as_json, pending_view, question_view, read_report, review_view, run_summary
+from actors.api.views import (
+    as_json,
+    pending_view,
+    question_view,
+    read_report,
+    review_view,
+    run_summary,
+    tool_question_view,
+)
 from actors.launch.desk import decisions_desk, listing_over
 from actors.launch.settings import Settings, load_settings
 from actors.run.approvals import DECISION_SCOPES, Decisions, Found, Verdict
@@ -373,6 +381,34 @@ class Raydag:
             return as_json(question_view(await desk.answer(self._decider(by), run_id, number, answer)))
 
         return asyncio.run(self._at_desk(answered))
+
+    def tool_questions(self, run_id: str) -> list[dict[str, Any]]:
+        """What the run's tools asked a person mid-call, as ``GET /runs/{id}/tool-questions`` lists it."""
+
+        async def listed(desk: Decisions) -> list[dict[str, Any]]:
+            if await desk.runs.run_row(self._principal(), run_id) is None:
+                return []
+            return [as_json(tool_question_view(asked)) for asked in await desk.tool_questions.of_run(run_id)]
+
+        return asyncio.run(self._at_desk(listed))
+
+    def answer_tool(
+        self, run_id: str, question_id: str, content: Mapping[str, Any] | None = None, *, by: str
+    ) -> dict[str, Any]:
+        """Answer a tool's question with ``content`` (which must fit the schema it asked for), or decline it
+        (``content=None``), as the person ``by`` of the session's tenant: the tool is sent it as its input,
+        never as authority. ``DecisionRefused`` says why not (``tool-answer-invalid``, withdrawn, expired…)."""
+
+        async def decided(desk: Decisions) -> dict[str, Any]:
+            principal = self._decider(by)
+            accept = content is not None
+            return as_json(
+                tool_question_view(
+                    await desk.answer_tool(principal, run_id, question_id, accept=accept, content=content)
+                )
+            )
+
+        return asyncio.run(self._at_desk(decided))
 
     def _decider(self, by: str) -> Principal:
         """The person ``by`` of the session's tenant, holding every scope the toolsets declare and every scope

@@ -13,7 +13,7 @@ import asyncpg
 from tests.caseops import copy_case
 from tests.conftest import REPO
 from tests.integration.test_cli import environment
-from tests.integration.toolset_servers import EVERYTHING, NODE
+from tests.integration.toolset_servers import EVERYTHING, NODE, everything_server
 from tests.processes import run_to_end
 
 
@@ -352,3 +352,59 @@ def test_a_script_finds_its_waiting_run_and_what_it_waits_for_and_decides_it_fro
     assert answer["completed"] == [answer["run_id"]]
     assert "asleep" in answer["unknown"]
     assert len(asyncio.run(outbox_rows(dsn, answer["operation"]))) == 1
+
+
+TOOL_QUESTION_SCRIPT = """\
+import json, time
+import ray
+import raydag
+
+ray.init()
+with raydag.start("toolsets.yaml") as rd:
+    plan = {"nodes": [{"id": "research", "tool": "simulate-research-query",
+                       "args": {"topic": "a script's write", "ambiguous": True}}]}
+    run_id = rd.submit(plan, stage="act")
+    deadline = time.monotonic() + 120
+    while not rd.tool_questions(run_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    [asked] = rd.tool_questions(run_id)
+    try:
+        rd.answer_tool(run_id, asked["question_id"], {"interpretation": 42}, by="alice")
+        wrong = None
+    except raydag.DecisionRefused as refused:
+        wrong = refused.refusal.value
+    answered = rd.answer_tool(run_id, asked["question_id"], {"interpretation": "current"}, by="alice")
+    run = rd.wait(run_id, timeout_s=120)
+    print(json.dumps({"asked": asked["message"], "wrong": wrong, "by": answered["decided_by"],
+                      "status": run.status}))
+"""
+WRITING_RESEARCH = """\
+servers:
+  - name: everything
+    transport: streamable-http
+    url: {url}
+    tools:
+      simulate-research-query:
+        scope: demo:write
+        risk: reversible_write
+        stages: [act]
+        operation: {{approval: policy}}
+"""
+
+
+def test_a_script_answers_the_question_a_write_that_runs_as_a_task_asks(dsn: str, tmp_path: Path) -> None:
+    """server-everything's research, a write by its hints, runs through its operation as a task and asks which
+    interpretation is meant; the script answers as a person, and the server's report says so."""
+    with everything_server(tmp_path / "everything.log") as server:
+        (tmp_path / "toolsets.yaml").write_text(WRITING_RESEARCH.format(url=server.url))
+        returncode, stdout, stderr = run_script(TOOL_QUESTION_SCRIPT, dsn, tmp_path)
+
+    assert returncode == 0, stderr[-3000:]
+    answer = json.loads(stdout.strip().splitlines()[-1])
+    assert "a script's write" in answer["asked"]
+    assert (answer["wrong"], answer["by"], answer["status"]) == (
+        "tool-answer-invalid",
+        "person:tenant-demo/alice",
+        "completed",
+    )

@@ -9,15 +9,19 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, raydag_cli
+from tests.integration.headless import Chromium
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_mcp_tasks import RESEARCH, TASK_TOOLS, CountingProxy, proxied  # noqa: F401
 from tests.integration.test_operations import finished, problem, wait_for
+from tests.integration.test_viewer import view_url
+from tests.integration.test_viewer_decisions import decide_with, open_at, press, shown, text_of
 from tests.integration.toolset_servers import everything_toolsets
 
 APPROVER_KEY = "dev-key-approver"
@@ -279,3 +283,40 @@ def events_of(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:
     assert answer.status_code == 200, answer.text
     events: list[dict[str, Any]] = answer.json()
     return events
+
+
+def test_a_tools_question_is_answered_from_the_run_viewer_through_a_form_built_from_its_schema(
+    api: tuple[str, CountingProxy], tmp_path: Path
+) -> None:
+    """In Debian's headless Chromium: the page shows the server's words as text, a choice for each option the
+    schema offers, and posts the chosen one as the answer's content with the approver's key."""
+    base, _ = api
+    topic = f"viewer <b>{uuid.uuid4().hex[:6]}</b>"  # markup in the server's words stays text
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id = ambiguous_run(client, topic)
+        item = asked(client, run_id)
+        pending = f"tool_question:{item['question_id']}"
+        selector = f'[data-pending="{pending}"]'
+        with Chromium(tmp_path / "chromium") as browser:
+            open_at(browser, view_url(base, run_id, DEMO_KEY), pending)
+            assert text_of(browser, f"{selector} blockquote.tool-says") == item["message"]
+            assert not shown(browser, f"{selector} blockquote.tool-says b")  # never parsed as markup
+            choices = browser.evaluate(
+                f"[...document.querySelectorAll('{selector} select[data-field=interpretation] option')]"
+                ".map((o) => o.value)"
+            )
+            assert choices == ["", "technical", "historical", "current"]
+            decide_with(browser, APPROVER_KEY)
+            browser.evaluate(
+                f"(() => {{ const s = document.querySelector('{selector} select[data-field=interpretation]');"
+                " s.value = 'historical'; s.dispatchEvent(new Event('change')); })()"
+            )
+            assert press(browser, pending, "answer", decisions=1) == "200"
+        run = wait_for(client, run_id, finished, within_s=90)
+        text = report(client, run_id)
+        listed = client.get(f"/runs/{run_id}/tool-questions", headers=auth(DEMO_KEY)).json()
+
+    assert run["status"] == "completed", run
+    assert "(historical)" in text
+    assert listed[0]["decided_by"] == "person:tenant-demo/dev-approver"
+    assert listed[0]["content"] == {"interpretation": "historical"}

@@ -39,7 +39,7 @@ from tests.integration.test_questions import ASKING, pending
 from tests.integration.test_viewer import save_screenshot, view_url
 
 PLANNERS = ("tests.planners:AskingPlanner", "tests.planners:ReplanningWriter")
-READS = ("", "/nodes", "/edges", "/operations", "/reviews", "/questions", "/stream*")
+READS = ("", "/nodes", "/edges", "/operations", "/reviews", "/questions", "/tool-questions", "/stream*")
 """What the page reads of a run (a URL pattern each, after ``/runs/ID``); never a decision's route."""
 
 

@@ -10,7 +10,7 @@ const RaydagDecisions = Object.freeze({
     const { el, time } = viewer;
     const $ = (id) => document.getElementById(id);
     const DECIDER_SLOT = "raydag-decider-key";
-    const KIND_ORDER = ["review", "question", "approval", "resolution"];
+    const KIND_ORDER = ["review", "question", "tool_question", "approval", "resolution"];
     // What a person can do about each refusal, beside the API's own detail.
     const NEXT_STEP = {
       "scope-missing": "This key may not decide this: enter, under \u201cDecide with\u201d, the key of a person who may.",
@@ -27,6 +27,10 @@ const RaydagDecisions = Object.freeze({
       "review-expired": "Its deadline passed before the decision.",
       "question-expired": "Its deadline passed before the answer.",
       "operation-not-unknown": "Its outcome is known now: the Operations table says what it is.",
+      "tool-answer-invalid": "The answer does not fit what the tool asked for: the detail says where.",
+      "tool-question-decided": "Someone answered or declined it first.",
+      "tool-question-expired": "Its deadline passed, or the run stopped, before the answer.",
+      "tool-question-withdrawn": "The tool stopped waiting and went on without an answer.",
       unauthorized: "The API refused this key.",
     };
 
@@ -70,6 +74,9 @@ const RaydagDecisions = Object.freeze({
       for (const question of model.questions || []) {
         if (question.state === "awaiting") items.push({ kind: "question", key: `question:${question.number}`, question });
       }
+      for (const asked of model.toolQuestions || []) {
+        if (asked.state === "awaiting") items.push({ kind: "tool_question", key: `tool_question:${asked.question_id}`, asked });
+      }
       for (const operation of model.operations || []) {
         const kind = { awaiting_approval: "approval", unknown: "resolution" }[operation.state];
         if (kind) items.push({ kind, key: `${kind}:${operation.operation_id}:${operation.args_hash}`, operation });
@@ -78,7 +85,7 @@ const RaydagDecisions = Object.freeze({
     }
     function expiresOf(item) {
       // An operation's expires_at is its approval's: an unknown outcome may be resolved whenever it is known.
-      return item.kind === "resolution" ? null : (item.operation || item.review || item.question).expires_at;
+      return item.kind === "resolution" ? null : (item.operation || item.review || item.question || item.asked).expires_at;
     }
     function remaining(iso) {
       if (!iso) return "no deadline";
@@ -215,7 +222,75 @@ const RaydagDecisions = Object.freeze({
         }),
       };
     }
-    const CARDS = { approval: approvalCard, resolution: resolutionCard, review: reviewCard, question: questionCard };
+    // A tool's question: a form built from the schema the tool asked for (a flat object of strings, numbers,
+    // booleans and lists of choices, as MCP allows), its values typed as the schema says. The server's words are
+    // shown as text, as its words.
+    function formControl(name, schema, required) {
+      const choices = schema.enum ? schema.enum.map((value, i) => [value, (schema.enumNames || [])[i] || value])
+        : (schema.oneOf || schema.anyOf || []).filter((choice) => "const" in choice)
+          .map((choice) => [choice.const, choice.title || choice.const]);
+      const named = { name, "data-field": name, required: required || null };
+      if (schema.type === "boolean") {
+        const box = el("input", { ...named, type: "checkbox", required: null });
+        box.checked = schema.default === true;
+        return { control: box, value: () => box.checked };
+      }
+      if (schema.type === "array") {
+        const items = schema.items || {};
+        const options = (items.enum || (items.anyOf || items.oneOf || []).map((choice) => choice.const))
+          .map((value) => el("option", { value }, String(value)));
+        const list = el("select", { ...named, multiple: true }, ...options);
+        return { control: list, value: () => [...list.selectedOptions].map((option) => option.value) };
+      }
+      if (choices.length) {
+        const select = el("select", named, el("option", { value: "" }, required ? "(choose)" : "(no answer)"),
+          ...choices.map(([value, label]) => el("option", { value: String(value) }, String(label))));
+        return { control: select, value: () => (select.value === "" ? undefined : select.value) };
+      }
+      const numeric = schema.type === "number" || schema.type === "integer";
+      const input = el("input", { ...named, type: numeric ? "number" : "text",
+        step: schema.type === "integer" ? "1" : numeric ? "any" : null,
+        min: schema.minimum ?? null, max: schema.maximum ?? null,
+        minlength: schema.minLength ?? null, maxlength: schema.maxLength ?? null });
+      if (schema.default !== undefined) input.value = String(schema.default);
+      return { control: input, value: () => {
+        if (input.value === "") return undefined;
+        return numeric ? Number(input.value) : input.value;
+      } };
+    }
+    function toolQuestionCard(item) {
+      const asked = item.asked;
+      const schema = asked.requested_schema || {};
+      const required = new Set(schema.required || []);
+      const fields = Object.entries(schema.properties || {}).map(([name, property]) => {
+        const built = formControl(name, property, required.has(name));
+        const label = `${property.title || name}${required.has(name) ? "" : " (optional)"}`;
+        return { name, ...built, row: el("div", { class: "form-field" }, field(label, built.control),
+          property.description ? el("p", { class: "muted" }, property.description) : null) };
+      });
+      const content = () => Object.fromEntries(fields.map((one) => [one.name, one.value()])
+        .filter(([, value]) => value !== undefined));
+      return {
+        title: [el("span", { class: "kind" }, `A tool asks (${asked.tool})`),
+          el("span", { class: "muted" }, `node ${asked.node_id}, server ${asked.server}`)],
+        body: [el("p", { class: "label" }, "The tool's server says:"),
+          el("blockquote", { class: "question tool-says" }, asked.message),
+          el("p", { class: "muted" }, "Your answer is sent to the tool as its input; it is never authority.")],
+        controls: fields.map((one) => one.row),
+        actions: [["answer", "Send the answer", "approve"], ["decline", "Decline", "reject"]],
+        decide: (verb) => ({
+          path: `${viewer.runPath}/tool-questions/${encodeURIComponent(asked.question_id)}/${verb}`,
+          body: verb === "answer" ? { content: content() } : {},
+          validate: verb === "answer",  // declining asks for nothing the form holds
+          what: `${verb} ${asked.tool}'s question (node ${asked.node_id})`, quoted: null,
+          by: (answered) => `${answered.state}, by ${answered.decided_by}`,
+        }),
+      };
+    }
+    const CARDS = {
+      approval: approvalCard, resolution: resolutionCard, review: reviewCard, question: questionCard,
+      tool_question: toolQuestionCard,
+    };
 
     function buildCard(item) {
       const spec = CARDS[item.kind](item);
@@ -260,7 +335,7 @@ const RaydagDecisions = Object.freeze({
     }
     async function submit(card, decision) {
       const { form, buttons, refusal } = card;
-      if (!form.reportValidity()) return;
+      if (decision.validate !== false && !form.reportValidity()) return;
       const key = keyForDeciding();
       if (!key) return;
       deciding += 1;

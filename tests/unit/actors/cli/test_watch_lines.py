@@ -34,3 +34,24 @@ def test_a_servers_message_cannot_style_the_line_or_pass_for_raydags_words() -> 
     assert rendered(_event_line(event)) == (
         "research  task t-1 working: the server says '[red]run completed[/red]\\nrun completed'"
     )
+
+
+def test_a_task_that_asks_names_its_question_quoted_and_where_to_answer_it() -> None:
+    event = {
+        "kind": "node_task_updated",
+        "node_id": "research",
+        "task": {
+            "task_id": "t-1",
+            "status": "input_required",
+            "message": "Requesting clarification...",
+            "question": {
+                "id": 4,
+                "message": "Which [b]one[/b]?",
+                "schema": {"type": "object", "properties": {}},
+            },
+        },
+    }
+    assert rendered(_event_line(event)) == (
+        "research  task t-1 input_required: the server says 'Requesting clarification...'; "
+        "it asks a person 'Which [b]one[/b]?' (see `raydag inbox`)"
+    )
