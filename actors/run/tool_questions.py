@@ -65,7 +65,9 @@ class ToolQuestionGate:
         assert asked is not None, "only a task that asks is settled here"
         state = run.state
         schema = asked.get("schema")
-        unfit = form_problem(schema) if isinstance(schema, dict) else "the server sent no schema"
+        unfit = asked.get("unfit") or (
+            form_problem(schema) if isinstance(schema, dict) else "no schema was sent"
+        )
         question = await self._store.ask(
             run_id=state.run_id,
             node_id=call.node_id,

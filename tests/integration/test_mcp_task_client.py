@@ -36,10 +36,22 @@ BOUND = 1 << 20
 class ScriptedTasks:
     """One session (``s-1``), one task (``t-1``) whose ``tasks/get`` answers the statuses given, in order."""
 
-    def __init__(self, statuses: list[str], *, offers_tasks: bool = True, unknown_session: int = 404) -> None:
+    def __init__(
+        self,
+        statuses: list[str],
+        *,
+        offers_tasks: bool = True,
+        unknown_session: int = 404,
+        asks: list[dict[str, Any]] | None = None,
+        said: str | None = None,
+    ) -> None:
         """``unknown_session``: how a request in a session the server does not have is answered, 404 (the
         transport spec's word) or 400 with a JSON-RPC error (what server-everything answers after a restart)."""
         self.statuses = statuses
+        self.asks = asks if asks is not None else ASKS
+        """What the task asks on ``tasks/result`` while it is ``input_required``."""
+        self.said = said
+        """The task's ``statusMessage`` (default: ``now <status>``)."""
         self.offers_tasks = offers_tasks
         self.unknown_session = unknown_session
         self.methods: Counter[str] = Counter()
@@ -61,7 +73,7 @@ class ScriptedTasks:
         if method == "initialize":
             self.declared = message["params"]["capabilities"]
         if method == "tasks/result" and self.current == "input_required":
-            return StreamingResponse(_asking(), media_type="text/event-stream")
+            return StreamingResponse(_asking(self.asks), media_type="text/event-stream")
         session = request.headers.get("mcp-session-id")
         if method != "initialize" and session != "s-1":
             if self.unknown_session == 404:
@@ -86,7 +98,8 @@ class ScriptedTasks:
         if method == "tasks/get":
             status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
             self.current = status
-            return {"taskId": "t-1", "status": status, "statusMessage": f"now {status}", "pollInterval": 100}
+            said = self.said if self.said is not None else f"now {status}"
+            return {"taskId": "t-1", "status": status, "statusMessage": said, "pollInterval": 100}
         if method == "tasks/result":
             return {"content": [{"type": "text", "text": "it failed"}], "isError": True}
         return {}
@@ -100,23 +113,23 @@ FORM = {
 }
 
 
-async def _asking() -> AsyncIterator[bytes]:
-    """What the task asks on ``tasks/result``: a model's sampling, a URL to visit, then a form; and the stream
-    stays open, as a task that waits for its answers."""
-    requests = [
-        {"id": 1, "method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5, **RELATED}},
-        {"id": 2, "method": "elicitation/create", "params": {"mode": "url", "url": "https://x", **RELATED}},
-        {"id": 3, "method": "notifications/message", "params": {"level": "info", "data": "noise"}},
-        {
-            "id": 4,
-            "method": "elicitation/create",
-            "params": {"message": "Which one?", "requestedSchema": FORM, **RELATED},
-        },
-    ]
+ASKS = [
+    {"id": 1, "method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5, **RELATED}},
+    {"id": 2, "method": "elicitation/create", "params": {"mode": "url", "url": "https://x", **RELATED}},
+    {"method": "notifications/message", "params": {"level": "info", "data": "noise"}},
+    {
+        "id": 4,
+        "method": "elicitation/create",
+        "params": {"message": "Which one?", "requestedSchema": FORM, **RELATED},
+    },
+]
+"""A model's sampling, a URL to visit, a notification, then a form."""
+
+
+async def _asking(requests: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """What the task asks on ``tasks/result``; the stream stays open, as a task that waits for its answers."""
     yield b"data: \n\n"
     for request in requests:
-        if request["method"].startswith("notifications/"):
-            del request["id"]
         yield f"data: {json.dumps({'jsonrpc': '2.0', **request})}\n\n".encode()
     await asyncio.sleep(30)
 
@@ -210,3 +223,31 @@ async def test_a_failed_task_answers_its_result_and_a_server_without_tasks_is_re
         async with httpx2.AsyncClient() as http:
             with pytest.raises(TasksNotOffered):
                 await open_task_session(http, url, max_bytes=BOUND)
+
+
+async def test_what_a_server_says_and_asks_is_kept_only_as_a_record_can_hold_it() -> None:
+    """A status message and a question carrying a NUL, a message past what a person reads, and a schema too
+    large to be a form: recorded as text a record holds, the schema not kept and the question marked unfit
+    (declined by the run)."""
+    huge = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2000)}}
+    asks = [
+        {
+            "id": "q-\u00e9",
+            "method": "elicitation/create",
+            "params": {"message": "a\x00b" + "x" * 5000, "requestedSchema": huge, **RELATED},
+        }
+    ]
+    tasks = ScriptedTasks(["input_required"], asks=asks, said="busy\x00")
+    for url in serving(tasks):
+        async with httpx2.AsyncClient() as http:
+            session = await open_task_session(http, url, max_bytes=BOUND)
+            task = await start_task(session, "scripted", "research", {}, {}, max_bytes=BOUND)
+            asked = await follow_task(session, task, within_s=5, max_bytes=BOUND)
+    assert isinstance(asked, TaskHandle)
+    assert asked.message == "busy\ufffd"
+    assert asked.question is not None
+    assert asked.question["id"] == "q-\u00e9"
+    assert asked.question["message"].startswith("a\ufffdb")
+    assert len(asked.question["message"]) == 2000
+    assert asked.question["schema"] == {}
+    assert "larger than" in asked.question["unfit"]

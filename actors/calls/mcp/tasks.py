@@ -33,6 +33,8 @@ from mcp_types import CallToolResult
 from actors.calls.call import TaskHandle
 from actors.calls.mcp.session import CLIENT_INFO
 from actors.calls.mcp.stateless_post import MalformedAnswer, rpc_answer
+from dag.storable import storable_text, unfit_values
+from dag.tool_questions import MAX_SCHEMA_BYTES, MAX_SERVER_MESSAGE_CHARS
 
 TASKS_PROTOCOL = "2025-11-25"
 """The protocol version a task session is opened in: the era whose Tasks servers speak today."""
@@ -48,6 +50,7 @@ CLIENT_CAPABILITIES: Mapping[str, Any] = {"elicitation": {"form": {}}}
 ELICIT = "elicitation/create"
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 METHOD_NOT_FOUND = -32601
+MAX_ID_CHARS = 200
 _ids = itertools.count(1)
 _CLIENT_INFO = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -129,7 +132,8 @@ async def start_task(
         params["_meta"] = dict(meta)
     result = await session.request("tools/call", params, max_bytes=max_bytes)
     task = result.get("task")
-    if not isinstance(task, dict) or not isinstance(task.get("taskId"), str):
+    task_id = task.get("taskId") if isinstance(task, dict) else None
+    if not isinstance(task, dict) or not _fit_id(task_id):
         raise MalformedAnswer(
             "MALFORMED_ANSWER", f"{tool} was called as a task, and the server answered no task"
         )
@@ -256,20 +260,39 @@ def _about(message: Mapping[str, Any], task_id: str) -> bool:
     return not isinstance(related, dict) or related.get("taskId") == task_id
 
 
+def _fit_id(value: Any) -> bool:
+    """Whether ``value`` is an id of the server's that a record can hold and a person can quote."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and storable_text(value) == value
+
+
 def _form_question(message: Mapping[str, Any]) -> dict[str, Any] | None:
     """A form elicitation as the question recorded with the task: the request's id, the server's message and
-    the schema it asks an answer to; ``None`` for any other request."""
+    the schema it asks an answer to (``unfit``: why that schema cannot be put to a person, and is declined);
+    ``None`` for any other request, or one whose id no record should hold.
+
+    Everything here is the server's and goes into the run's log: the message is cut to what a person reads
+    and made storable, and a schema too large or holding what no record can hold is not kept."""
     params = message.get("params")
+    request_id = message.get("id")
     if message.get("method") != ELICIT or not isinstance(params, dict):
+        return None
+    if not (isinstance(request_id, int) or _fit_id(request_id)):
         return None
     if params.get("mode", "form") != "form" or not isinstance(params.get("requestedSchema"), dict):
         return None
     text = params.get("message")
-    return {
-        "id": message["id"],
-        "message": text if isinstance(text, str) else "",
-        "schema": params["requestedSchema"],
+    schema: dict[str, Any] = params["requestedSchema"]
+    unfit = None
+    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+        unfit = f"the requested schema is larger than {MAX_SCHEMA_BYTES:,} bytes"
+    elif next(unfit_values(schema), None) is not None:
+        unfit = "the requested schema holds text no record can hold (a NUL, a lone surrogate)"
+    question = {
+        "id": request_id,
+        "message": storable_text(text)[:MAX_SERVER_MESSAGE_CHARS] if isinstance(text, str) else "",
+        "schema": {} if unfit else schema,
     }
+    return {**question, "unfit": unfit} if unfit else question
 
 
 async def _refuse(session: TaskSession, message: Mapping[str, Any], *, max_bytes: int) -> None:
@@ -319,11 +342,12 @@ def session_of(http: httpx2.AsyncClient, url: str, handle: TaskHandle) -> TaskSe
 
 def _updated(handle: TaskHandle, task: Mapping[str, Any], *, protocol: str | None = None) -> TaskHandle:
     status = task.get("status")
-    message = task.get("statusMessage")
+    said = task.get("statusMessage")
+    message = storable_text(said)[:MAX_SERVER_MESSAGE_CHARS] if isinstance(said, str) else None
     interval = task.get("pollInterval")
     return replace(
         handle,
-        status=status if isinstance(status, str) else handle.status,
+        status=storable_text(status)[:40] if isinstance(status, str) else handle.status,
         message=message if isinstance(message, str) else handle.message,
         poll_s=min(max(interval / 1000, 0.1), 30.0) if isinstance(interval, int | float) else handle.poll_s,
         protocol=protocol or handle.protocol,
