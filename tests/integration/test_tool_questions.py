@@ -320,3 +320,35 @@ def test_a_tools_question_is_answered_from_the_run_viewer_through_a_form_built_f
     assert "(historical)" in text
     assert listed[0]["decided_by"] == "person:tenant-demo/dev-approver"
     assert listed[0]["content"] == {"interpretation": "historical"}
+
+
+def test_a_question_the_tool_stopped_waiting_for_is_withdrawn_and_takes_no_answer(
+    api: tuple[str, CountingProxy],
+) -> None:
+    """server-everything waits 60 s for the answer, then goes on with a default: the run notices at its next
+    look, withdraws the question (it leaves the inbox), and the task completes without an answer."""
+    base, proxy = api
+    topic = f"unanswered {uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=base, timeout=30) as client:
+        before = proxy.tools[RESEARCH]
+        run_id = ambiguous_run(client, topic)
+        item = asked(client, run_id)
+        run = wait_for(client, run_id, finished, within_s=150)
+        listed = client.get(f"/runs/{run_id}/tool-questions", headers=auth(DEMO_KEY)).json()
+        late = client.post(
+            f"/runs/{run_id}/tool-questions/{item['question_id']}/answer",
+            json={"content": {"interpretation": "technical"}},
+            headers=auth(APPROVER_KEY),
+        )
+        pending = client.get(
+            "/decisions", params={"run_id": run_id, "kind": "tool_question"}, headers=auth(DEMO_KEY)
+        ).json()
+        text = report(client, run_id)
+
+    assert run["status"] == "completed", run
+    assert [question["state"] for question in listed] == ["withdrawn"]
+    assert listed[0]["decided_by"].startswith("supervisor:")
+    assert problem(late) == (409, "tool-question-withdrawn")
+    assert pending["items"] == []
+    assert f"# Research Report: {topic}" in text
+    assert proxy.tools[RESEARCH] == before + 1
