@@ -109,9 +109,12 @@ class Operate:
         call: CallTool,
         waiting: Waiting,
         follow: FollowTask | None = None,
+        handover: asyncio.Event | None = None,
     ) -> ToolOutcome:
         """The write node's outcome, once its operation has one. ``follow`` follows a task its call started
-        (a tool that runs as an MCP task): without it, such a call's outcome is unknown."""
+        (a tool that runs as an MCP task): without it, such a call's outcome is unknown. ``handover`` is set
+        when the supervisor hands the run over: a write whose task is on its row is then left executing, for
+        the supervisor that resumes the run to follow."""
         spec = contract.operation
         assert spec is not None, "only a write tool with an operation declared is driven here"
         started = now()
@@ -153,7 +156,7 @@ class Operate:
                         moved = await self._await_decision(row, run_id)
                     case OperationState.APPROVED:
                         waiting(op_id, None)
-                        moved = await self._execute(row, spec, call, follow)
+                        moved = await self._execute(row, spec, call, follow, handover)
                     case OperationState.EXECUTING if row.task is not None and follow is not None:
                         moved = await self._settle_by_task(row, follow)  # its task says how it ends
                     case OperationState.EXECUTING:  # found executing, by a caller that is not this one
@@ -250,7 +253,12 @@ class Operate:
         )
 
     async def _execute(
-        self, row: Operation, spec: OperationSpec, call: CallTool, follow: FollowTask | None
+        self,
+        row: Operation,
+        spec: OperationSpec,
+        call: CallTool,
+        follow: FollowTask | None,
+        handover: asyncio.Event | None = None,
     ) -> Operation | None:
         """Claim the one execution right, call the tool once, and record what its outcome means (a call that
         runs as a task: once the task ended, its handle recorded on the row before it is followed)."""
@@ -269,15 +277,7 @@ class Operate:
             if outcome.task is not None and follow is not None:
                 outcome = await self._followed(row.operation_id, outcome.task, outcome, follow)
         except asyncio.CancelledError:  # the run stopped with the write out: nobody can say what it did
-            await asyncio.shield(
-                self.store.move(
-                    row.operation_id,
-                    OperationState.UNKNOWN,
-                    actor=self.actor,
-                    note="the run stopped while the write was out",
-                    sources={OperationState.EXECUTING},
-                )
-            )
+            await asyncio.shield(self._abandoned(row.operation_id, handover))
             raise
         target = outcome_state(outcome.error)
         note = None if outcome.error is None else f"{outcome.error.code}: {outcome.error.message}"[:500]
@@ -307,6 +307,22 @@ class Operate:
             else:
                 return outcome
             outcome = await follow(task)
+
+    async def _abandoned(self, op_id: str, handover: asyncio.Event | None) -> None:
+        """The write's caller was cut short: its outcome is unknown, unless the run is being handed over and
+        the write runs as a task already on its row (the task is its receipt, and the supervisor that resumes
+        the run follows it)."""
+        if handover is not None and handover.is_set():
+            current = await self.store.get(op_id)
+            if current is not None and current.task is not None:
+                return
+        await self.store.move(
+            op_id,
+            OperationState.UNKNOWN,
+            actor=self.actor,
+            note="the run stopped while the write was out",
+            sources={OperationState.EXECUTING},
+        )
 
     async def _settle_by_task(self, row: Operation, follow: FollowTask) -> Operation | None:
         """An operation found executing (or unknown) with a task recorded: its outcome is the task's, read by

@@ -30,11 +30,14 @@ class PendingWrites:
     """A round's write nodes as their operations report them (``Operate.drive``'s ``waiting``): the round asks
     them whether it may park, what to expire when it stops, and whether a write's wait stopped it."""
 
-    def __init__(self, run: RunRecorder, operate: Operate | None) -> None:
+    def __init__(
+        self, run: RunRecorder, operate: Operate | None, handover: asyncio.Event | None = None
+    ) -> None:
         """``operate`` drives a write node through its operation's row (``None``: no ledger, so no write is
-        called)."""
+        called); ``handover`` is set when the supervisor hands the run over."""
         self._run = run
         self._operate = operate
+        self._handover = handover
         self._waiting: dict[str, Wait] = {}
         """Operations of this round waiting, and on what (``actors.run.operate``)."""
         self._waiting_nodes: dict[str, str] = {}
@@ -81,6 +84,7 @@ class PendingWrites:
             call=call,
             waiting=lambda operation_id, wait: self._waits(node_id, operation_id, wait),
             follow=follow,
+            handover=self._handover,
         )
 
     def take_up(self, node_id: str) -> None:

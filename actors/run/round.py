@@ -91,11 +91,11 @@ class RoundExecution:
         answer, so each is declined)."""
         self._run = run
         self._deps = deps
-        self._writes = PendingWrites(run, operate)
+        self._handover = handover if handover is not None else asyncio.Event()
+        self._writes = PendingWrites(run, operate, self._handover)
         """The round's writes that have not ended: the run's status, parking and expiry follow them."""
         self._plan_changed = plan_changed
         self._cancel = cancel
-        self._handover = handover if handover is not None else asyncio.Event()
         self._deadline = deadline
         self._calls: dict[asyncio.Task[ToolOutcome], str] = {}
         self._spans: dict[str, trace.Span] = {}

@@ -313,7 +313,9 @@ async def test_a_cancelled_run_cancels_its_task_at_the_server(
     assert proxy.methods["tasks/cancel"] == before + 1
 
 
-@pytest.mark.parametrize("killed", [False, True], ids=["as-is", "supervisor-killed-mid-task"])
+@pytest.mark.parametrize(
+    "stopped", ["as-is", "killed", "drained"], ids=["as-is", "supervisor-killed-mid-task", "drained-mid-task"]
+)
 async def test_a_write_that_runs_as_a_task_executes_once_through_its_operation_even_across_a_crash(
     ray_cluster: None,
     dsn: str,
@@ -322,10 +324,11 @@ async def test_a_write_that_runs_as_a_task_executes_once_through_its_operation_e
     store: RunStore,
     name: str,
     proxied: tuple[str, CountingProxy],
-    killed: bool,
+    stopped: str,
 ) -> None:
     """The operation records the task before anyone waits on it; a supervisor that finds it executing after a
-    crash follows that task to the operation's outcome, instead of calling it unknown."""
+    crash follows that task to the operation's outcome, instead of calling it unknown. A drain leaves it
+    executing (never unknown, even for a moment), its task running for the supervisor that takes over."""
     import ray
 
     from actors.store.database import create_pool
@@ -339,21 +342,25 @@ async def test_a_write_that_runs_as_a_task_executes_once_through_its_operation_e
     try:
         before = proxy.tools[RESEARCH]
         run_id = await task_recorded(supervisor, store, topic, stage="act")
-        if killed:
+        if stopped == "drained":
+            await supervisor.drain.remote(30.0)
+        if stopped != "as-is":
             ray.kill(supervisor, no_restart=False)  # Ray restarts it; it reclaims and resumes the run
         events = await until(store, run_id, finished, timeout_s=120)
     finally:
         ray.kill(supervisor)
 
     assert events[-1].status == "completed", events[-1]
-    assert kinds(events)["run_recovered"] == int(killed)
+    assert kinds(events)["run_recovered"] == int(stopped != "as-is")
     assert f"# Research Report: {topic}" in report_of(events)
     assert proxy.tools[RESEARCH] == before + 1  # executed once, at the server
     pool = await create_pool(dsn, max_size=1)
     try:
         [operation] = await OperationStore(pool).of_run(run_id)
+        history = (await OperationStore(pool).history([operation.operation_id]))[operation.operation_id]
     finally:
         await pool.close()
     assert operation.state.value == "succeeded"
+    assert [step.to_state.value for step in history][-2:] == ["executing", "succeeded"]  # never unknown
     assert operation.task is not None
     assert operation.task["task_id"] == task_events(events)[0]["task_id"]
