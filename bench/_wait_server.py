@@ -41,7 +41,11 @@ POLL_MS = 1000
 PROTOCOL = "2025-11-25"
 INPUT = {
     "type": "object",
-    "properties": {"seconds": {"type": "number", "minimum": 0}, "n": {"type": "integer"}},
+    "properties": {
+        "seconds": {"type": "number", "minimum": 0},
+        "n": {"type": "integer"},
+        "probe": {"type": "boolean"},
+    },
     "required": ["seconds"],
 }
 RELATED = "io.modelcontextprotocol/related-task"
@@ -81,7 +85,7 @@ class WaitServer:
     request_s: float = 0.0
     clients: set[tuple[str, int]] = field(default_factory=set)
     calls: list[float] = field(default_factory=list)
-    """When (epoch seconds) each ``tools/call`` arrived."""
+    """When (epoch seconds) each ``tools/call`` arrived, but a probe's (an argument ``probe: true``)."""
     answers: list[float] = field(default_factory=list)
     """When each call's result was answered: a synchronous call's end, a task's ``tasks/result``."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
@@ -161,8 +165,9 @@ class WaitServer:
                 raise KeyError(f"method {method} not offered")
 
     async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append(time.time())
         name = params.get("name")
+        if not (params.get("arguments") or {}).get("probe"):
+            self.calls.append(time.time())
         seconds = float((params.get("arguments") or {}).get("seconds", 0))
         answer = {"content": [{"type": "text", "text": f"waited {seconds:g}s: {params.get('arguments')}"}]}
         if name == TASK_TOOL and "task" in params:

@@ -18,6 +18,8 @@ the first and last ``tools/call`` arrived and the last result left, and (sampled
 established TCP connections; the caller's calls in flight (its slots held, sampled); CPU seconds by process
 (``bench._cpu``), the supervisor's and the caller's also above their own idle rate (measured in a window
 before the run: the synchronous arm lasts longer), and their peak resident memory (``VmHWM``, reset before).
+Beside each arm's run, ``PROBE_AFTER_S`` in, a run of one instant ``wait_sync`` call on the same supervisor:
+how long any other call waits while the arm's calls hold the caller.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ SAMPLE_S = 0.5
 IDLE_S = sized(10.0, 1.0)
 """The window, before each arm's run, in which its supervisor and caller have nothing to do: their CPU per
 second then is what the arm's run is measured above (the synchronous arm lasts longer)."""
+PROBE_AFTER_S = sized(15.0, 0.3)
+"""When, after the arm's run was submitted, a run of one instant call of ``wait_sync`` is submitted beside it:
+how long another call of the same supervisor waits while the arm's calls are out."""
 SCOPE = "bench:read"
 PRINCIPAL = Principal("tenant-demo", "bench", frozenset({SCOPE}))
 ROLES = ("supervisor", "caller", "tool server", "PostgreSQL", "other")
@@ -121,6 +126,7 @@ class Arm:
     cpu: dict[str, float] = field(default_factory=dict)
     idle_cpu_per_s: dict[str, float] = field(default_factory=dict)
     submitted_at: float = 0.0
+    probe_s: float = 0.0
     peak_rss_mb: dict[str, float] = field(default_factory=dict)
     server: dict[str, Any] = field(default_factory=dict)
     peak_connections: int = 0
@@ -168,6 +174,18 @@ async def _records(dsn: str, run_id: str) -> tuple[str, int, int]:
         await connection.close()
 
 
+async def _probe(supervisor: Any) -> float:
+    """``PROBE_AFTER_S`` in, a run of one instant ``wait_sync`` call: seconds from its submission to its end."""
+    await asyncio.sleep(PROBE_AFTER_S)
+    nodes = [{"id": "probe", "tool": SYNC_TOOL, "args": {"seconds": 0, "n": -1, "probe": True}}]
+    started = time.perf_counter()
+    request = RunRequest(principal=PRINCIPAL, resource={}, plan={"nodes": nodes}, planner="outputs")
+    submitted = await supervisor.submit.remote(request)
+    if submitted.run_id is None or not await supervisor.wait.remote(submitted.run_id, CALL_S * 2 + 60):
+        raise RuntimeError(f"the probe run did not finish: {submitted}")
+    return time.perf_counter() - started
+
+
 async def run_arm(tool: str, config: SupervisorConfig, meter: CpuMeter, server: tuple[str, int]) -> Arm:
     """One run of ``TASKS`` calls of ``tool`` on a supervisor of its own, measured."""
     import ray
@@ -202,10 +220,12 @@ async def run_arm(tool: str, config: SupervisorConfig, meter: CpuMeter, server: 
                 if submitted.outcome is not Submission.CREATED or submitted.run_id is None:
                     raise RuntimeError(f"the {tool} run was not created: {submitted}")
                 sampler = asyncio.create_task(_sample(arm, caller, server_pid, port, stop))
+                probe = asyncio.create_task(_probe(supervisor))
                 finished = await supervisor.wait.remote(submitted.run_id, CALL_S * 2 + 60)
                 arm.wall_s = time.perf_counter() - started
                 stop.set()
                 await sampler
+                arm.probe_s = await probe
             total_after, idle_after = _machine_times()
             arm.machine_busy = 1 - (idle_after - idle_before) / max(total_after - total_before, 1e-9)
             arm.server = (await stats.get("/stats")).json()
@@ -244,6 +264,10 @@ def report(arms: list[Arm]) -> None:
         (f"wall time ÷ the call's {SECONDS:g} s", lambda a: f"{a.wall_s / SECONDS:.2f}"),
         ("caller's calls in flight, peak (sampled)", lambda a: f"{a.peak_caller_calls}"),
         ("server: MCP requests in flight, peak", lambda a: f"{a.server['peak_in_flight']}"),
+        (
+            f"an instant call's run, submitted {PROBE_AFTER_S:g} s in: s to its end",
+            lambda a: f"{a.probe_s:.2f}",
+        ),
         ("server: request-seconds held", lambda a: f"{a.server['request_s']:.0f}"),
         ("server: TCP connections established, peak (sampled)", lambda a: f"{a.peak_connections}"),
         ("server: client connections used", lambda a: f"{a.server['connections_used']}"),
@@ -262,7 +286,7 @@ def report(arms: list[Arm]) -> None:
         ("caller peak RSS, MB", lambda a: f"{a.peak_rss_mb['caller']:.0f}"),
         ("run events recorded", lambda a: f"{a.events}"),
         ("attempts (ledger rows)", lambda a: f"{a.attempts}"),
-        ("whole machine busy, by anyone", lambda a: f"{a.machine_busy:.0%}"),
+        ("whole machine busy (by anyone), %", lambda a: f"{a.machine_busy * 100:.0f}"),
     ]
     for label, value in rows:
         print(f"| {label} | " + " | ".join(value(arm) for arm in arms) + " |")
