@@ -41,7 +41,7 @@ import psutil
 from actors.run.submission import RunRequest, Submission
 from actors.supervisor import NAMESPACE, SupervisorConfig, get_or_create_supervisor
 from actors.toolsets.config import parse_toolsets
-from bench._cpu import CpuMeter
+from bench._cpu import Classify, CpuMeter
 from bench._harness import fresh_database, server_process
 from bench._ray import local_ray
 from bench._smoke import sized
@@ -64,7 +64,6 @@ PROBE_AFTER_S = sized(15.0, 0.3)
 how long another call of the same supervisor waits while the arm's calls are out."""
 SCOPE = "bench:read"
 PRINCIPAL = Principal("tenant-demo", "bench", frozenset({SCOPE}))
-ROLES = ("supervisor", "caller", "tool server", "PostgreSQL", "other")
 
 
 def toolsets_text(url: str) -> str:
@@ -90,7 +89,9 @@ def plan(tool: str) -> dict[str, Any]:
     return {"nodes": nodes}
 
 
-def classify(server_pid: int) -> Any:
+def classify(server_pid: int) -> Classify:
+    """CPU roles: the supervisor, its caller, the tool server, PostgreSQL, and the rest."""
+
     def role(process: psutil.Process, title: str) -> str:
         if process.pid == server_pid:
             return "tool server"
