@@ -27,6 +27,7 @@ BENCHMARKS = {
     "scale": "bench.scale",
     "waiting": "bench.waiting",
     "cli": "bench.cli_start",
+    "long-tasks": "bench.long_tasks",
 }
 """Each benchmark's module; imported only when it runs, after ``--smoke`` has chosen its sizes."""
 

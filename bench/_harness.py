@@ -20,7 +20,7 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -131,15 +131,23 @@ def _serve_tools(dsn: str, key: bytes, latency_ms: int, control: Connection) -> 
 def tool_server_process(dsn: str, key: bytes, *, latency_ms: int = 0) -> Iterator[tuple[str, int]]:
     """The MCP tool server in a process of its own, so no arm shares an interpreter (or its GIL) with it;
     ``latency_ms`` simulates the upstream system behind each caseops tool."""
+    with server_process(_serve_tools, (dsn, key, latency_ms), name="bench-tools") as served:
+        yield served
+
+
+@contextmanager
+def server_process(
+    target: Callable[..., None], args: tuple[Any, ...], *, name: str
+) -> Iterator[tuple[str, int]]:
+    """``target(*args, control)`` in a spawned process: it sends its URL over ``control`` once it serves, and
+    stops when told. Yields the URL and the process's pid."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    process = context.Process(
-        target=_serve_tools, args=(dsn, key, latency_ms, theirs), daemon=True, name="bench-tools"
-    )
+    process = context.Process(target=target, args=(*args, theirs), daemon=True, name=name)
     process.start()
     try:
         if not ours.poll(60):
-            raise RuntimeError("the benchmark tool server did not start within 60 s")
+            raise RuntimeError(f"{name} did not start within 60 s")
         yield ours.recv(), process.pid or 0
     finally:
         ours.send("stop")

@@ -32,6 +32,7 @@ TABLES = {
     "layer": ["A layer's timeline"],
     "effects": ["A write beside a read", "Appends per run, by arm"],
     "waiting": ["Runs waiting for a person"],
+    "long-tasks": ["Long tool calls"],
     "cli": ["The command's start", "`raydag run C-102`: attached"],
     "scale": [
         "Scale: supervisors side by side",
