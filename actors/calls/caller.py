@@ -16,6 +16,7 @@ started with it, restarted when it dies, and stopped with it (``actors.calls.mcp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import os
@@ -98,10 +99,14 @@ class ToolCaller:
         self._open()
 
     async def call(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
-        """One call. The contract travels with it so the output is checked against the tool's schema."""
+        """One call. The contract travels with it so the output is checked against the tool's schema.
+
+        Following a task takes none of the ``calls_at_once`` slots: it holds nothing of the server's and no
+        connection between its polls, and a slot held by each of many long tasks' follows left every other
+        call of the supervisor waiting behind them (docs/BENCHMARKS.md, long tasks)."""
         connections = self._open()
         assert self._gate is not None
-        async with self._gate:
+        async with self._gate if call.task is None else contextlib.nullcontext():
             self._in_flight += 1
             self._calls += 1
             try:

@@ -44,6 +44,7 @@ class ScriptedTasks:
         unknown_session: int = 404,
         asks: list[dict[str, Any]] | None = None,
         said: str | None = None,
+        held: bool = False,
     ) -> None:
         """``unknown_session``: how a request in a session the server does not have is answered, 404 (the
         transport spec's word) or 400 with a JSON-RPC error (what server-everything answers after a restart)."""
@@ -52,9 +53,13 @@ class ScriptedTasks:
         """What the task asks on ``tasks/result`` while it is ``input_required``."""
         self.said = said
         """The task's ``statusMessage`` (default: ``now <status>``)."""
+        self.held = held
+        """Each ``tasks/get`` is answered only once the test lets the held ones go (``held = False``)."""
         self.offers_tasks = offers_tasks
         self.unknown_session = unknown_session
         self.methods: Counter[str] = Counter()
+        self.polled: list[str] = []
+        """The task of each ``tasks/get``, as it arrived."""
         self.current = statuses[0]
         self.declared: dict[str, Any] = {}
         """The capabilities the client declared at ``initialize``."""
@@ -65,6 +70,8 @@ class ScriptedTasks:
         message = json.loads(await request.body())
         method = message.get("method")
         self.methods[method] += 1
+        if method == "tasks/get":
+            self.polled.append(message["params"]["taskId"])
         if method is None and "id" in message:  # the client answering one of the server's requests
             self.answers[message["id"]] = message
             return Response(status_code=202)
@@ -72,6 +79,8 @@ class ScriptedTasks:
             return Response(status_code=202)
         if method == "initialize":
             self.declared = message["params"]["capabilities"]
+        while method == "tasks/get" and self.held:  # noqa: ASYNC110 - the test's thread lets it go
+            await asyncio.sleep(0.02)
         if method == "tasks/result" and self.current == "input_required":
             return StreamingResponse(_asking(self.asks), media_type="text/event-stream")
         session = request.headers.get("mcp-session-id")
@@ -251,3 +260,55 @@ async def test_what_a_server_says_and_asks_is_kept_only_as_a_record_can_hold_it(
     assert len(asked.question["message"]) == 2000
     assert asked.question["schema"] == {}
     assert "larger than" in asked.question["unfit"]
+
+
+async def test_a_caller_follows_tasks_beside_its_calls_without_taking_their_slots() -> None:
+    """A caller that makes one call at a time follows two tasks at once: a follow holds nothing of the server's
+    between polls, and used to hold one of the caller's slots, so that many long tasks' follows left every
+    other call of the supervisor waiting behind them. Seen at the server: both tasks are polled while it holds
+    the first poll unanswered."""
+    from actors.calls.call import ToolCall
+    from actors.calls.caller import ToolCaller
+    from actors.toolsets.config import parse_toolsets
+    from mcp_server.contracts import CASEOPS_TOOLS
+
+    tool = "caseops_get_case_snapshot"
+    tasks = ScriptedTasks(["working"], held=True)
+    for url in serving(tasks):
+        [server] = parse_toolsets(
+            f"servers:\n  - name: scripted\n    transport: streamable-http\n    url: {url}\n"
+            f"    tools:\n      {tool}: {{scope: s, risk: read_only}}\n",
+            "t.yaml",
+        ).servers
+        caller = ToolCaller([server], calls_at_once=1)
+
+        def following(task_id: str, url: str = url) -> ToolCall:
+            handle = TaskHandle(server="scripted", task_id=task_id, status="working", session="s-1")
+            return ToolCall(
+                run_id="r",
+                node_id=task_id,
+                attempt=1,
+                tool=tool,
+                args={},
+                mcp_url=url,
+                token="t",
+                timeout_s=30,
+                server="scripted",
+                task=handle,
+            )
+
+        try:
+            contract = CASEOPS_TOOLS[tool]
+            first = asyncio.ensure_future(caller.call(following("t-1"), contract))
+            second = asyncio.ensure_future(caller.call(following("t-2"), contract))
+            for _ in range(500):  # a deadline, not a timing: the second poll arrives, or never does
+                if {"t-1", "t-2"} <= set(tasks.polled):
+                    break
+                await asyncio.sleep(0.02)
+            polled_together = {"t-1", "t-2"} <= set(tasks.polled) and not first.done()
+            tasks.held = False
+            outcomes = await asyncio.gather(first, second)
+        finally:
+            await caller.stop()
+    assert polled_together, tasks.polled
+    assert all(outcome.pending for outcome in outcomes)  # each followed on: still working
