@@ -30,6 +30,17 @@ class RetryPolicy:
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0, min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
 
+    def refollow_delay(self, deaths: int, rng: random.Random) -> float | None:
+        """Seconds to wait before following a task again after the process following it died (``deaths``:
+        such deaths so far, this one included), or ``None`` once they used up ``runtime_attempts``.
+
+        The task did not die with its follower: it is followed again, never called again. The wait is a dead
+        worker's: a follower's caller takes seconds to restart (longer on a loaded machine), and following
+        it again at once only meets it still restarting (Ray answers ``ActorUnavailableError``)."""
+        if deaths >= self.runtime_attempts:
+            return None
+        return self.delay(deaths, rng)
+
     def next_delay(
         self,
         contract: ToolContract,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -43,6 +44,7 @@ from dag.operations import (
     reconciled_state,
 )
 from dag.policy import Decision
+from dag.retry import RetryPolicy
 from dag.run_state import RunState
 from dag.writes import Approval, OperationSpec, Reconcile
 
@@ -50,12 +52,9 @@ log = logging.getLogger(__name__)
 
 CallTool = Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[ToolOutcome]]
 """Call ``tool`` with ``args`` (and ``_meta`` entries) under the run's credentials and the tool's time limit."""
-FollowTask = Callable[[TaskHandle], Awaitable[ToolOutcome]]
-"""Follow an MCP task the write's call started: its outcome once it ended, or its handle again (``pending``)
-once its status changed."""
-REFOLLOWS = 3
-"""How many times a task (a read's or a write's) is followed on after the process following it died, before
-such a death counts as the call's failure."""
+FollowTask = Callable[[TaskHandle, float], Awaitable[ToolOutcome]]
+"""Follow an MCP task the write's call started, after the given seconds (its last follower died): its outcome
+once it ended, or its handle again (``pending``) once its status changed."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +95,10 @@ class Operate:
     """How often an operation whose reconciling read found no effect looks again (the call may still land)."""
     reconcile_every_s: float = 5.0
     """How often an unknown operation's reconciling read is tried again while it cannot tell."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How long a task whose follower died waits to be followed again, and how often it is
+    (``RetryPolicy.refollow_delay``)."""
+    rng: random.Random = field(default_factory=random.Random)
 
     async def drive(
         self,
@@ -296,17 +299,22 @@ class Operate:
         self, op_id: str, task: TaskHandle, outcome: ToolOutcome, follow: FollowTask
     ) -> ToolOutcome:
         """The outcome of the write's task, followed to its end; each handle recorded on the row first."""
-        refollows = 0
+        deaths = 0
         while True:
+            after_s = 0.0
             if outcome.pending:
                 assert outcome.task is not None
                 task = outcome.task
                 await self.store.record_task(op_id, task.json())
-            elif outcome.error is not None and outcome.error.runtime_failure and refollows < REFOLLOWS:
-                refollows += 1  # its follower died: the task did not
+            elif outcome.error is not None and outcome.error.runtime_failure:
+                deaths += 1  # its follower died: the task did not
+                wait = self.retry.refollow_delay(deaths, self.rng)
+                if wait is None:
+                    return outcome  # its followers keep dying: the call failed
+                after_s = wait
             else:
                 return outcome
-            outcome = await follow(task)
+            outcome = await follow(task, after_s)
 
     async def _abandoned(self, op_id: str, handover: asyncio.Event | None) -> None:
         """The write's caller was cut short: its outcome is unknown, unless the run is being handed over and
@@ -330,7 +338,7 @@ class Operate:
         ``unknown``, for a reconciling read or a person."""
         assert row.task is not None
         task = TaskHandle.of(row.task)
-        outcome = await self._followed(row.operation_id, task, await follow(task), follow)
+        outcome = await self._followed(row.operation_id, task, await follow(task, 0.0), follow)
         target = outcome_state(outcome.error)
         note = (
             "its task ended"

@@ -22,7 +22,7 @@ from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.context import HandedOver, Interruption
 from actors.run.deps import RunDeps
-from actors.run.operate import REFOLLOWS, CallTool, Operate
+from actors.run.operate import CallTool, Operate
 from actors.run.pending_writes import PendingWrites
 from actors.run.recorder import RunRecorder, now
 from actors.run.tool_questions import ToolQuestionGate
@@ -104,7 +104,8 @@ class RoundExecution:
         self._asking: set[str] = set()
         """Nodes whose task's question waits for a person: a handover leaves them waiting, as a write's."""
         self._following: set[str] = set()
-        """Read nodes whose task is being followed: a handover lets them go, and never stops their task."""
+        """Nodes whose task is being followed (a read's, or a write's through its operation): a handover lets
+        them go, and never stops their task."""
         self._sent: dict[str, ToolCall] = {}
         """The call of each read node in flight: a task it started is followed with it."""
         self._timers: dict[asyncio.Task[None], str] = {}
@@ -329,17 +330,22 @@ class RoundExecution:
         self._sent[node_id] = self._call_for(self._run.state, self._recorded_step(node_id))
         self._follow(node_id, TaskHandle.of(task), contract)
 
-    def _follow(self, node_id: str, task: TaskHandle, contract: ToolContract) -> None:
+    def _follow(self, node_id: str, task: TaskHandle, contract: ToolContract, after_s: float = 0.0) -> None:
         call = replace(self._sent[node_id], as_task=False, task=task)
-        work = self._asked(call, contract) if task.question is not None else self._followed(call, contract)
+        work = (
+            self._asked(call, contract)
+            if task.question is not None
+            else self._followed(call, contract, after_s)
+        )
         self._calls[asyncio.create_task(work)] = node_id
 
-    async def _followed(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
-        """One exchange following ``call``'s task. Cancelled because the run stops, the follower asks the
-        server to stop the task; cancelled by a handover, it is let go quietly (its handle is recorded, and the
-        supervisor that resumes the run follows the same task)."""
+    async def _followed(self, call: ToolCall, contract: ToolContract, after_s: float = 0.0) -> ToolOutcome:
+        """One exchange following ``call``'s task, after ``after_s`` (its last follower died). Cancelled
+        because the run stops, the follower asks the server to stop the task; cancelled by a handover, it is
+        let go quietly (its handle is recorded, and the supervisor that resumes the run follows the same
+        task)."""
         self._following.add(call.node_id)
-        exchange = asyncio.ensure_future(self._guarded(call, contract))
+        exchange = asyncio.ensure_future(self._follow_after(after_s, call, contract))
         try:
             return await asyncio.shield(exchange)
         except asyncio.CancelledError:
@@ -348,6 +354,17 @@ class RoundExecution:
             raise
         finally:
             self._following.discard(call.node_id)
+
+    async def _follow_after(self, after_s: float, call: ToolCall, contract: ToolContract) -> ToolOutcome:
+        """Follow ``call``'s task once ``after_s`` has passed (its follower's caller restarts meanwhile);
+        stopped before then, the server is still asked to stop the task."""
+        if after_s > 0:
+            try:
+                await asyncio.sleep(after_s)
+            except asyncio.CancelledError:
+                await self._guarded(replace(call, stop=True), contract)
+                raise
+        return await self._guarded(call, contract)
 
     async def _asked(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """Follow ``call``'s task on once a person decided what it asks (``actors.run.tool_questions``); the
@@ -472,14 +489,14 @@ class RoundExecution:
         resumes the run dispatches them."""
         events: list[RunEvent] = []
         timers: list[tuple[str, float]] = []
-        following: list[tuple[str, TaskHandle]] = []
+        following: list[tuple[str, TaskHandle, float]] = []
         for task in done:
             if task in self._calls:
                 node_id = self._calls.pop(task)
                 outcome = task.result()
                 followed = self._task_of(node_id, outcome)
                 if followed is not None:
-                    following.append((node_id, followed))
+                    following.append((node_id, *followed))
                     continue
                 event = self._completion(node_id, outcome)
                 events.append(event)
@@ -543,36 +560,39 @@ class RoundExecution:
         self._due[:taken] = resting
         return moved
 
-    def _task_of(self, node_id: str, outcome: ToolOutcome) -> TaskHandle | None:
-        """The task to follow on instead of recording ``outcome``: one the call started or reported on, or the
-        node's recorded task when the process following it died (a dead caller is not a lost task)."""
+    def _task_of(self, node_id: str, outcome: ToolOutcome) -> tuple[TaskHandle, float] | None:
+        """The task to follow on instead of recording ``outcome``, and after how long: one the call started or
+        reported on, at once, or the node's recorded task when the process following it died (a dead caller
+        is not a lost task), after the retry policy's wait for a dead worker."""
         if outcome.pending:
-            return outcome.task
+            assert outcome.task is not None
+            return outcome.task, 0.0
         recorded = self._run.state.nodes[node_id].task
         error = outcome.error
         if error is None or not error.runtime_failure or recorded is None:
             return None
-        if self._runtime_failures[node_id] >= REFOLLOWS:  # followers keep dying: the retry policy decides
+        after_s = self._deps.retry.refollow_delay(self._runtime_failures[node_id] + 1, self._deps.rng)
+        if after_s is None:  # its followers keep dying: recorded as the call's failure
             return None
         self._runtime_failures[node_id] += 1
-        return TaskHandle.of(recorded)
+        return TaskHandle.of(recorded), after_s
 
-    async def _follow_on(self, following: list[tuple[str, TaskHandle]]) -> None:
+    async def _follow_on(self, following: list[tuple[str, TaskHandle, float]]) -> None:
         """Record each task's new handle or status (before anything waits on it), then follow each on."""
         state = self._run.state
         updates = [
             NodeTaskUpdated(
                 at=now(), node_id=node_id, attempt=state.nodes[node_id].attempts, task=task.json()
             )
-            for node_id, task in following
+            for node_id, task, _ in following
             if state.nodes[node_id].task != task.json()
         ]
         if updates:
             await self._run.record(*updates)
         if self._handover.is_set():  # recorded: the supervisor that resumes the run follows them on
             return
-        for node_id, task in following:
-            self._follow(node_id, task, self._deps.catalogue[state.nodes[node_id].tool])
+        for node_id, task, after_s in following:
+            self._follow(node_id, task, self._deps.catalogue[state.nodes[node_id].tool], after_s)
 
     def _completion(self, node_id: str, outcome: ToolOutcome) -> RunEvent:
         self._sent.pop(node_id, None)
@@ -671,7 +691,7 @@ class RoundExecution:
                 contract,
                 call_limit_s=self._deps.call_limit_s(contract),
                 call=self._write_call(call, contract),
-                follow=lambda task: self._follow_write(call, contract, task),
+                follow=lambda task, after_s: self._follow_write(call, contract, task, after_s),
             )
         else:
             self._sent[call.node_id] = call
@@ -701,9 +721,11 @@ class RoundExecution:
 
         return call_tool
 
-    async def _follow_write(self, call: ToolCall, contract: ToolContract, task: TaskHandle) -> ToolOutcome:
-        """Follow the task a write node's call runs as (its operation recorded it first), its status recorded
-        on the node as for a read."""
+    async def _follow_write(
+        self, call: ToolCall, contract: ToolContract, task: TaskHandle, after_s: float
+    ) -> ToolOutcome:
+        """Follow the task a write node's call runs as (its operation recorded it first), after ``after_s``,
+        its status recorded on the node as for a read."""
         node = self._run.state.nodes[call.node_id]
         if node.status is NodeStatus.RUNNING and node.task != task.json():
             await self._run.record(
@@ -712,7 +734,7 @@ class RoundExecution:
         following = replace(call, as_task=False, task=task)
         if task.question is not None:
             return await self._asked(following, contract)
-        return await self._followed(following, contract)
+        return await self._followed(following, contract, after_s)
 
     async def _guarded(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """The supervisor's own limit on a call: a task never scheduled must not hang the run."""

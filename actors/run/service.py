@@ -134,7 +134,9 @@ class RunService:
         self._driver = RunDriver(
             deps,
             sink=self.store,
-            operate=Operate(self._operations, actor=f"supervisor:{owner}", decisions=self._decisions),
+            operate=Operate(
+                self._operations, actor=f"supervisor:{owner}", decisions=self._decisions, retry=deps.retry
+            ),
             review=ReviewGate(self._reviews, actor=f"supervisor:{owner}"),
             questions=QuestionGate(self._questions, actor=f"supervisor:{owner}"),
             tool_questions=ToolQuestionGate(

@@ -189,3 +189,16 @@ def test_a_run_finishing_while_a_retry_waits_cancels_the_node() -> None:
     )
 
     assert state.nodes["case"].status is NodeStatus.CANCELLED
+
+
+def test_a_task_is_followed_again_after_a_dead_workers_wait_until_its_followers_used_up_the_runtime_attempts() -> (
+    None
+):
+    policy = RetryPolicy(base_s=1.0, cap_s=8.0, runtime_attempts=4)
+    rng = random.Random(3)
+
+    waits = [policy.refollow_delay(deaths, rng) for deaths in range(1, 5)]
+
+    assert waits[-1] is None  # the fourth death: followed no more, the call failed
+    bounds = [1.0, 2.0, 4.0]
+    assert all(wait is not None and 0 <= wait <= bound for wait, bound in zip(waits, bounds, strict=False))

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from actors.calls.call import TaskHandle, ToolOutcome
 from actors.run.driver import RunDriver
+from actors.run.recorder import now
 from dag.budget import Budgets
 from dag.events import (
     ErrorKind,
@@ -237,6 +239,51 @@ async def test_a_call_that_kills_its_worker_every_time_still_ends() -> None:
     assert (final.status, final.stop_reason) == (RunStatus.STOPPED, StopReason.EVIDENCE_INCOMPLETE)
     executor.assert_done()
     planner.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_task_whose_follower_keeps_dying_while_its_caller_restarts_is_followed_never_called_again() -> (
+    None
+):
+    # A caller killed mid-task restarts in seconds; meanwhile each follow meets it restarting. More deaths
+    # than the three a follow once allowed: the task is followed on, after a dead worker's wait each time.
+    handle = TaskHandle(server="caseops", task_id="task-1", status="working")
+    dead = Scripted(failure(ErrorKind.TRANSIENT, RuntimeFailure.WORKER_FAILED, "ActorUnavailableError"))
+    catalogue = {**CASEOPS_TOOLS, CASE_TOOL: dataclasses.replace(CASEOPS_TOOLS[CASE_TOOL], task=True)}
+    started = ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=handle)
+    sink, executor, _, run = snapshot_run(
+        Scripted(started), *[dead] * 5, Scripted(ok(CASE_OUTPUT)), catalogue=catalogue
+    )
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    assert final.status is RunStatus.COMPLETED
+    assert attempts_of(sink, "case") == [1]  # never dispatched again
+    first, *follows = executor.calls
+    assert (first.as_task, first.task) == (True, None)
+    assert [call.task.task_id if call.task else None for call in follows] == ["task-1"] * 6
+    assert sink.of(NodeFailed) == []
+    assert sink.of(NodeRetryScheduled) == []
+    executor.assert_done()
+    assert_log_rebuilds(sink, created, final)
+
+
+async def test_a_task_whose_followers_always_die_ends_as_the_calls_runtime_failure() -> None:
+    retry = dataclasses.replace(FAST_RETRY, runtime_attempts=3)
+    handle = TaskHandle(server="caseops", task_id="task-1", status="working")
+    dead = Scripted(failure(ErrorKind.TRANSIENT, RuntimeFailure.WORKER_FAILED, "ActorDiedError"))
+    catalogue = {**CASEOPS_TOOLS, CASE_TOOL: dataclasses.replace(CASEOPS_TOOLS[CASE_TOOL], task=True)}
+    started = ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=handle)
+    sink, executor, _, run = snapshot_run(Scripted(started), *[dead] * 3, catalogue=catalogue, retry=retry)
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    assert final.nodes["case"].status is NodeStatus.FAILED
+    assert [event.error.code for event in sink.of(NodeFailed, "case")] == [RuntimeFailure.WORKER_FAILED]
+    assert len(executor.calls) == 4  # the call, then its task followed after two deaths, the third final
+    executor.assert_done()
     assert_log_rebuilds(sink, created, final)
 
 
