@@ -15,12 +15,16 @@ import os
 import threading
 from collections.abc import Mapping
 from functools import cache
+from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+if TYPE_CHECKING:
+    import requests
 
 _configured = False
 _lock = threading.Lock()
@@ -39,7 +43,33 @@ def _exporter() -> SpanExporter | None:
         raise ValueError(f"OTEL_TRACES_EXPORTER={chosen!r}: raydag exports traces with 'otlp' or 'none'")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter()  # reads the rest of OTEL_EXPORTER_OTLP_* itself
+    if any(os.environ.get(name) for name in _CREDENTIAL_PROVIDERS):
+        return OTLPSpanExporter()  # the session is the operator's credential provider's
+    return OTLPSpanExporter(session=_settled_session(endpoint))  # reads the rest of OTEL_EXPORTER_OTLP_*
+
+
+_CREDENTIAL_PROVIDERS = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+
+
+def _settled_session(endpoint: str) -> requests.Session:
+    """An HTTP session for the exporter that read the environment once, here, in the configuring thread.
+
+    A Ray worker sets and removes ``OMP_NUM_THREADS`` around every task it runs, while requests reads the
+    proxy variables off ``os.environ`` on each export, from the batch processor's own thread: a variable
+    removed while it iterates fails the export (``KeyError: 'OMP_NUM_THREADS'``) and the batch is lost. The
+    proxies the environment names for the collector (``HTTPS_PROXY``, ``NO_PROXY``) are read now instead; the
+    collector's certificate is ``OTEL_EXPORTER_OTLP_CERTIFICATE``'s, as before.
+    """
+    import requests
+    from requests.utils import get_environ_proxies
+
+    session = requests.Session()
+    session.trust_env = False
+    session.proxies.update(get_environ_proxies(endpoint))
+    return session
 
 
 def configure_tracing(service: str) -> None:
