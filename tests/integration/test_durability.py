@@ -76,6 +76,13 @@ class HeldRun:
         await self.admin.execute("DROP TRIGGER IF EXISTS refuse_test_outbox ON outbox")
         await self.admin.execute("DROP FUNCTION IF EXISTS refuse_test_outbox()")
 
+    async def resume(self) -> None:
+        """Let outbox inserts through again, and have the run taken up now. The supervisor's own scan for
+        runs nobody drives (every third of a lease) may have taken it up already, while the outbox still
+        refused: it then drives it to its end itself, or leaves it to be taken up again."""
+        await self.release()
+        await self.supervisor.adopt_orphans.remote()
+
 
 @contextlib.asynccontextmanager
 async def held_at_join(
@@ -310,7 +317,15 @@ async def test_a_worker_killed_mid_call_is_a_transient_failure_retried_within_bu
     assert ledger[("case", 1)]["status"] == "failed"
     assert ledger[("case", 1)]["error"]["code"] == "WORKER_FAILED"
     assert ledger[("case", 1)]["error"]["kind"] == "transient"
-    assert ledger[("case", 2)]["status"] == "succeeded"
+    # Tried again as a new call, which succeeded. On a loaded machine the attempt right after may itself fail
+    # (Ray starts the worker that replaces the killed one while the call's time runs): a transient failure too.
+    tried = sorted(attempt for node_id, attempt in ledger if node_id == "case")
+    outcomes = {
+        attempt: (ledger[("case", attempt)]["status"], ledger[("case", attempt)]["error"])
+        for attempt in tried
+    }
+    assert ledger[("case", tried[-1])]["status"] == "succeeded", outcomes
+    assert all(ledger[("case", attempt)]["error"]["kind"] == "transient" for attempt in tried[:-1]), outcomes
     ray.kill(supervisor)
 
 
@@ -342,8 +357,7 @@ async def test_a_terminal_transition_that_cannot_write_its_outbox_event_writes_n
         assert (row["status"], row["finished_at"], audits, outbox) == ("joining", None, 0, 0)
         assert (await until(store, held.run_id, lambda _: True))[-1].kind == "join_started"
 
-        await held.release()
-        assert held.run_id in await held.supervisor.adopt_orphans.remote()
+        await held.resume()
 
         events = await until(store, held.run_id, finished)
         assert events[-1].status == "completed"
@@ -671,8 +685,7 @@ async def test_a_run_whose_stored_events_predate_resources_resumes_and_finishes_
         assert "resource" not in stored
         assert stored["case_id"] == "C-102"
 
-        await held.release()
-        assert held.run_id in await held.supervisor.adopt_orphans.remote()
+        await held.resume()
 
         events = await until(store, held.run_id, finished)
         assert events[0].resource == {"case_id": "C-102"}
