@@ -1,6 +1,7 @@
 """How long the ``raydag`` command takes before it does anything: the commands a person types all day that only
 speak HTTP (``raydag runs``, ``inbox``, ``approvals``…) pay the command's start and nothing else; and
-``raydag run C-102`` attached to a ``raydag serve`` that is up (``--url``) beside the same command cold.
+``raydag run C-102`` attached to a ``raydag serve`` that is up (named by ``--url``, or found in the home it
+serves) beside the same command cold.
 
 Each sample is a new process, as at a terminal: ``raydag --help``, ``raydag inbox --help``, and ``raydag runs``
 against a loopback port nothing listens on (it starts, asks, and says it cannot reach the API). With
@@ -76,17 +77,20 @@ def _raydag(*args: str, env: dict[str, str]) -> float:
     return elapsed
 
 
+ATTACHED_URL = "attached (--url, raydag serve up)"
+ATTACHED_HOME = "attached (found in RAYDAG_HOME, raydag serve up)"
+COLD = "cold (--no-attach: starts Ray and the rest)"
+
+
 def _run_arms() -> dict[str, list[float]]:
-    """``raydag run C-102`` attached to a ``raydag serve`` that is up (``--url``) against the same command
-    cold (it starts Ray, the tool server and its supervisor, and stops them), alternating, on one database."""
+    """``raydag run C-102`` attached to a ``raydag serve`` that is up, named (``--url``) or found in the
+    home it serves, against the same command cold (``--no-attach``: it starts Ray, the tool server and its
+    supervisor, and stops them), alternating, on one database."""
     import httpx
 
     from bench._harness import fresh_database
 
-    found: dict[str, list[float]] = {
-        "attached (--url, raydag serve up)": [],
-        "cold (starts Ray and the rest)": [],
-    }
+    found: dict[str, list[float]] = {ATTACHED_URL: [], ATTACHED_HOME: [], COLD: []}
     with ExitStack() as stack:
         dsn = stack.enter_context(fresh_database())
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="raydag-cli-run-")))
@@ -114,9 +118,9 @@ def _run_arms() -> dict[str, list[float]]:
                 raise RuntimeError("raydag serve did not become ready")
             time.sleep(0.5)
         for _ in range(RUN_SAMPLES):
-            attached = _raydag("run", "C-102", "--url", url, "--api-key", DEV_KEY, env=env)
-            found["attached (--url, raydag serve up)"].append(attached)
-            found["cold (starts Ray and the rest)"].append(_raydag("run", "C-102", env=env))
+            found[ATTACHED_URL].append(_raydag("run", "C-102", "--url", url, "--api-key", DEV_KEY, env=env))
+            found[ATTACHED_HOME].append(_raydag("run", "C-102", env=env))
+            found[COLD].append(_raydag("run", "C-102", "--no-attach", env=env))
     return found
 
 
@@ -154,8 +158,9 @@ def main() -> None:
     print(HEADER)
     for arm, samples in runs.items():
         print(row(arm, samples))
-    attached, cold = (summary(samples)["median"] for samples in runs.values())
-    print(f"\nattached / cold (medians): {attached / cold:.2f}")
+    cold = summary(runs[COLD])["median"]
+    for arm in (ATTACHED_URL, ATTACHED_HOME):
+        print(f"\n{arm} / cold (medians): {summary(runs[arm])['median'] / cold:.3f}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request, approvals
+from actors.cli.background import down, up
 from actors.cli.inbox import inbox, runs, watch
 from actors.cli.problems import refusal_of
 from actors.cli.questions import questions
@@ -84,6 +85,15 @@ StageOption = Annotated[
         "--stage",
         help="The run's stage: the tools its toolsets declare for it (investigate reads; a stage that acts, "
         "caseops' act, offers writes, each approved as an operation: docs/EFFECTS.md).",
+    ),
+]
+
+AttachOption = Annotated[
+    bool,
+    typer.Option(
+        "--attach/--no-attach",
+        help="Make the runs through the raydag serving this RAYDAG_HOME with the same toolsets, if one is up "
+        "(raydag up, raydag serve), instead of starting Ray and PostgreSQL here.",
     ),
 ]
 
@@ -212,9 +222,12 @@ def run(
         ),
     ] = None,
     api_key: ApiKey = None,
+    attach: AttachOption = True,
 ) -> None:
     """Run one case (or any resource) to completion and print its result (usable as a `ray job submit`
     entrypoint)."""
+    if url is None and attach:
+        url, api_key = _serving_here(toolsets, tenant, api_key)
     if url is not None:
         report = _run_attached(
             url,
@@ -301,9 +314,13 @@ def batch(
         ),
     ] = None,
     api_key: ApiKey = None,
+    attach: AttachOption = True,
 ) -> None:
     """Run many cases concurrently through one supervisor; print a summary table and write a JSON report."""
     from actors.cli.batch import BatchFileInvalid, BatchInterrupted, read_cases
+
+    if url is None and attach:
+        url, api_key = _serving_here(toolsets, tenant, api_key)
 
     try:
         cases = read_cases(file)
@@ -670,6 +687,8 @@ def mcp(
 
 
 # What waits for people, over the HTTP API (beside approvals, reviews and questions, which decide it).
+app.command()(up)
+app.command()(down)
 app.command()(runs)
 app.command()(inbox)
 app.command()(watch)
@@ -706,6 +725,30 @@ def _refuse_a_wrong_plan(
     if refusal is not None:
         errors.print(refusal.text)
         raise typer.Exit(refusal.exit_code)
+
+
+def _serving_here(toolsets: Path | None, tenant: str, api_key: str | None) -> tuple[str | None, str | None]:
+    """Where this command's runs are made when no ``--url`` names a raydag: the raydag serving this home with
+    these toolsets (``raydag serve``, ``raydag up``: ``actors.launch.serving``), as ``api_key``, or as
+    ``tenant``'s development key when that raydag takes those; ``(None, api_key)`` when none serves it, and
+    the command runs on its own. Read from the environment alone: the settings cost half a second."""
+    from actors.launch.serving import home_in, serving_here
+
+    home = home_in(os.environ)
+    named = toolsets or (Path(os.environ[TOOLSETS_ENV]) if os.environ.get(TOOLSETS_ENV) else None)
+    serving = serving_here(home, named)
+    if serving is None:
+        return None, api_key
+    if api_key is None:
+        api_key = serving.development_keys.get(tenant)
+    if api_key is None:
+        errors.print(
+            f"[red]a raydag serves {escape(str(home))} at {escape(serving.url)} with API keys of its own:[/red] "
+            "give --api-key (or RAYDAG_API_KEY) to run there, or stop it (raydag down) to run here"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    errors.print(f"[dim]made by the raydag at {escape(serving.url)} (raydag down stops it)[/dim]")
+    return serving.url, api_key
 
 
 def _run_attached(

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from actors.launch.local import database, hand_over_all, local_ray
 from actors.launch.ports import SERVE_SETUP_HOOK, PortTaken, bind_exclusively, ensure_exclusive, ensure_free
-from actors.launch.settings import Settings
+from actors.launch.serving import Serving, recorded, serving_url
+from actors.launch.settings import DEV_API_KEYS, Settings
 from actors.launch.shutdown import Interrupted, Steps, catch_stop_signals, interrupted, stop_descendants
 from actors.supervisor import NAMESPACE, supervisor_names
 
@@ -68,6 +69,18 @@ def start_serve(settings: Settings) -> bool:
     return True
 
 
+def serving_of(settings: Settings) -> Serving:
+    """This process, as ``raydag serve`` records itself for the commands on its home (``actors.launch.serving``)."""
+    return Serving(
+        url=serving_url(settings.host, settings.port),
+        pid=os.getpid(),
+        toolsets=str(settings.toolsets.resolve()) if settings.toolsets is not None else None,
+        development_keys={grant.tenant_id: key for key, grant in DEV_API_KEYS.items() if not grant.decides}
+        if settings.api_keys is None
+        else {},
+    )
+
+
 def run_api(
     settings: Settings, build: Callable[[Settings, str], Any], *, say: Callable[[str], None]
 ) -> Interrupted:
@@ -108,8 +121,9 @@ def run_api(
                             + (f"; tool calls to {mcp_url}" if beside else "")
                             + "; Ctrl-C or SIGTERM stops it"
                         )
-                        while True:
-                            time.sleep(3600)
+                        with recorded(settings.home_dir, serving_of(settings)):  # until it starts stopping
+                            while True:
+                                time.sleep(3600)
                     except KeyboardInterrupt as signalled:
                         stop = interrupted(signalled)
                         say(f"{stop.name}: stopping")

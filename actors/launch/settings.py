@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from actors.calls.call import ExecutorKind
 from actors.calls.exchange import DEFAULT_CALLERS
+from actors.launch.serving import DEFAULT_HOME
 from actors.run.approvals import DECISION_SCOPES
 from actors.run.submission import MAX_ACTIVE_RUNS
 from actors.toolsets.config import Toolsets, load_toolsets
@@ -128,7 +129,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RAYDAG_", extra="ignore", frozen=True)
 
-    home: Path = Field(default=Path("~/.raydag"))
+    home: Path = Field(default=DEFAULT_HOME)
     database_url: SecretStr | None = None
     token_key: SecretStr | None = None
     api_keys: SecretStr | None = None

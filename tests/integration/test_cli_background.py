@@ -1,0 +1,177 @@
+"""``raydag up`` / ``raydag down``, and the commands that attach to the raydag serving their home.
+
+``up`` starts ``raydag serve`` in the background; ``raydag run`` and ``raydag batch`` on the same home, with no
+``--url``, make their runs through it, from an environment where they could start nothing themselves (their
+database setting points where nothing answers); ``--no-attach`` runs on its own; ``down`` stops it and leaves
+no process of it behind. A raydag that takes keys of its own, or a record whose process is gone, is never
+attached to with a key it does not take."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from actors.launch.serving import Serving, recorded, serving_url
+from tests.conftest import REPO
+from tests.integration.test_cli import RAYDAG, environment, home_fixture
+from tests.loopback import free_port
+
+home = home_fixture("cli-background")
+
+
+def command(
+    home: Path, *args: str, extra: Mapping[str, str] | None = None, timeout_s: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """``raydag ARGS`` on ``home``, configured by ``extra`` alone."""
+    return subprocess.run(
+        [RAYDAG, *args],
+        env=environment(home, **(extra or {})),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def nowhere() -> dict[str, str]:
+    """Settings under which a command could start nothing itself: its database is a port nothing answers."""
+    return {"RAYDAG_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/none"}
+
+
+def test_up_serves_the_home_its_runs_attach_to_it_and_down_stops_everything_it_started(
+    dsn: str, home: Path
+) -> None:
+    port = free_port()
+    serving = {"RAYDAG_DATABASE_URL": dsn, "RAYDAG_PORT": str(port), "RAYDAG_DASHBOARD": "false"}
+    started = command(home, "up", extra=serving)
+    assert started.returncode == 0, started.stdout + started.stderr + (home / "serve.log").read_text()
+    record = json.loads((home / "serving.json").read_text())
+    server = psutil.Process(record["pid"])
+    try:
+        assert record["url"] == f"http://127.0.0.1:{port}"
+        assert command(home, "up", extra=serving).stdout.startswith("a raydag serves")  # one is enough
+
+        # A run of its own could not start here: the run is the serving raydag's.
+        ran = command(home, "run", "C-102", "--json", extra=nowhere())
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        report = json.loads(ran.stdout)
+        assert report["run"]["result"]["outcome"] == "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION"
+        assert f"made by the raydag at {record['url']}" in ran.stderr
+        served = httpx.get(
+            f"{record['url']}/runs/{report['run']['run_id']}",
+            headers={"Authorization": "Bearer dev-key-tenant-demo"},
+        )
+        assert served.json()["result"] == report["run"]["result"]
+
+        cases = home / "cases.txt"
+        cases.write_text("C-102\nC-999\n")
+        batch = command(home, "batch", str(cases), extra=nowhere())
+        assert batch.returncode != 0 or "C-999" in batch.stdout, batch.stdout + batch.stderr
+        rows = {row["case_id"]: row for row in json.loads((home / "batch-report.json").read_text())["cases"]}
+        assert rows["C-102"]["status"] == "completed"
+        assert rows["C-999"]["status"] == "not_found"
+
+        # Asked not to, it runs on its own: here that meets the database that does not answer.
+        own = command(home, "run", "C-102", "--no-attach", extra=nowhere())
+        assert own.returncode == 2, own.stdout + own.stderr
+        assert "RAYDAG_DATABASE_URL" in own.stderr
+        assert "made by the raydag" not in own.stderr
+
+        family = [server, *server.children(recursive=True)]
+    except BaseException:
+        server.kill()
+        raise
+
+    stopped = command(home, "down")
+
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "stopped the raydag" in stopped.stdout
+    assert not (home / "serving.json").exists()
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == [], [process.pid for process in alive]
+    assert command(home, "down").stdout.startswith("no raydag serves")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{record['url']}/healthz")
+
+
+def healthz_only(home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A process that answers ``/healthz`` on a free port, as a raydag's API does: what a command checks before
+    it attaches (the attaching itself is the test above's)."""
+    port = free_port()
+    script = (
+        "import http.server, sys\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers()\n"
+        "        self.wfile.write(b'{}')\n"
+        "    def log_message(self, *a): pass\n"
+        f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
+    )
+    process = subprocess.Popen(["python3", "-c", script])
+    url = serving_url("127.0.0.1", port)
+    for _ in range(200):
+        try:
+            httpx.get(f"{url}/healthz", timeout=0.5)
+            break
+        except httpx.HTTPError:
+            if process.poll() is not None:
+                raise AssertionError("the /healthz stand-in did not start") from None
+    return process, url
+
+
+def test_a_raydag_that_takes_keys_of_its_own_is_not_attached_to_without_one(home: Path) -> None:
+    process, url = healthz_only(home)
+    try:
+        with recorded(home, Serving(url=url, pid=process.pid, toolsets=None, development_keys={})):
+            refused = command(home, "run", "C-102", extra=nowhere(), timeout_s=60)
+    finally:
+        process.kill()
+        process.wait()
+
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "with API keys of its own" in refused.stderr
+    assert "--api-key" in refused.stderr
+
+
+def test_a_record_whose_process_is_gone_or_whose_toolsets_differ_is_not_attached_to(home: Path) -> None:
+    process, url = healthz_only(home)
+    gone = subprocess.Popen(["python3", "-c", "pass"])
+    gone.wait()
+    other = home / "other.yaml"
+    try:
+        for serving in (
+            Serving(url=url, pid=gone.pid, toolsets=None, development_keys={"tenant-demo": "k"}),
+            Serving(url=url, pid=process.pid, toolsets=str(other), development_keys={"tenant-demo": "k"}),
+        ):
+            with recorded(home, serving):
+                own = command(home, "run", "C-102", extra=nowhere(), timeout_s=60)
+            # It ran on its own: the database it was given does not answer.
+            assert own.returncode == 2, own.stdout + own.stderr
+            assert "RAYDAG_DATABASE_URL" in own.stderr
+            assert "made by the raydag" not in own.stderr
+    finally:
+        process.kill()
+        process.wait()
+    assert not (home / "serving.json").exists()  # each record removed with its block
+
+
+def test_up_says_why_a_raydag_stopped_as_it_started_and_leaves_no_record(dsn: str, home: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:  # raydag serve refuses a port it cannot own, before starting anything
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        extra = {"RAYDAG_DATABASE_URL": dsn, "RAYDAG_PORT": str(taken.getsockname()[1])}
+        started = command(home, "up", extra=extra, timeout_s=120)
+
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert "stopped as it started" in started.stderr
+    assert "cannot serve" in started.stderr  # raydag serve's own words, from its log
+    assert not (home / "serving.json").exists()

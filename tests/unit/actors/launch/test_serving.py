@@ -1,0 +1,106 @@
+"""The record of a raydag serving a home: written whole, read defensively, removed by its own writer only."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.launch.serving import (
+    DEFAULT_HOME,
+    SERVING_FILE,
+    Serving,
+    home_in,
+    recorded,
+    recorded_in,
+    serving_here,
+    serving_url,
+)
+
+KEYS = {"tenant-demo": "dev-key-tenant-demo"}
+
+
+def test_a_record_is_readable_by_its_owner_alone_and_gone_with_its_block(tmp_path: Path) -> None:
+    serving = Serving(url="http://127.0.0.1:8000", pid=os.getpid(), toolsets=None, development_keys=KEYS)
+
+    with recorded(tmp_path, serving):
+        assert recorded_in(tmp_path) == serving
+        assert stat.S_IMODE((tmp_path / SERVING_FILE).stat().st_mode) == 0o600
+
+    assert recorded_in(tmp_path) is None
+    assert list(tmp_path.iterdir()) == []  # no scratch file left behind
+
+
+def test_a_record_another_raydag_wrote_since_is_left_in_place(tmp_path: Path) -> None:
+    mine = Serving(url="http://127.0.0.1:8000", pid=os.getpid(), toolsets=None, development_keys=KEYS)
+    successor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        theirs = Serving(url="http://127.0.0.1:8001", pid=successor.pid, toolsets=None, development_keys={})
+        mine_block, theirs_block = recorded(tmp_path, mine), recorded(tmp_path, theirs)
+        mine_block.__enter__()
+        theirs_block.__enter__()  # a raydag started since records itself over the record of one stopping
+
+        mine_block.__exit__(None, None, None)
+        assert recorded_in(tmp_path) == theirs
+
+        theirs_block.__exit__(None, None, None)
+        assert recorded_in(tmp_path) is None
+    finally:
+        successor.kill()
+        successor.wait()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "{",
+        "[]",
+        '{"url": "http://x"}',
+        '{"url": "u", "pid": "x", "toolsets": null, "development_keys": {}}',
+        '{"url": "u", "pid": 1, "toolsets": null, "development_keys": []}',
+    ],
+)
+def test_a_record_that_is_not_one_raydag_wrote_is_nothing_to_attach_to(tmp_path: Path, content: str) -> None:
+    (tmp_path / SERVING_FILE).write_text(content)
+
+    assert recorded_in(tmp_path) is None
+    assert serving_here(tmp_path, None) is None
+
+
+def test_a_record_whose_process_is_gone_is_nothing_to_attach_to(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    serving = Serving(url="http://127.0.0.1:9", pid=gone.pid, toolsets=None, development_keys=KEYS)
+
+    with recorded(tmp_path, serving):
+        assert recorded_in(tmp_path) is None
+
+
+def test_a_raydag_that_does_not_answer_is_nothing_to_attach_to(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port bound and never listened on: refused at once
+        closed.bind(("127.0.0.1", 0))
+        url = serving_url("127.0.0.1", closed.getsockname()[1])
+        with recorded(tmp_path, Serving(url=url, pid=os.getpid(), toolsets=None, development_keys=KEYS)):
+            assert recorded_in(tmp_path) is not None
+            assert serving_here(tmp_path, None) is None
+
+
+def test_a_raydag_listening_on_every_address_is_reached_over_loopback() -> None:
+    assert serving_url("0.0.0.0", 8000) == "http://127.0.0.1:8000"
+    assert serving_url("::", 8000) == "http://127.0.0.1:8000"
+    assert serving_url("::1", 8000) == "http://[::1]:8000"
+    assert serving_url("10.0.0.5", 8000) == "http://10.0.0.5:8000"
+
+
+def test_the_home_is_read_as_the_settings_read_it(tmp_path: Path) -> None:
+    from actors.launch.settings import Settings
+
+    assert home_in({}) == Settings().model_copy(update={"home": DEFAULT_HOME}).home_dir
+    assert home_in({"RAYDAG_HOME": str(tmp_path / "h")}) == (tmp_path / "h").resolve()
