@@ -586,6 +586,9 @@ async def test_a_database_restart_in_the_middle_of_a_run_loses_and_duplicates_no
     pool = await create_pool(database.dsn, max_size=2)
     store = RunStore(pool)
     try:
+        # Warm first, as /readyz has Serve wait for it: on a loaded machine a new supervisor's callers may take
+        # longer to start than a call's limit (15 s), and the first calls would time out and be made again.
+        await supervisor.ping.remote()
         submitted = await supervisor.submit.remote(
             RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"})
         )
@@ -600,7 +603,11 @@ async def test_a_database_restart_in_the_middle_of_a_run_loses_and_duplicates_no
         assert events[-1].result == C102_RESULT
         seqs = [stored.seq for stored in await store.events(submitted.run_id)]
         assert seqs == list(range(1, len(seqs) + 1))
-        assert all(len(runs) == 1 for runs in (await attempts(store, submitted.run_id)).values())
+        tried = await attempts(store, submitted.run_id)
+        errors = [
+            (row["node_id"], row["attempt"], row["error"]) for row in await store.ledger(submitted.run_id)
+        ]
+        assert all(len(runs) == 1 for runs in tried.values()), (errors, [event.kind for event in events])
     finally:
         await pool.close()
         ray.kill(supervisor)
