@@ -1,8 +1,8 @@
 """``raydag up`` and ``raydag down``: a raydag serving this home in the background, for the commands on it.
 
 ``up`` starts ``raydag serve`` as a process of its own (its own session: closing the terminal does not stop
-it), its output in ``RAYDAG_HOME/serve.log``, and returns once its API answers. ``raydag run``, ``batch`` and
-the Python API then make their runs through it (``actors.launch.serving``). ``down`` stops it as Ctrl-C stops
+it), its output in ``RAYDAG_HOME/serve.log``, and returns once its API answers. ``raydag run`` and ``batch``
+then make their runs through it (``actors.launch.serving``; the Python API does not). ``down`` stops it as Ctrl-C stops
 ``raydag serve``: SIGTERM, its runs handed over, everything it started stopped.
 """
 
@@ -133,9 +133,9 @@ def _running(pid: int) -> bool:
     try:
         finished, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:  # not ours: another command started it
-        from actors.launch.serving import alive
+        import psutil
 
-        return alive(pid)
+        return psutil.pid_exists(pid)
     return finished == 0
 
 

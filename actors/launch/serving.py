@@ -1,7 +1,7 @@
 """A raydag that serves a home: where it answers, so that commands on the same home use it.
 
 ``raydag serve`` records itself in ``RAYDAG_HOME/serving.json`` once its API answers, and removes the record
-when it starts stopping. ``raydag run``, ``batch`` and ``continue`` on that home then make their runs through
+when it starts stopping. ``raydag run`` and ``batch`` on that home then make their runs through
 its API over loopback, as ``--url`` does, instead of starting a Ray and a PostgreSQL of their own: C-102 in
 0.65 s instead of 15 (docs/BENCHMARKS.md, "A run from the terminal"). ``raydag up``
 starts such a raydag in the background and ``raydag down`` stops it.
@@ -70,8 +70,10 @@ def recorded(home: Path, serving: Serving) -> Iterator[None]:
 
 def recorded_in(home: Path) -> Serving | None:
     """The raydag recorded in ``home`` if its process is alive (whether it answers is ``answers``'s)."""
+    import psutil
+
     serving = _read(home / SERVING_FILE)
-    if serving is None or not alive(serving.pid):
+    if serving is None or not psutil.pid_exists(serving.pid):
         return None
     return serving
 
@@ -102,16 +104,6 @@ def answers(url: str, within_s: float = ANSWER_WITHIN_S) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, someone else's
-    return True
 
 
 def _read(path: Path) -> Serving | None:

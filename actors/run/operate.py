@@ -99,6 +99,7 @@ class Operate:
     """How long a task whose follower died waits to be followed again, and how often it is
     (``RetryPolicy.refollow_delay``)."""
     rng: random.Random = field(default_factory=random.Random)
+    """The jitter of those waits."""
 
     async def drive(
         self,

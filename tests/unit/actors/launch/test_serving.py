@@ -20,12 +20,15 @@ from actors.launch.serving import (
     serving_here,
     serving_url,
 )
+from tests.loopback import free_port
 
 KEYS = {"tenant-demo": "dev-key-tenant-demo"}
 
 
 def test_a_record_is_readable_by_its_owner_alone_and_gone_with_its_block(tmp_path: Path) -> None:
-    serving = Serving(url="http://127.0.0.1:8000", pid=os.getpid(), toolsets=None, development_keys=KEYS)
+    serving = Serving(
+        url=serving_url("127.0.0.1", free_port()), pid=os.getpid(), toolsets=None, development_keys=KEYS
+    )
 
     with recorded(tmp_path, serving):
         assert recorded_in(tmp_path) == serving
@@ -36,10 +39,14 @@ def test_a_record_is_readable_by_its_owner_alone_and_gone_with_its_block(tmp_pat
 
 
 def test_a_record_another_raydag_wrote_since_is_left_in_place(tmp_path: Path) -> None:
-    mine = Serving(url="http://127.0.0.1:8000", pid=os.getpid(), toolsets=None, development_keys=KEYS)
+    mine = Serving(
+        url=serving_url("127.0.0.1", free_port()), pid=os.getpid(), toolsets=None, development_keys=KEYS
+    )
     successor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        theirs = Serving(url="http://127.0.0.1:8001", pid=successor.pid, toolsets=None, development_keys={})
+        theirs = Serving(
+            url=serving_url("127.0.0.1", free_port()), pid=successor.pid, toolsets=None, development_keys={}
+        )
         mine_block, theirs_block = recorded(tmp_path, mine), recorded(tmp_path, theirs)
         mine_block.__enter__()
         theirs_block.__enter__()  # a raydag started since records itself over the record of one stopping
@@ -75,7 +82,9 @@ def test_a_record_that_is_not_one_raydag_wrote_is_nothing_to_attach_to(tmp_path:
 def test_a_record_whose_process_is_gone_is_nothing_to_attach_to(tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    serving = Serving(url="http://127.0.0.1:9", pid=gone.pid, toolsets=None, development_keys=KEYS)
+    serving = Serving(
+        url=serving_url("127.0.0.1", free_port()), pid=gone.pid, toolsets=None, development_keys=KEYS
+    )
 
     with recorded(tmp_path, serving):
         assert recorded_in(tmp_path) is None
@@ -93,10 +102,11 @@ def test_a_raydag_that_does_not_answer_is_nothing_to_attach_to(tmp_path: Path) -
 
 
 def test_a_raydag_listening_on_every_address_is_reached_over_loopback() -> None:
-    assert serving_url("0.0.0.0", 8000) == "http://127.0.0.1:8000"
-    assert serving_url("::", 8000) == "http://127.0.0.1:8000"
-    assert serving_url("::1", 8000) == "http://[::1]:8000"
-    assert serving_url("10.0.0.5", 8000) == "http://10.0.0.5:8000"
+    port = free_port()  # only formatted here, never bound
+    assert serving_url("0.0.0.0", port) == f"http://127.0.0.1:{port}"
+    assert serving_url("::", port) == f"http://127.0.0.1:{port}"
+    assert serving_url("::1", port) == f"http://[::1]:{port}"
+    assert serving_url("10.0.0.5", port) == f"http://10.0.0.5:{port}"
 
 
 def test_the_home_is_read_as_the_settings_read_it(tmp_path: Path) -> None:
