@@ -1,10 +1,17 @@
 """A run's logic, free of Ray: the supervisor actor hosts it, tests drive it with fakes.
 
 - ``submission``: ``RunRequest`` and the typed answers of submitting, cancelling and draining;
-- ``service``: ``RunService``: accepts runs (once per idempotency key), owns them in this process, waits on,
-  cancels and hands them over;
+- ``service``: ``RunService``: the parts below composed: records the runs admitted (once per idempotency key),
+  waits on, cancels and hands over the runs it owns;
+- ``intake``: ``Intake``: whether a run may start, and as what (the operator's ``Rules``, the tools and planners
+  offered, the toolsets' resource checks);
+- ``continuation``: ``Continuations``: a stopped run continued as a new run carrying over what succeeded;
 - ``turns``: ``Turns``: the runs this process owns, each driven by its own task once one of ``max_active_runs``
   turns is free;
+- ``ownership``: ``Ownership``: runs taken over (orphans, parked runs woken by a decision) and given up (a lease
+  lost);
+- ``chores``: ``Chores``: the background jobs (adoption, leases, the outbox, the writes no run drives, people's
+  decisions heard);
 - ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
 - ``round``: ``RoundExecution``: the loop of one plan round, each ready node dispatched the moment it is ready;
 - ``deps``: ``RunDeps``: what every run shares (executor, tools, planners, judges of failure), built once by
