@@ -66,7 +66,7 @@ from dag.review import ReviewState
 from dag.run_state import RunState, apply, fold
 from dag.states import RunStatus
 from dag.tokens import TaskTokens
-from planner.base import required_tools
+from planner.base import default_model, required_tools
 
 if TYPE_CHECKING:
     from actors.calls.call import ToolOutcome
@@ -127,6 +127,12 @@ class RunService:
         """The toolsets' own planner's name: the planner of a run that names none and gives no plan."""
         self._planner_tools = {name: required_tools(planner) for name, planner in deps.planners.items()}
         """Each planner offered, with the tools it cannot plan or judge a run without."""
+        self._planner_models = {
+            name: model
+            for name, planner in deps.planners.items()
+            if (model := default_model(planner)) is not None
+        }
+        """Each planner that plans with a model, with its default: a run may name another its tenant allows."""
         self._limits = limits
         self._defaults = defaults
         self._tenant_tools = tenant_tools
@@ -176,6 +182,7 @@ class RunService:
             budgets=request.budgets,
             offer=self._offer(request.principal.tenant_id, tenant_tools, unlisted),
             stage=request.stage,
+            model=request.model,
         )
         if not isinstance(admission, RunAdmitted):
             return refused_submission(admission)
@@ -197,6 +204,7 @@ class RunService:
             tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
             review=request.review
             or self._tenant_policies.get(request.principal.tenant_id, TenantPolicy()).plan_review,
+            model=request.model,
             trace=dict(request.trace) if request.trace else None,
             tool_pins={
                 name: run_pin(self._deps.pins[name])
@@ -219,7 +227,8 @@ class RunService:
         """What a run of ``tenant_id``, granted ``tenant_tools``, is offered now: admission weighs a request by
         it. Its budgets' defaults are its tenant's where its policy names them, else the server's."""
         defaults = self._defaults
-        tenant_budgets = self._tenant_policies.get(tenant_id, TenantPolicy()).budgets
+        policy = self._tenant_policies.get(tenant_id, TenantPolicy())
+        tenant_budgets = policy.budgets
         if tenant_budgets is not None:
             defaults = self._limits.granted(tenant_budgets, defaults=defaults)
         return Offer(
@@ -232,6 +241,8 @@ class RunService:
             withdrawn=self._deps.withdrawn,
             unlisted=unlisted,
             granted=tenant_tools,
+            planner_models=self._planner_models,
+            models=policy.models,
         )
 
     async def _check_resource(
@@ -322,6 +333,7 @@ class RunService:
             budgets=None,
             offer=self._offer(principal.tenant_id, tenant_tools, unlisted),
             stage=earlier.stage,
+            model=earlier.model,
         )
         if not isinstance(admission, RunAdmitted):
             return refused_submission(admission)
@@ -348,6 +360,7 @@ class RunService:
             tenant_tools=tuple(tenant_tools) if tenant_tools is not None else None,
             review=earlier.review
             or self._tenant_policies.get(principal.tenant_id, TenantPolicy()).plan_review,
+            model=earlier.model,
             trace=dict(request.trace) if request.trace else None,
             tool_pins=dict(earlier.tool_pins) if earlier.tool_pins is not None else None,
         )
