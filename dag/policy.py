@@ -53,6 +53,8 @@ class TenantPolicy:
     budgets: BudgetRequest | None = None
     """What the tenant's runs get of each budget they do not ask for, in place of the server's defaults (each
     within the server's limits); ``None``: the server's."""
+    models: frozenset[str] = frozenset()
+    """The models the tenant's runs may name for their planning, besides the model planner's own default."""
 
 
 def policy_of(policies: Iterable[tuple[str, TenantPolicy]], tenant_id: str) -> TenantPolicy:

@@ -157,6 +157,10 @@ class RunState:
     """A streamed plan of the current round is still arriving: the round cannot drain yet."""
     tokens_used: int = 0
     cost_usd: float = 0.0
+    unreported_model_calls: int = 0
+    """Model calls whose usage the endpoint did not report: their tokens and cost are upper bounds."""
+    model: str | None = None
+    """The model the run named for its planning (``RunCreated.model``); ``None``: the planner's own."""
     review: bool = False
     """Each round's plan waits for a person's yes before anything of it runs."""
     review_round: int | None = None
@@ -326,6 +330,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             tenant_tools=frozenset(event.tenant_tools) if event.tenant_tools is not None else None,
             tool_pins=event.tool_pins,
             review=event.review,
+            model=event.model,
         )
     if state.parked_since is not None and not isinstance(event, RunWoken):
         raise EventRefused(event.kind, "a parked run must be woken before anything else happens to it")
@@ -397,6 +402,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 state,
                 tokens_used=state.tokens_used + event.input_tokens + event.output_tokens,
                 cost_usd=state.cost_usd + event.cost_usd,
+                unreported_model_calls=state.unreported_model_calls + (not event.reported),
             )
         case NodeExpanded():
             group = state.nodes[event.node_id]

@@ -78,6 +78,9 @@ class Usage:
     input_tokens: int
     output_tokens: int
     cost_usd: float = 0.0
+    reported: bool = True
+    """``False``: the endpoint did not report this call's usage; the tokens are an upper bound
+    (``planner.model_api.estimated_tokens``) and the cost is charged on them."""
 
 
 class PlannerRefused(RaydagError):
@@ -108,6 +111,9 @@ class PlanningContext:
     like any observation, never an instruction or a grant (tenant, scopes, resource and budgets are fixed)."""
     usage: list[Usage] = field(default_factory=list)
     """Where a planner reports each model call it makes for this request; the runtime records them."""
+    model: str | None = None
+    """The model the run named for its planning (its tenant's policy admitted it); ``None``: the planner's own.
+    A planner without a model ignores it."""
 
 
 class Planner(Protocol):
@@ -125,6 +131,13 @@ class Planner(Protocol):
         ...
 
     async def decide(self, context: PlanningContext, observations: Sequence[Observation]) -> JoinDecision: ...
+
+
+def default_model(planner: Planner) -> str | None:
+    """The model ``planner`` plans with when a run names none (its ``default_model`` attribute); ``None``: it
+    plans with no model, and a run of it may not name one. The seam for anything else that runs a model."""
+    model = getattr(planner, "default_model", None)
+    return str(model) if model is not None else None
 
 
 def required_tools(planner: Planner) -> frozenset[str]:

@@ -1,14 +1,18 @@
-"""A model planner through the OpenAI Responses API: strict structured output for plans and for the join.
+"""A model planner over any OpenAI-compatible endpoint: structured output for plans and for the join.
 
-Every output is an untrusted proposal: the schema makes it parseable, the runtime decides what runs. No
-tenant, subject, credential, budget or authorization detail is ever sent; ``store`` is false. Transient
-HTTP failures (429, 5xx, timeouts) are retried by the SDK with backoff; an output that breaks the schema
-gets one repair request; a refusal is reported as such.
+It speaks the Responses API (strict structured output) or Chat Completions (one JSON object, the schema in the
+prompt: what local servers offer), ``planner.model_api``; everything else is shared. Every output is an
+untrusted proposal: the schema makes it parseable, the runtime decides what runs. No tenant, subject,
+credential, budget or authorization detail is ever sent; ``store`` is false. Transient HTTP failures (429,
+5xx, timeouts) are retried by the SDK with backoff; an output that breaks the schema gets one repair request;
+a refusal is reported as such; a call whose usage the endpoint did not report is charged an upper bound and
+said to be unreported.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,17 @@ from planner.base import (
     Usage,
 )
 from planner.context import joiner_input, planner_input
+from planner.model_api import (
+    ChatCompletionsApi,
+    Completion,
+    ModelApi,
+    ResponsesApi,
+    StructuredApi,
+    Tokens,
+    estimated_tokens,
+    response_tokens,
+    responses_request,
+)
 from planner.stream import PlanNodeStream
 from planner.strict_schema import from_model_plan, join_schema, plan_schema
 
@@ -39,6 +54,8 @@ if TYPE_CHECKING:  # imported when a planner is built: ~0.4 s, which every rayda
 
 PLAN_FORMAT = "raydag_plan"
 JOIN_FORMAT = "raydag_join"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,18 @@ class OpenAISettings:
     timeout_s: float = 60.0
     answer_model: str | None = None
     """``package.module:Model`` (a pydantic model) the final answer must fit; ``None``: ``planner.answer.Answer``."""
+    api: ModelApi = ModelApi.RESPONSES
+    """The API the endpoint speaks; Chat Completions cannot stream plans (``settings_problem``)."""
+    max_output_tokens: int | None = 4_096
+    """The most tokens one answer may take (``max_output_tokens``, or ``max_tokens`` in Chat Completions)."""
+    max_plan_nodes: int = 64
+    """``maxItems`` of a plan's nodes (and of each node's ``after``) in the schema the model is given."""
+
+    def problem(self) -> str | None:
+        """Why these settings cannot make a planner, or ``None``."""
+        if self.streaming and self.api is ModelApi.CHAT:
+            return "streamed plans need the Responses API: RAYDAG_MODEL_STREAMING=true with RAYDAG_MODEL_API=chat"
+        return None
 
 
 class OpenAIPlanner:
@@ -67,8 +96,11 @@ class OpenAIPlanner:
         client: AsyncOpenAI | None = None,
         result_model: type[BaseModel] = Answer,
     ) -> None:
+        if (problem := settings.problem()) is not None:
+            raise ValueError(problem)
         self._settings = settings
         self.streaming = settings.streaming
+        self.default_model = settings.model
         if client is None:
             from openai import AsyncOpenAI
 
@@ -79,11 +111,16 @@ class OpenAIPlanner:
                 timeout=settings.timeout_s,
             )
         self._client = client
+        self._api: StructuredApi = (
+            ChatCompletionsApi(client, settings.max_output_tokens)
+            if settings.api is ModelApi.CHAT
+            else ResponsesApi(client, settings.max_output_tokens)
+        )
         self.result_model = result_model
 
     async def propose(self, context: PlanningContext) -> Mapping[str, Any] | Question:
         """A plan, or a question for a person (the strict schema's ``question``, with no nodes)."""
-        schema = plan_schema(context.tools, may_ask=True)
+        schema = self._plan_schema(context)
         plan = await self._structured(context, planner_input(context, may_ask=True), PLAN_FORMAT, schema)
         question = plan.get("question")
         if question is not None:
@@ -99,9 +136,10 @@ class OpenAIPlanner:
         scanner = PlanNodeStream()
         refusal: list[str] = []
         planned = False
+        messages, schema = planner_input(context, may_ask=True), self._plan_schema(context)
         stream = await self._client.responses.create(
-            **self._request(
-                planner_input(context, may_ask=True), PLAN_FORMAT, plan_schema(context.tools, may_ask=True)
+            **responses_request(
+                messages, PLAN_FORMAT, schema, self._model(context), self._settings.max_output_tokens
             ),
             stream=True,
         )
@@ -114,7 +152,12 @@ class OpenAIPlanner:
                 case "response.refusal.delta":
                     refusal.append(event.delta)
                 case "response.completed":
-                    self._charge(context, event.response.usage)
+                    tokens = response_tokens(event.response.usage)
+                    self._charge(
+                        context,
+                        tokens or estimated_tokens(messages, schema, scanner.text),
+                        reported=bool(tokens),
+                    )
                 case "response.failed" | "error":
                     raise RuntimeError(f"the model stream failed ({event.type})")
                 case _:
@@ -151,13 +194,12 @@ class OpenAIPlanner:
 
     # ---------------------------------------------------------------- one request, one repair
 
-    def _request(self, messages: list[dict[str, str]], name: str, schema: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "model": self._settings.model,
-            "input": messages,
-            "text": {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": True}},
-            "store": False,
-        }
+    def _model(self, context: PlanningContext) -> str:
+        """The run's model where it named one (admitted by its tenant's policy), else the deployment's."""
+        return context.model or self._settings.model
+
+    def _plan_schema(self, context: PlanningContext) -> dict[str, Any]:
+        return plan_schema(context.tools, may_ask=True, max_nodes=self._settings.max_plan_nodes)
 
     async def _structured(
         self, context: PlanningContext, messages: list[dict[str, str]], name: str, schema: dict[str, Any]
@@ -174,13 +216,16 @@ class OpenAIPlanner:
                         "Answer again, matching the schema exactly.",
                     },
                 ]
-            response = await self._client.responses.create(**self._request(messages, name, schema))
-            self._charge(context, response.usage)
-            refusal = _refusal(response)
-            if refusal is not None:
-                raise PlannerRefused(refusal[:2000])
+            completion = await self._complete(messages, name, schema, context)
+            self._charge(
+                context,
+                completion.tokens or estimated_tokens(messages, schema, completion.text),
+                reported=completion.tokens is not None,
+            )
+            if completion.refusal is not None:
+                raise PlannerRefused(completion.refusal[:2000])
             try:
-                answer = json.loads(response.output_text)
+                answer = json.loads(completion.text)
             except json.JSONDecodeError as exc:
                 problem = f"not JSON: {exc.msg}"
                 continue
@@ -193,20 +238,29 @@ class OpenAIPlanner:
             f"the model's {name} output broke its schema after a repair: {problem}"
         )
 
-    def _charge(self, context: PlanningContext, usage: Any) -> None:
-        if usage is None:
-            return
+    async def _complete(
+        self, messages: list[dict[str, str]], name: str, schema: dict[str, Any], context: PlanningContext
+    ) -> Completion:
+        from openai import NotFoundError
+
+        try:
+            return await self._api.complete(messages, name, schema, self._model(context))
+        except NotFoundError:
+            if (
+                self._settings.api is ModelApi.RESPONSES
+            ):  # said, not guessed around: the operator chooses the API
+                log.warning(
+                    "the model endpoint answered 404 to the Responses API; if it speaks Chat Completions only "
+                    "(llama.cpp, llama-cpp-python), set RAYDAG_MODEL_API=chat"
+                )
+            raise
+
+    def _charge(self, context: PlanningContext, tokens: Tokens, *, reported: bool) -> None:
+        """Record one call: as the endpoint reported it, or, unreported, at the upper bound it was charged."""
         settings = self._settings
         cost = (
-            usage.input_tokens * settings.input_usd_per_mtok
-            + usage.output_tokens * settings.output_usd_per_mtok
-        ) / 1_000_000
-        context.usage.append(Usage(settings.model, usage.input_tokens, usage.output_tokens, round(cost, 8)))
-
-
-def _refusal(response: Any) -> str | None:
-    for item in response.output or []:
-        for content in getattr(item, "content", None) or []:
-            if getattr(content, "type", None) == "refusal":
-                return str(content.refusal)
-    return None
+            tokens.input * settings.input_usd_per_mtok + tokens.output * settings.output_usd_per_mtok
+        ) / 1e6
+        context.usage.append(
+            Usage(self._model(context), tokens.input, tokens.output, round(cost, 8), reported=reported)
+        )

@@ -55,6 +55,11 @@ class PlanNodeStream:
         return completed
 
     @property
+    def text(self) -> str:
+        """Everything read so far."""
+        return self._buffer
+
+    @property
     def closed(self) -> bool:
         """The whole JSON document has been read."""
         return self._depth == 0 and bool(self._buffer.strip())

@@ -11,6 +11,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dag.budget import NODES_CAP
 from dag.plan import NODE_ID_PATTERN
 from planner.base import ToolSpec
 
@@ -42,6 +43,9 @@ SUPPORTED_KEYWORDS = frozenset(
 """Keywords strict mode accepts. Others (minLength, maxLength, default, oneOf, allOf, not, …) are refused."""
 
 MAX_DEPTH = 10
+
+MAX_CITATIONS = 256
+"""``maxItems`` of the joiner's citations: a model left unbounded may write an array until its token limit."""
 
 
 def strict_violations(schema: Mapping[str, Any]) -> list[str]:
@@ -126,9 +130,13 @@ _ITEM_REF = {
 }
 
 
-def plan_schema(tools: Sequence[ToolSpec], *, may_ask: bool = False) -> dict[str, Any]:
+def plan_schema(
+    tools: Sequence[ToolSpec], *, may_ask: bool = False, max_nodes: int = NODES_CAP
+) -> dict[str, Any]:
     """The plan format for a model: one node branch per tool, each argument a literal or a reference; with
     ``may_ask``, also a ``question`` (a string, or null): the model's way to ask a person instead of planning.
+    ``max_nodes`` bounds the plan's nodes and each node's ``after`` (``maxItems``): an unbounded array runs to
+    a small model's token limit.
 
     References are spelled ``{"ref", "pointer"}`` and ``{"item"}`` here (``from_model_plan`` turns them into
     the plan format's ``$ref``/``$item``), keeping ``$``-keywords out of property names.
@@ -156,7 +164,7 @@ def plan_schema(tools: Sequence[ToolSpec], *, may_ask: bool = False) -> dict[str
                         "additionalProperties": False,
                     },
                     "for_each": {"anyOf": [{"$ref": "#/$defs/node_ref"}, {"type": "null"}]},
-                    "after": {"type": "array", "items": {"type": "string"}},
+                    "after": {"type": "array", "items": {"type": "string"}, "maxItems": max_nodes},
                 },
                 "required": ["id", "tool", "args", "for_each", "after"],
                 "additionalProperties": False,
@@ -165,7 +173,7 @@ def plan_schema(tools: Sequence[ToolSpec], *, may_ask: bool = False) -> dict[str
     properties: dict[str, Any] = {}
     if may_ask:  # first: a model writes its properties in order, and decides whether to ask before it plans
         properties["question"] = {"anyOf": [{"type": "string"}, {"type": "null"}]}  # cut to 2000 on arrival
-    properties["nodes"] = {"type": "array", "items": {"anyOf": branches}}
+    properties["nodes"] = {"type": "array", "items": {"anyOf": branches}, "maxItems": max_nodes}
     return {
         "type": "object",
         "properties": properties,
@@ -189,6 +197,7 @@ def join_schema(result_schema: Mapping[str, Any]) -> dict[str, Any]:
                 "type": "array",
                 "description": "Every identifier, reference and value the result states, as a tool output has it.",
                 "items": {"type": "string"},
+                "maxItems": MAX_CITATIONS,
             },
         },
         "required": ["decision", "reason", "result", "citations"],

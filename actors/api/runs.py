@@ -115,6 +115,13 @@ class RunCreate(BaseModel):
     )
     plan: dict[str, Any] | None = None
     budgets: BudgetRequest | None = None
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="The model the planner plans with (`openai`): the deployment's `RAYDAG_MODEL` or one the "
+        "tenant's policy lists (`models` in `RAYDAG_TENANT_POLICY`); another is 422 `model-not-allowed`.",
+    )
     stage: str = Field(
         default=INVESTIGATE,
         pattern=r"^[a-z][a-z0-9_]{0,39}$",
@@ -148,7 +155,13 @@ class RunCreate(BaseModel):
     def unfit(self) -> list[dict[str, str]]:
         """Where the body holds what PostgreSQL cannot store or JSON cannot carry (NUL, lone surrogates,
         non-finite numbers); the typed fields refuse those themselves."""
-        free = {"goal": self.goal, "planner": self.planner, "plan": self.plan, "resource": self.resource}
+        free = {
+            "goal": self.goal,
+            "planner": self.planner,
+            "plan": self.plan,
+            "resource": self.resource,
+            "model": self.model,
+        }
         return [{"location": f"/body{pointer}", "message": reason} for pointer, reason in unfit_values(free)]
 
 
@@ -224,6 +237,7 @@ async def create_run(
         trace=carrier(),
         stage=body.stage,
         review=body.review == "plan",
+        model=body.model,
     )
     supervisor, line = api.supervisors.next()
     submitted: SubmitResult = await ask(lambda: supervisor.submit.remote(request), line=line)

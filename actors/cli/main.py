@@ -199,6 +199,14 @@ def run(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its nodes as JSON.")] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The model the openai planner plans with: RAYDAG_MODEL, or one the tenant's policy lists "
+            "(models in RAYDAG_TENANT_POLICY). [default: RAYDAG_MODEL]",
+            show_default=False,
+        ),
+    ] = None,
     plan: Annotated[
         Path | None,
         typer.Option(
@@ -241,6 +249,7 @@ def run(
             plan=plan,
             review=review,
             stage=stage,
+            model=model,
         )
         if as_json:
             sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
@@ -267,6 +276,7 @@ def run(
                 plan=proposal,
                 review=review,
                 stage=stage,
+                model=model,
             )
     except KeyboardInterrupt as stop:
         raise typer.Exit(_stopped(interrupted(stop))) from None
@@ -764,6 +774,7 @@ def _run_attached(
     plan: Path | None,
     review: bool,
     stage: str,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """``raydag run --url``: the run made by the raydag at ``url`` (``actors/cli/attached.py``), its resource
     read as a cold run reads it (a bare value: ``_attached_resource_key``)."""
@@ -778,6 +789,7 @@ def _run_attached(
         "plan": _read_plan(plan) if plan is not None else None,
         "stage": stage,
         "review": "plan" if review else None,
+        "model": model,
     }
     try:
         return run_attached(
@@ -850,6 +862,7 @@ def _run_case(
     review: bool = False,
     stage: str = INVESTIGATE,
     on_wait: Callable[[str], None] | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Submit the run and wait for its end (``on_wait(run_id)``: called about once a second meanwhile)."""
     principal = _operator(tenant, runtime.toolsets)
@@ -863,6 +876,7 @@ def _run_case(
         plan=plan,
         review=review,
         stage=stage,
+        model=model,
     )
     refused = refusal_of(submitted, resource=resource, tenant=tenant)
     if refused is not None:
@@ -914,6 +928,7 @@ def _submit(
     plan: dict[str, Any] | None = None,
     review: bool = False,
     stage: str = INVESTIGATE,
+    model: str | None = None,
 ) -> SubmitResult:
     import ray
 
@@ -928,6 +943,7 @@ def _submit(
         idempotency_key=key,
         review=review,
         stage=stage,
+        model=model,
     )
     result: SubmitResult = ray.get(runtime.next_supervisor().submit.remote(request))
     return result

@@ -8,7 +8,7 @@ import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 from pydantic import (
     AliasChoices,
@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -34,6 +35,7 @@ from dag.budget import NODES_CAP, WAIT_CAP_S, BudgetRequest, Budgets
 from dag.contracts import Risk
 from dag.policy import Principal, TenantPolicy
 from dag.tokens import MIN_KEY_BYTES
+from planner.model_api import ModelApi
 from planner.openai_planner import OpenAISettings
 
 
@@ -108,6 +110,8 @@ class TenantPolicyEntry(BaseModel):
     """The run's own principal may approve or reject its run's plan."""
     budgets: BudgetRequest | None = None
     """What the tenant's runs get of each budget they do not ask for (each within the server's limits)."""
+    models: frozenset[Annotated[str, StringConstraints(min_length=1, max_length=200)]] = frozenset()
+    """The models the tenant's runs may name for their planning, besides ``RAYDAG_MODEL``."""
 
     def policy(self) -> TenantPolicy:
         return TenantPolicy(
@@ -115,6 +119,7 @@ class TenantPolicyEntry(BaseModel):
             plan_review=self.plan_review,
             self_review=self.self_review,
             budgets=self.budgets,
+            models=frozenset(self.models),
         )
 
     @model_validator(mode="after")
@@ -176,6 +181,15 @@ class Settings(BaseSettings):
     document check: ``mcp_server.planner:DocumentCheckResult``); unset, a summary with its findings."""
     model_input_usd_per_mtok: float = Field(default=0.40, ge=0, le=MAX_USD_PER_MTOK, allow_inf_nan=False)
     model_output_usd_per_mtok: float = Field(default=1.60, ge=0, le=MAX_USD_PER_MTOK, allow_inf_nan=False)
+    model_api: ModelApi = ModelApi.RESPONSES
+    """The API the model endpoint speaks: ``responses`` (OpenAI's) or ``chat`` (Chat Completions, what local
+    servers such as llama.cpp's offer)."""
+    model_timeout_s: float = Field(default=60.0, gt=0, le=3_600, allow_inf_nan=False)
+    """How long one model request may take before the SDK gives up on it (and retries)."""
+    model_max_retries: int = Field(default=3, ge=0, le=10)
+    """How often the SDK retries a model request that failed transiently (429, 5xx, timeout)."""
+    model_max_output_tokens: int = Field(default=4_096, ge=16, le=1_000_000)
+    """The most tokens one model answer may take."""
     mcp_allowed_hosts: str | None = None
     """Comma-separated Host values the MCP endpoint accepts (``name:*`` for any port); unset, loopback only."""
     mcp_allowed_origins: str | None = None
@@ -236,6 +250,15 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"RAYDAG_TENANT_POLICY: tenant {tenant!r}'s budgets: {above}, above the limits"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _model_streams_over_responses(self) -> Settings:
+        if self.model_streaming and self.model_api is ModelApi.CHAT:
+            raise ValueError(
+                "RAYDAG_MODEL_STREAMING=true needs RAYDAG_MODEL_API=responses: streamed plans are read from "
+                "the Responses API's events (set RAYDAG_MODEL_STREAMING=false to use chat)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -317,6 +340,11 @@ class Settings(BaseSettings):
             input_usd_per_mtok=self.model_input_usd_per_mtok,
             output_usd_per_mtok=self.model_output_usd_per_mtok,
             answer_model=self.model_answer,
+            api=self.model_api,
+            timeout_s=self.model_timeout_s,
+            max_retries=self.model_max_retries,
+            max_output_tokens=self.model_max_output_tokens,
+            max_plan_nodes=self.max_nodes,
         )
 
     def mcp_hosts(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:

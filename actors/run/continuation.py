@@ -60,6 +60,7 @@ class Continuations:
             resource=earlier.resource,
             budgets=None,
             stage=earlier.stage,
+            model=earlier.model,
         )
         if isinstance(admitted, SubmitResult):
             return admitted
@@ -80,6 +81,7 @@ class Continuations:
             budgets=budgets,
             proposal=earlier.proposal,
             review=earlier.review,
+            model=earlier.model,
             trace=request.trace,
             tool_pins=earlier.tool_pins,
         )

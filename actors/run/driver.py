@@ -426,6 +426,16 @@ class RunDriver:
     ) -> None:
         """Every model call the planner reported for this request, as events (then the list is emptied)."""
         calls, context.usage[:] = list(context.usage), []
+        for call in calls:
+            if not call.reported:
+                log.warning(
+                    "run %s: the model endpoint reported no usage for a %s call to %s; charged an upper bound "
+                    "of %d tokens",
+                    run.state.run_id,
+                    purpose,
+                    call.model,
+                    call.input_tokens + call.output_tokens,
+                )
         await run.record(
             *(
                 ModelUsed(
@@ -435,6 +445,7 @@ class RunDriver:
                     input_tokens=call.input_tokens,
                     output_tokens=call.output_tokens,
                     cost_usd=call.cost_usd,
+                    reported=call.reported,
                 )
                 for call in calls
             )
@@ -494,6 +505,7 @@ class RunDriver:
             replan_reason=state.replan_reason,
             uncalled=uncalled(state),
             answers=state.answers,
+            model=state.model,
         )
 
 

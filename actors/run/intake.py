@@ -24,7 +24,7 @@ from dag.contracts import ToolContract
 from dag.events import RunContinued, RunCreated
 from dag.plan import Plan
 from dag.policy import Principal, TenantPolicy
-from planner.base import required_tools
+from planner.base import default_model, required_tools
 
 if TYPE_CHECKING:
     from actors.calls.call import ToolOutcome
@@ -111,6 +111,12 @@ class Intake:
         self._toolset_planner = toolset_planner
         self.planner_tools = {name: required_tools(planner) for name, planner in deps.planners.items()}
         """Each planner offered, with the tools it cannot plan or judge a run without."""
+        self._planner_models = {
+            name: model
+            for name, planner in deps.planners.items()
+            if (model := default_model(planner)) is not None
+        }
+        """Each planner that plans with a model, with its default: a run may name another its tenant allows."""
 
     async def new_run(self, request: RunRequest) -> NewRun | SubmitResult:
         """``request`` admitted as a run to record, or the refusal."""
@@ -122,6 +128,7 @@ class Intake:
             resource=request.resource,
             budgets=request.budgets,
             stage=request.stage,
+            model=request.model,
         )
         if isinstance(admitted, SubmitResult):
             return admitted
@@ -138,6 +145,7 @@ class Intake:
             budgets=admission.budgets,
             proposal=request.plan,
             review=request.review,
+            model=request.model,
             trace=request.trace,
             tool_pins={
                 name: run_pin(self._deps.pins[name])
@@ -165,6 +173,7 @@ class Intake:
         budgets: Budgets,
         proposal: Mapping[str, Any] | None,
         review: bool,
+        model: str | None,
         trace: Mapping[str, str] | None,
         tool_pins: Mapping[str, str] | None,
     ) -> RunCreated:
@@ -184,6 +193,7 @@ class Intake:
             proposal=dict(proposal) if proposal is not None else None,
             tenant_tools=admitted.granted,
             review=review or self.rules.policy(principal.tenant_id).plan_review,
+            model=model,
             trace=dict(trace) if trace else None,
             tool_pins=dict(tool_pins) if tool_pins is not None else None,
         )
@@ -197,6 +207,7 @@ class Intake:
         resource: Mapping[str, str],
         budgets: BudgetRequest | None,
         stage: str,
+        model: str | None,
     ) -> Admitted | SubmitResult:
         """A run of ``tenant_id`` weighed against what is offered now (``dag.admission``): admitted, or the
         refusal."""
@@ -209,6 +220,7 @@ class Intake:
             budgets=budgets,
             offer=self._offer(tenant_id, granted, unlisted),
             stage=stage,
+            model=model,
         )
         if not isinstance(admission, RunAdmitted):
             return refused_submission(admission)
@@ -242,7 +254,8 @@ class Intake:
         Its budgets' defaults are its tenant's where its policy names them, else the server's."""
         rules = self.rules
         defaults = rules.defaults
-        tenant_budgets = rules.policy(tenant_id).budgets
+        policy = rules.policy(tenant_id)
+        tenant_budgets = policy.budgets
         if tenant_budgets is not None:
             defaults = rules.limits.granted(tenant_budgets, defaults=defaults)
         return Offer(
@@ -255,6 +268,8 @@ class Intake:
             withdrawn=self._deps.withdrawn,
             unlisted=unlisted,
             granted=granted,
+            planner_models=self._planner_models,
+            models=policy.models,
         )
 
     def _unlisted_tools(self, granted: Sequence[str] | None) -> dict[str, frozenset[str]]:

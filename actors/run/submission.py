@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, assert_never
 
 from dag.admission import (
+    ModelNotAllowed,
     NoPlanner,
     OverLimits,
     PlannerLacksTools,
@@ -53,6 +54,9 @@ class RunRequest:
     """The run's stage: which of the toolsets' tools it may use (writes are declared for a stage that acts)."""
     review: bool = False
     """Each round's plan waits for a person's yes before anything of it runs (a tenant's policy may require it)."""
+    model: str | None = None
+    """The model the run's planner plans with; ``None``: the planner's own. Its tenant's policy must allow it
+    (``dag.admission.model_refusal``)."""
 
     def fingerprint(self) -> str:
         """What makes two requests "the same" for an idempotency key: the body and who sent it. The service
@@ -75,6 +79,7 @@ class RunRequest:
                 # A run of the default stage hashes as it did before runs had a stage.
                 **({"stage": self.stage} if self.stage != INVESTIGATE else {}),
                 **({"review": True} if self.review else {}),
+                **({"model": self.model} if self.model is not None else {}),
             }
         )
 
@@ -129,6 +134,8 @@ class Submission(StrEnum):
     BUDGET_ABOVE_LIMIT = "budget_above_limit"
     PLANNER_UNAVAILABLE = "planner_unavailable"
     """The planner exists but this deployment cannot offer it (the model planner without a key)."""
+    MODEL_NOT_ALLOWED = "model_not_allowed"
+    """The request names a model its planner does not plan with, or its tenant's policy does not allow."""
     UNAVAILABLE = "unavailable"
     """PostgreSQL cannot be reached: nothing was accepted, the client should retry later."""
     SHUTTING_DOWN = "shutting_down"
@@ -208,6 +215,15 @@ class SubmitResult:
                 return Refusal(
                     422, "planner-unavailable", str(error.get("reason")), {"planner": error.get("planner")}
                 )
+            case Submission.MODEL_NOT_ALLOWED:
+                allowed = error.get("allowed") or []
+                detail = (
+                    f"model {error.get('model')!r} is not allowed for this tenant's runs; allowed: "
+                    + ", ".join(map(repr, allowed))
+                    if allowed
+                    else f"planner {error.get('planner')!r} plans with no model: a run of it cannot name one"
+                )
+                return Refusal(422, "model-not-allowed", detail, error)
             case Submission.UNKNOWN_STAGE:
                 known = ", ".join(error.get("known", ()))
                 detail = (
@@ -263,6 +279,11 @@ def refused_submission(refusal: RunRefusal) -> SubmitResult:
             return SubmitResult(Submission.UNKNOWN_PLANNER, error={"planner": planner, "known": list(known)})
         case PlannerUnavailable(planner=planner, reason=reason):
             return SubmitResult(Submission.PLANNER_UNAVAILABLE, error={"planner": planner, "reason": reason})
+        case ModelNotAllowed(model=model, planner=planner, allowed=allowed):
+            return SubmitResult(
+                Submission.MODEL_NOT_ALLOWED,
+                error={"model": model, "planner": planner, "allowed": list(allowed)},
+            )
         case OverLimits(error=exc):
             above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}
             return SubmitResult(Submission.BUDGET_ABOVE_LIMIT, error={"message": str(exc), "above": above})

@@ -6,7 +6,9 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from tests.integration.conftest import APPROVER_KEY, raydag_cli
+import httpx
+
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, auth, raydag_cli
 from tests.integration.test_cli import environment, home_fixture, raydag
 
 home = home_fixture("cli-problems")
@@ -45,3 +47,44 @@ def test_run_with_a_mistyped_planner_lists_the_planners_there_are(dsn: str, home
     assert planner == "  planner: conformanse"
     assert known.startswith("  known: ")
     assert {"conformance", "outputs"} <= set(known.removeprefix("  known: ").split(", ")), known
+
+
+def test_run_naming_a_model_its_tenant_may_not_use_is_refused_naming_those_it_may(
+    dsn: str, home: Path
+) -> None:
+    policy = '{"tenant-demo": {"models": ["gpt-4.1-nano"]}}'
+    env = environment(
+        home,
+        RAYDAG_DATABASE_URL=dsn,
+        OPENAI_API_KEY="sk-test-not-a-real-key",
+        OPENAI_BASE_URL="http://127.0.0.1:9/v1",  # never asked: the refusal comes first
+        RAYDAG_MODEL="gpt-4.1-mini",
+        RAYDAG_TENANT_POLICY=policy,
+    )
+
+    done = raydag("run", "C-102", "--planner", "openai", "--model", "gpt-5-pro", env=env)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    start = next(index for index, line in enumerate(lines) if "(model-not-allowed)" in line)
+    assert lines[start].endswith(
+        "model 'gpt-5-pro' is not allowed for this tenant's runs; allowed: 'gpt-4.1-mini', 'gpt-4.1-nano'"
+    ), lines[start]
+
+
+def test_a_model_named_over_the_api_for_a_planner_without_one_is_a_422_and_the_cli_says_so(
+    api: str, client: httpx.Client
+) -> None:
+    response = client.post("/runs", json={"case_id": "C-102", "model": "gpt-4.1"}, headers=auth(DEMO_KEY))
+
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["type"].endswith("/model-not-allowed")
+    assert (
+        response.json()["detail"] == "planner 'conformance' plans with no model: a run of it cannot name one"
+    )
+
+    done = raydag_cli("run", "C-102", "--model", "gpt-4.1", url=api, key=DEMO_KEY)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "(model-not-allowed): planner 'conformance' plans with no model" in done.stderr

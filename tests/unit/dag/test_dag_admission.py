@@ -10,6 +10,7 @@ from dag_run_builders import AT, CASE_ID, CASE_OUTPUT, CASE_TOOL, DOCUMENTS_TOOL
 
 from dag.admission import (
     PLAN_GIVEN_PLANNER,
+    ModelNotAllowed,
     NoPlanner,
     Offer,
     OverBudget,
@@ -65,6 +66,7 @@ def admit(
     plan: dict[str, Any] | None = None,
     resource: dict[str, str] | None = None,
     budgets: BudgetRequest | None = None,
+    model: str | None = None,
     **offered: Any,
 ) -> Any:
     return admit_run(
@@ -73,6 +75,7 @@ def admit(
         resource=resource if resource is not None else {"case_id": CASE_ID},
         budgets=budgets,
         offer=offer(**offered),
+        model=model,
     )
 
 
@@ -139,6 +142,35 @@ def test_a_planner_known_but_not_offered_here_is_unavailable_with_the_reason() -
     refused = admit(planner="openai", unavailable_planners={"openai": "no OPENAI_API_KEY"})
 
     assert refused == PlannerUnavailable("openai", "no OPENAI_API_KEY")
+
+
+MODEL_PLANNERS = {**PLANNERS, "openai": frozenset()}
+
+
+def test_a_run_may_name_its_model_planners_default_or_a_model_its_tenant_lists() -> None:
+    for model in ("gpt-test", "gpt-small"):
+        admitted = admit(
+            planner="openai",
+            model=model,
+            planners=MODEL_PLANNERS,
+            planner_models={"openai": "gpt-test"},
+            models=frozenset({"gpt-small"}),
+        )
+        assert isinstance(admitted, RunAdmitted), model
+
+
+def test_a_model_the_tenant_does_not_list_is_refused_naming_those_it_may_use() -> None:
+    refused = admit(
+        planner="openai", model="gpt-big", planners=MODEL_PLANNERS, planner_models={"openai": "gpt-test"}
+    )
+
+    assert refused == ModelNotAllowed("gpt-big", "openai", ("gpt-test",))
+
+
+def test_a_model_named_for_a_planner_without_one_is_refused() -> None:
+    refused = admit(planner="conformance", model="gpt-test", planner_models={"openai": "gpt-test"})
+
+    assert refused == ModelNotAllowed("gpt-test", "conformance", ())
 
 
 def test_budgets_above_the_servers_limits_are_refused_naming_them() -> None:

@@ -29,6 +29,7 @@ ERRORS = {
     Submission.UNKNOWN_PLANNER: {"planner": "gpt", "known": ["conformance", "outputs"]},
     Submission.NO_PLANNER: {"known": ["outputs"]},
     Submission.PLANNER_UNAVAILABLE: {"planner": "openai", "reason": "needs OPENAI_API_KEY"},
+    Submission.MODEL_NOT_ALLOWED: {"model": "gpt-big", "planner": "openai", "allowed": ["gpt-test"]},
     Submission.PLANNER_LACKS_TOOLS: {"planner": "conformance", "missing": ["caseops_get_case_snapshot", "x"]},
     Submission.UNKNOWN_STAGE: {"stage": "deploy", "known": ["act", "investigate"]},
     Submission.BUDGET_ABOVE_LIMIT: {
@@ -52,6 +53,7 @@ ANSWERED = {
     Submission.UNKNOWN_PLANNER: (422, "unknown-planner", None),
     Submission.NO_PLANNER: (422, "unknown-planner", None),
     Submission.PLANNER_UNAVAILABLE: (422, "planner-unavailable", None),
+    Submission.MODEL_NOT_ALLOWED: (422, "model-not-allowed", None),
     Submission.PLANNER_LACKS_TOOLS: (422, "planner-lacks-tools", None),
     Submission.UNKNOWN_STAGE: (422, "unknown-stage", None),
     Submission.BUDGET_ABOVE_LIMIT: (422, "budget-above-limit", None),
@@ -208,3 +210,28 @@ def test_a_caseops_request_resolved_to_its_toolsets_planner_hashes_as_the_old_co
 
     assert replace(request, planner="conformance").fingerprint() == legacy
     assert replace(request, planner="outputs").fingerprint() != legacy
+
+
+def test_a_model_not_allowed_names_the_model_and_what_the_tenant_may_use() -> None:
+    problem = problem_of(refused(Submission.MODEL_NOT_ALLOWED))
+
+    assert (problem.status, problem.slug) == (422, "model-not-allowed")
+    assert problem.detail == "model 'gpt-big' is not allowed for this tenant's runs; allowed: 'gpt-test'"
+    assert problem.extra == {"model": "gpt-big", "planner": "openai", "allowed": ["gpt-test"]}
+
+
+def test_a_model_named_for_a_planner_without_one_is_refused_as_such() -> None:
+    submitted = SubmitResult(
+        Submission.MODEL_NOT_ALLOWED, error={"model": "m", "planner": "outputs", "allowed": []}
+    )
+
+    assert (
+        problem_of(submitted).detail == "planner 'outputs' plans with no model: a run of it cannot name one"
+    )
+
+
+def test_a_request_naming_a_model_hashes_apart_and_one_naming_none_hashes_as_before() -> None:
+    plain = RunRequest(principal=PRINCIPAL, resource={"case_id": "C-102"}, planner="openai")
+
+    assert replace(plain, model=None).fingerprint() == plain.fingerprint()
+    assert replace(plain, model="gpt-small").fingerprint() != plain.fingerprint()

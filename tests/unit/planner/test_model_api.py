@@ -1,0 +1,100 @@
+"""The two wire APIs' requests, the bounds the schemas carry, and what an unreported call is charged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mcp_server.contracts import CASEOPS_TOOLS
+from planner.answer import Answer
+from planner.base import ToolSpec
+from planner.model_api import (
+    SCHEMA_INSTRUCTIONS,
+    ModelApi,
+    chat_request,
+    estimated_tokens,
+    responses_request,
+)
+from planner.openai_planner import OpenAIPlanner, OpenAISettings
+from planner.strict_schema import MAX_CITATIONS, join_schema, plan_schema, strict_violations
+
+TOOLS = [ToolSpec.of(contract) for contract in CASEOPS_TOOLS.values()]
+MESSAGES = [{"role": "system", "content": "plan"}, {"role": "user", "content": "Goal: check C-102"}]
+
+
+def test_the_plan_schema_bounds_its_nodes_and_each_nodes_after_and_stays_strict() -> None:
+    schema = plan_schema(TOOLS, may_ask=True, max_nodes=7)
+
+    assert schema["properties"]["nodes"]["maxItems"] == 7
+    branches = schema["properties"]["nodes"]["items"]["anyOf"]
+    assert {branch["properties"]["after"]["maxItems"] for branch in branches} == {7}
+    assert strict_violations(schema) == []
+
+
+def test_the_join_schema_bounds_its_citations() -> None:
+    schema = join_schema(Answer.model_json_schema())
+
+    assert schema["properties"]["citations"]["maxItems"] == MAX_CITATIONS
+    assert strict_violations(schema) == []
+
+
+def test_a_responses_request_is_strict_unstored_and_bounded() -> None:
+    request = responses_request(MESSAGES, "raydag_plan", {"type": "object"}, "gpt-test", 300)
+
+    assert request == {
+        "model": "gpt-test",
+        "input": MESSAGES,
+        "text": {
+            "format": {
+                "type": "json_schema",
+                "name": "raydag_plan",
+                "schema": {"type": "object"},
+                "strict": True,
+            }
+        },
+        "store": False,
+        "max_output_tokens": 300,
+    }
+
+
+def test_a_chat_request_asks_for_a_json_object_and_states_the_schema_in_a_system_message() -> None:
+    schema = plan_schema(TOOLS, may_ask=True, max_nodes=5)
+
+    request = chat_request(MESSAGES, schema, "smollm2", 256)
+
+    assert request["response_format"] == {"type": "json_object", "schema": schema}
+    assert request["messages"][:2] == MESSAGES
+    stated = request["messages"][2]
+    assert stated["role"] == "system"
+    assert stated["content"].startswith(SCHEMA_INSTRUCTIONS)
+    assert json.loads(stated["content"].removeprefix(SCHEMA_INSTRUCTIONS)) == schema
+    assert (request["model"], request["max_tokens"], request["temperature"]) == ("smollm2", 256, 0)
+
+
+def test_an_unreported_call_is_charged_at_least_a_token_per_byte_sent_and_received() -> None:
+    schema = {"type": "object", "description": "é" * 10}
+    output = '{"nodes": []}'
+
+    tokens = estimated_tokens(MESSAGES, schema, output)
+
+    sent = sum(len(message["content"].encode()) for message in MESSAGES)
+    assert tokens.input >= sent + len(json.dumps(schema, ensure_ascii=False).encode())
+    assert tokens.output >= len(output)
+
+
+def test_an_empty_unreported_answer_still_costs_something() -> None:
+    assert estimated_tokens([], {}, "").output > 0
+
+
+def test_streamed_plans_over_chat_completions_cannot_make_a_planner() -> None:
+    settings = OpenAISettings(api_key="sk-test", api=ModelApi.CHAT, streaming=True)
+
+    with pytest.raises(ValueError, match="streamed plans need the Responses API"):
+        OpenAIPlanner(settings)
+
+
+def test_the_model_planner_names_its_default_model() -> None:
+    planner = OpenAIPlanner(OpenAISettings(api_key="sk-test", model="gpt-test", api=ModelApi.CHAT))
+
+    assert planner.default_model == "gpt-test"
