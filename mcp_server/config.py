@@ -34,6 +34,9 @@ class ToolServerConfig:
     """Larger request bodies are 413; MCP requests to these tools are well under 2 KiB."""
     tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     """Per tenant and per server replica: requests in flight and the request rate (429 beyond)."""
+    export_stage_ms: int = 750
+    """The pause of each stage of an evidence export (``mcp_server.export``): a few seconds in all; tests
+    shorten it."""
     replay_prune_interval_s: float = 30.0
     """How often expired rows leave the replay cache."""
     direct_calls: bool = True

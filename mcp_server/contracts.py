@@ -144,6 +144,26 @@ class DocumentRequestLookup(BaseModel):
     request: DocumentRequest | None
 
 
+class ExportedDocument(BaseModel):
+    document_id: str
+    source_label: str
+    canonical_code: str | None
+    source_ref: str
+
+
+class EvidenceBundle(BaseModel):
+    """A case's evidence, exported at one version: what an auditor or a court receives."""
+
+    export_id: str
+    case_id: str
+    case_version: int
+    policy_id: str
+    policy_version: str
+    documents: list[ExportedDocument]
+    evidence_refs: list[str] = Field(description="Every resource the bundle holds, sorted.")
+    digest: str = Field(description="sha256 of the bundle's canonical JSON without its digest and export_id.")
+
+
 RUN_CASE = frozenset({"case_id"})
 """Every caseops tool is about the run's case: ``case_id`` is bound to the resource's ``case_id``."""
 CHECK_STAGES = frozenset({INVESTIGATE_STAGE, ACT_STAGE})
@@ -229,6 +249,21 @@ FIND_DOCUMENT_REQUEST = ToolContract(
     stages=frozenset({ACT_STAGE}),
 )
 
+EXPORT_EVIDENCE = ToolContract(
+    name="caseops_export_evidence",
+    version="1.0.0",
+    description=(
+        "Export the case's evidence bundle (snapshot, policy, every source document), in stages; it takes "
+        "seconds and runs as an MCP task."
+    ),
+    scope=SCOPE_DOCUMENTS,
+    risk=Risk.READ_ONLY,
+    input_model=CaseInput,
+    output_model=EvidenceBundle,
+    run_bound=RUN_CASE,
+    stages=CHECK_STAGES,
+)
+
 CASEOPS_CHECKS = catalogue_of(
     GET_CASE_SNAPSHOT, GET_POLICY_REQUIREMENTS, LIST_UNCLASSIFIED_DOCUMENTS, RESOLVE_DOCUMENT_ALIAS
 )
@@ -241,4 +276,5 @@ CASEOPS_TOOLS = catalogue_of(
     DRAFT_DOCUMENT_REQUEST,
     SEND_DOCUMENT_REQUEST,
     FIND_DOCUMENT_REQUEST,
+    EXPORT_EVIDENCE,
 )

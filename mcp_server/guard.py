@@ -85,6 +85,14 @@ class DirectAnswers(Protocol):
     async def answer(self, scope: Scope, headers: Mapping[str, str], message: Any, send: Send) -> bool: ...
 
 
+class TaskAnswers(Protocol):
+    """Requests of MCP Tasks, answered past the SDK once every check has passed (``task_requests``)."""
+
+    async def answer(
+        self, headers: Mapping[str, str], message: Any, claims: TaskClaims | None, send: Send
+    ) -> bool: ...
+
+
 class McpGuard:
     """See the module docstring for the checks and their order."""
 
@@ -99,9 +107,11 @@ class McpGuard:
         admission: Admission,
         replay: TokenUses,
         direct: DirectAnswers | None = None,
+        tasks: TaskAnswers | None = None,
     ) -> None:
         """``tokens=None`` switches authentication off: for the conformance suite on loopback only. ``direct``
-        answers the requests it takes once every check has passed; the SDK answers the rest."""
+        answers the requests it takes once every check has passed, ``tasks`` those of MCP Tasks; the SDK
+        answers the rest."""
         self._app = app
         self._tokens = tokens
         self._rebinding = TransportSecurityMiddleware(security)
@@ -110,6 +120,7 @@ class McpGuard:
         self._admission = admission
         self._replay = replay
         self._direct = direct
+        self._tasks = tasks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -276,12 +287,17 @@ class McpGuard:
         forwarded = {**scope, "headers": headers}
         reset = current_claims.set(claims)
         try:
-            if self._direct is not None and claims is not None:
-                named: dict[str, str] = {}
-                for name, value in headers:  # the first of a repeated header, as Starlette reads one
-                    named.setdefault(bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
-                if await self._direct.answer(forwarded, named, message, send):
-                    return
+            named: dict[str, str] = {}
+            for name, value in headers:  # the first of a repeated header, as Starlette reads one
+                named.setdefault(bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
+            if self._tasks is not None and await self._tasks.answer(named, message, claims, send):
+                return
+            if (
+                self._direct is not None
+                and claims is not None
+                and await self._direct.answer(forwarded, named, message, send)
+            ):
+                return
             await self._app(forwarded, replay, send)
         finally:
             current_claims.reset(reset)

@@ -22,21 +22,35 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult, Resource
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    InputRequiredResult,
+    Resource,
+    ServerCapabilities,
+    ServerTasksCapability,
+    ToolExecution,
+)
+from mcp_types import Tool as MCPTool
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.routing import Router
 
 from dag.tokens import TaskTokens
 from mcp_server.auth import ASGIApp, current_claims
 from mcp_server.config import LOOPBACK_HOSTS, LOOPBACK_ORIGINS, ToolServerConfig
+from mcp_server.contracts import EXPORT_EVIDENCE
 from mcp_server.guard import McpGuard
 from mcp_server.limits import Admission
 from mcp_server.replay import ReplayCache
 from mcp_server.resources import case_resources, register_evidence
 from mcp_server.stateless_call import StatelessCalls
+from mcp_server.task_requests import TASKS_CAPABILITY, TaskRequests
 from mcp_server.tools import Backend, ToolBinding, caseops_bindings, guarded_tool
 
 log = logging.getLogger(__name__)
 
+TASK_TOOLS = frozenset({EXPORT_EVIDENCE.name})
+"""The tools that run as MCP tasks (2025-11-25): listed with ``execution.taskSupport: optional``."""
 MCP_PATH = "/mcp"
 APPLICATION_NAME = "raydag-mcp"
 """How the tool server's database connections appear in ``pg_stat_activity``."""
@@ -78,6 +92,34 @@ class _CaseopsServer(MCPServer[Any]):
         self.tools = tuple(tools)
         self._tool_names = frozenset(tool.name for tool in tools)
         register_evidence(self, backend)
+        self._advertise_tasks()
+
+    def _advertise_tasks(self) -> None:
+        """Add ``tasks`` to the handshake era's capabilities: the SDK derives them from its own handlers, and
+        the Tasks methods are answered past it (``mcp_server.task_requests``). The 2026-07-28 era has no
+        Tasks in its core, so its capabilities stay as the SDK makes them."""
+        lowlevel = self._lowlevel_server
+        derived = lowlevel.get_capabilities
+
+        def with_tasks(*args: Any, **kwargs: Any) -> ServerCapabilities:
+            capabilities = derived(*args, **kwargs)
+            if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
+                return capabilities
+            return capabilities.model_copy(
+                update={"tasks": ServerTasksCapability.model_validate(TASKS_CAPABILITY)}
+            )
+
+        lowlevel.get_capabilities = with_tasks  # type: ignore[method-assign]
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools, those that run as tasks saying so (``optional``: a client without Tasks, or one of the
+        2026-07-28 era, whose listing drops ``execution``, still calls them, and waits for the answer)."""
+        return [
+            tool.model_copy(update={"execution": ToolExecution(task_support="optional")})
+            if tool.name in TASK_TOOLS
+            else tool
+            for tool in await super().list_tools()
+        ]
 
     @property
     def server_info_stamp(self) -> dict[str, Any]:
@@ -124,6 +166,9 @@ class ToolServer:
             max_request_body_size=config.max_body_bytes,
         )
         self._replay = ReplayCache(self._backend.live_pool)
+        self._tasks = TaskRequests(
+            self._backend, {tool.name: tool for tool in self.mcp.tools if tool.name in TASK_TOOLS}
+        )
         self._direct = (
             StatelessCalls(self.mcp, self.mcp.tools, self.mcp.server_info_stamp, MCP_PATH)
             if config.direct_calls
@@ -138,6 +183,7 @@ class ToolServer:
             admission=Admission(config.tenant_limits),
             replay=self._replay,
             direct=self._direct,
+            tasks=self._tasks,
         )
 
     @property
@@ -200,6 +246,7 @@ class ToolServer:
             async with self.mcp.session_manager.run():
                 yield
         finally:
+            await self._tasks.aclose()
             pruning.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pruning

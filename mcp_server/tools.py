@@ -28,6 +28,7 @@ from mcp_server.caseops import CaseopsError, CaseopsRepository, case_not_found
 from mcp_server.config import ToolServerConfig
 from mcp_server.contracts import (
     DRAFT_DOCUMENT_REQUEST,
+    EXPORT_EVIDENCE,
     FIND_DOCUMENT_REQUEST,
     GET_CASE_SNAPSHOT,
     GET_POLICY_REQUIREMENTS,
@@ -35,6 +36,7 @@ from mcp_server.contracts import (
     RESOLVE_DOCUMENT_ALIAS,
     SEND_DOCUMENT_REQUEST,
 )
+from mcp_server.export import export_evidence
 from mcp_server.upstream import DATABASE, UPSTREAM_ERRORS
 
 log = logging.getLogger(__name__)
@@ -99,8 +101,8 @@ ToolBinding = tuple[ToolContract, ToolHandler]
 
 
 def caseops_bindings(backend: Backend) -> list[ToolBinding]:
-    """The caseops tools: four checks, and the writes of a document request; every query is scoped to the
-    token's tenant."""
+    """The caseops tools: four checks, the writes of a document request, and the evidence export (a long read
+    that runs as an MCP task); every query is scoped to the token's tenant."""
     repository = backend.repository
     return [
         (GET_CASE_SNAPSHOT, lambda claims, args: repository().case_snapshot(claims.tenant_id, args.case_id)),
@@ -129,6 +131,12 @@ def caseops_bindings(backend: Backend) -> list[ToolBinding]:
             FIND_DOCUMENT_REQUEST,
             lambda claims, args: repository().find_document_request(
                 claims.tenant_id, args.case_id, args.idempotency_key
+            ),
+        ),
+        (
+            EXPORT_EVIDENCE,
+            lambda claims, args: export_evidence(
+                backend.live_pool(), claims.tenant_id, args.case_id, backend.config.export_stage_ms
             ),
         ),
     ]

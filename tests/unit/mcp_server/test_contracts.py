@@ -12,6 +12,7 @@ from mcp_server.contracts import (
     CASEOPS_CHECKS,
     CASEOPS_TOOLS,
     DRAFT_DOCUMENT_REQUEST,
+    EXPORT_EVIDENCE,
     FIND_DOCUMENT_REQUEST,
     GET_CASE_SNAPSHOT,
     GET_POLICY_REQUIREMENTS,
@@ -33,12 +34,14 @@ def valid_args(contract: ToolContract) -> dict[str, str]:
 WRITES = [DRAFT_DOCUMENT_REQUEST, SEND_DOCUMENT_REQUEST]
 
 
-def test_the_catalogue_holds_the_four_checks_the_two_writes_and_the_read_that_reconciles_a_send() -> None:
+def test_the_catalogue_holds_the_checks_the_writes_the_reconciling_read_and_the_evidence_export() -> None:
     assert sorted(CASEOPS_CHECKS) == sorted(contract.name for contract in CONTRACTS)
     assert all(CASEOPS_TOOLS[contract.name] is contract for contract in CONTRACTS)
     assert sorted(CASEOPS_TOOLS) == sorted(
-        [*CASEOPS_CHECKS, *(c.name for c in WRITES), FIND_DOCUMENT_REQUEST.name]
+        [*CASEOPS_CHECKS, *(c.name for c in WRITES), FIND_DOCUMENT_REQUEST.name, EXPORT_EVIDENCE.name]
     )
+    assert EXPORT_EVIDENCE.risk is Risk.READ_ONLY
+    assert EXPORT_EVIDENCE.scope in ALL_SCOPES
 
 
 def test_the_writes_are_a_reversible_draft_and_an_irreversible_send_of_the_stage_that_acts() -> None:

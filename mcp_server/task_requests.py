@@ -1,0 +1,174 @@
+"""The 2025-11-25 Tasks methods of caseops, answered past the SDK: ``mcp`` 2.3.0 has the types of Tasks but
+dispatches none of its methods (``mcp_types.methods``: "tasks/* deliberately absent").
+
+Taken here, once the guard has verified the request's token (and, for ``tools/call``, its scope and first
+use): a handshake-era ``tools/call`` with a ``task`` parameter for a tool that runs as a task (answered with
+``CreateTaskResult`` at once, its work started in this process), and ``tasks/get``, ``tasks/result``,
+``tasks/cancel`` and ``tasks/list``, each about the tasks of the token's tenant, case and tool only
+(``task_store``). Every other request goes on to the SDK. The work is the tool's own call, checks and all,
+run with the verified claims and the task (``task_store.current_task``) in its context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.mcpserver.tools.base import Tool
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import CallToolResult
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
+
+from dag.fingerprint import canonical_json
+from dag.tokens import TaskClaims
+from mcp_server._asgi import respond_json
+from mcp_server.auth import Send
+from mcp_server.task_store import (
+    TERMINAL,
+    Owner,
+    TaskCancelled,
+    TaskRun,
+    TaskStore,
+    current_task,
+    granted_ttl,
+    task_json,
+)
+from mcp_server.tools import Backend
+
+log = logging.getLogger(__name__)
+
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel", "tasks/list"})
+TASKS_CAPABILITY: Mapping[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+"""What the server advertises at ``initialize`` (2025-11-25): tasks for ``tools/call``, listed, cancelled."""
+
+
+def tool_result(payload: Mapping[str, Any], *, is_error: bool) -> dict[str, Any]:
+    """A stored answer as the ``CallToolResult`` it was: structured, with the same JSON as its text."""
+    return {
+        "content": [{"type": "text", "text": canonical_json(dict(payload))}],
+        "structuredContent": dict(payload),
+        "isError": is_error,
+    }
+
+
+class TaskRequests:
+    """Answers the Tasks requests of the tools named in ``tools``; see the module docstring."""
+
+    def __init__(self, backend: Backend, tools: Mapping[str, Tool]) -> None:
+        self._backend = backend
+        self._tools = dict(tools)
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def answer(
+        self, headers: Mapping[str, str], message: Any, claims: TaskClaims | None, send: Send
+    ) -> bool:
+        """Answer the request if it is one of Tasks, and say whether it did."""
+        if not isinstance(message, dict) or claims is None:
+            return False
+        if headers.get(MCP_PROTOCOL_VERSION_HEADER.lower()) in MODERN_PROTOCOL_VERSIONS:
+            return False  # the 2026-07-28 form of Tasks is an extension this server does not offer
+        method, params, request_id = message.get("method"), message.get("params"), message.get("id")
+        if not isinstance(params, dict) or request_id is None:
+            return False
+        store = TaskStore(self._backend.live_pool())
+        owner = Owner.of(claims)
+        if method == "tools/call" and "task" in params and params.get("name") in self._tools:
+            answer = await self._start(store, claims, params)
+        elif method == "tasks/list":
+            answer = {"result": {"tasks": [task_json(row) for row in await store.list(owner)]}}
+        elif method in TASK_METHODS:
+            answer = await self._about_task(store, owner, str(method), params.get("taskId"))
+        else:
+            return False
+        await respond_json(send, 200, {"jsonrpc": "2.0", "id": request_id, **answer})
+        return True
+
+    async def _start(self, store: TaskStore, claims: TaskClaims, params: Mapping[str, Any]) -> dict[str, Any]:
+        task = params["task"]
+        ttl = granted_ttl(task.get("ttl") if isinstance(task, dict) else None)
+        arguments = params.get("arguments")
+        row = await store.create(Owner.of(claims), ttl)
+        work = asyncio.create_task(
+            self._run(self._tools[str(params["name"])], claims, row["task_id"], dict(arguments or {}))
+        )
+        self._running.add(work)
+        work.add_done_callback(self._running.discard)
+        return {"result": {"task": task_json(row)}}
+
+    async def _run(self, tool: Tool, claims: TaskClaims, task_id: str, arguments: dict[str, Any]) -> None:
+        """The tool's own call, as a task: its checks, its work by stages, its answer stored with the task."""
+        pool = self._backend.live_pool()
+        store = TaskStore(pool)
+        current_task.set(TaskRun(pool, claims.tenant_id, task_id))  # this asyncio task's own context
+        try:
+            answer = await tool.fn(arguments)
+            if isinstance(answer, CallToolResult):
+                payload = answer.structured_content or {"error": {"code": "FAILED", "message": "failed"}}
+                await store.finish(claims.tenant_id, task_id, payload, is_error=bool(answer.is_error))
+            elif isinstance(answer, BaseModel):
+                await store.finish(claims.tenant_id, task_id, answer.model_dump(mode="json"), is_error=False)
+        except asyncio.CancelledError:  # the server is going away: the task must not stay "working"
+            with contextlib.suppress(Exception):
+                stopping = {
+                    "error": {"code": "SERVER_STOPPED", "message": "the server stopped during the task"}
+                }
+                await store.finish(claims.tenant_id, task_id, stopping, is_error=True)
+            raise
+        except TaskCancelled:
+            log.info("task %s of %s was cancelled; its work stopped", task_id, tool.name)
+        except Exception as exc:  # the task must end, whatever the work raised
+            log.exception("task %s of %s failed", task_id, tool.name)
+            failure = {"error": {"code": "TASK_FAILED", "message": f"the task failed ({type(exc).__name__})"}}
+            with contextlib.suppress(Exception):
+                await store.finish(claims.tenant_id, task_id, failure, is_error=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await store.stopped(claims.tenant_id, task_id)
+
+    async def _about_task(self, store: TaskStore, owner: Owner, method: str, task_id: Any) -> dict[str, Any]:
+        if not isinstance(task_id, str):
+            return _error(INVALID_PARAMS, "taskId must be a string")
+        if method == "tasks/cancel":
+            row = await store.cancel(owner, task_id)
+            if row is not None and row["status"] != "cancelled":
+                return _error(
+                    INVALID_PARAMS, f"task {task_id} already ended ({row['status']}): it cannot be cancelled"
+                )
+        else:
+            row = await store.get(owner, task_id)
+        if row is None:
+            return _error(INVALID_PARAMS, f"task {task_id} not found")
+        if method != "tasks/result":
+            return {"result": task_json(row)}
+        while row is not None and row["status"] not in TERMINAL:  # tasks/result waits for the task's end
+            await asyncio.sleep(row["poll_interval_ms"] / 1000)
+            row = await store.get(owner, task_id)
+        if row is None:
+            return _error(INVALID_PARAMS, f"task {task_id} not found")
+        if row["status"] == "cancelled":
+            return _error(INVALID_PARAMS, f"task {task_id} was cancelled: it has no result")
+        stored = row["result"]
+        payload = json.loads(stored) if isinstance(stored, str) else {}
+        result = tool_result(payload, is_error=row["is_error"])
+        return {"result": {**result, "_meta": {RELATED_TASK: {"taskId": task_id}}}}
+
+    async def aclose(self) -> None:
+        """Stop the work of every task this process runs (the server is going away): each ends ``failed``."""
+        running = list(self._running)
+        for work in running:
+            work.cancel()
+        for work in running:
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+
+
+def _error(code: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}

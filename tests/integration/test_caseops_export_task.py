@@ -1,0 +1,207 @@
+"""caseops' evidence export runs as an MCP task (2025-11-25): over the wire (its listing, capability, stages,
+result, cancel, another tenant's token) and in a run beside fast reads, its progress in the run's log, a
+cancelled run stopping the export at the server. Counted in the server's own tables, never in raydag's records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from actors.run.submission import RunRequest, Submission
+from actors.store.runs import RunStore
+from dag.policy import Principal
+from mcp_server.contracts import ALL_SCOPES, EXPORT_EVIDENCE
+from tests.integration.conftest import RunningToolServer, supervisor_for
+from tests.integration.test_durability import finished, until
+
+EXPORT = EXPORT_EVIDENCE.name
+PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
+HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+
+async def rpc(server: RunningToolServer, token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(
+            server.url, json=body, headers={**HEADERS, "Authorization": f"Bearer {token}"}
+        )
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def task_row(dsn: str, task_id: str) -> asyncpg.Record:
+    connection = await asyncpg.connect(dsn)
+    try:
+        row = await connection.fetchrow("SELECT * FROM caseops_tasks WHERE task_id = $1", task_id)
+        assert row is not None
+        return row
+    finally:
+        await connection.close()
+
+
+async def exports_of(dsn: str, export_id: str) -> int:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await connection.fetchval("SELECT count(*) FROM evidence_exports WHERE export_id = $1", export_id)
+        )
+    finally:
+        await connection.close()
+
+
+async def stopped(dsn: str, task_id: str) -> asyncpg.Record:
+    """The task's row once its work has stopped (the worker records it on its way out)."""
+    for _ in range(600):
+        row = await task_row(dsn, task_id)
+        if row["stopped_at"] is not None:
+            return row
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the work of {task_id} never stopped")
+
+
+async def test_the_export_is_listed_and_served_as_a_task_with_stages_and_its_result(
+    tool_server: RunningToolServer, dsn: str
+) -> None:
+    start = await rpc(
+        tool_server,
+        tool_server.token("caseops_get_case_snapshot"),
+        "initialize",
+        {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    )
+    assert start["result"]["capabilities"]["tasks"]["requests"] == {"tools": {"call": {}}}
+    listed = await rpc(tool_server, tool_server.token(EXPORT), "tools/list", {})
+    [export] = [tool for tool in listed["result"]["tools"] if tool["name"] == EXPORT]
+    assert export["execution"] == {"taskSupport": "optional"}
+
+    token = tool_server.token(EXPORT)
+    created = await rpc(
+        tool_server,
+        token,
+        "tools/call",
+        {"name": EXPORT, "arguments": {"case_id": "C-102"}, "task": {"ttl": 60000}},
+    )
+    task = created["result"]["task"]
+    assert (task["status"], task["ttl"]) == ("working", 60000)
+    messages = set()
+    while True:
+        got = (await rpc(tool_server, token, "tasks/get", {"taskId": task["taskId"]}))["result"]
+        messages.add(got.get("statusMessage"))
+        if got["status"] != "working":
+            break
+        await asyncio.sleep(got["pollInterval"] / 1000)
+    assert got["status"] == "completed"
+    assert {"reading the case snapshot", "sealing the bundle"} & messages
+    result = (await rpc(tool_server, token, "tasks/result", {"taskId": task["taskId"]}))["result"]
+    bundle = result["structuredContent"]
+    assert result["isError"] is False
+    assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
+    assert (bundle["case_id"], bundle["export_id"]) == ("C-102", task["taskId"])
+    assert "evidence://C-102/DOC-C102-003@1" in bundle["evidence_refs"]
+    assert await exports_of(dsn, task["taskId"]) == 1
+    # Another tenant's token (or another case's) is told the task does not exist.
+    other = tool_server.token(EXPORT, tenant="tenant-other", case="C-201")
+    refused = await rpc(tool_server, other, "tasks/get", {"taskId": task["taskId"]})
+    assert refused["error"]["code"] == -32602
+
+
+async def test_a_cancelled_export_stops_and_writes_no_bundle(
+    tool_server: RunningToolServer, dsn: str
+) -> None:
+    token = tool_server.token(EXPORT, case="C-104")  # 24 documents: many stages
+    created = await rpc(
+        tool_server, token, "tools/call", {"name": EXPORT, "arguments": {"case_id": "C-104"}, "task": {}}
+    )
+    task_id = created["result"]["task"]["taskId"]
+    cancelled = await rpc(tool_server, token, "tasks/cancel", {"taskId": task_id})
+    assert cancelled["result"]["status"] == "cancelled"
+    row = await stopped(dsn, task_id)
+    assert (row["status"], row["result"]) == ("cancelled", None)
+    assert row["stages_done"] < 24
+    assert await exports_of(dsn, task_id) == 0
+    again = await rpc(tool_server, token, "tasks/cancel", {"taskId": task_id})
+    assert again["result"]["status"] == "cancelled"
+    result = await rpc(tool_server, token, "tasks/result", {"taskId": task_id})
+    assert result["error"]["code"] == -32602
+
+
+def export_plan(case_id: str) -> dict[str, Any]:
+    return {
+        "nodes": [
+            {"id": "export", "tool": EXPORT, "args": {"case_id": case_id}},
+            {"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": case_id}},
+            {"id": "policy", "tool": "caseops_get_policy_requirements", "args": {"case_id": case_id}},
+        ]
+    }
+
+
+async def submitted(supervisor: Any, case_id: str) -> str:
+    answer = await supervisor.submit.remote(
+        RunRequest(
+            principal=PRINCIPAL, resource={"case_id": case_id}, plan=export_plan(case_id), planner="outputs"
+        )
+    )
+    assert answer.outcome is Submission.CREATED, answer
+    return str(answer.run_id)
+
+
+def task_updates(events: list[Any]) -> list[dict[str, Any]]:
+    return [event.task for event in events if event.kind == "node_task_updated"]
+
+
+@pytest.fixture
+def name() -> str:
+    return f"raydag-test-export-{uuid.uuid4().hex[:6]}"
+
+
+async def test_a_run_follows_the_export_task_beside_fast_reads_and_records_its_stages(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, tool_server, token_key, name)
+    try:
+        offered = await supervisor.contracts.remote()
+        run_id = await submitted(supervisor, "C-102")
+        events = await until(store, run_id, finished, timeout_s=90)
+    finally:
+        ray.kill(supervisor)
+
+    assert offered[EXPORT].task is True
+    assert offered["caseops_get_case_snapshot"].task is False
+    assert events[-1].status == "completed", events[-1]
+    [exported] = [event for event in events if event.kind == "node_succeeded" and event.node_id == "export"]
+    bundle = exported.output
+    assert bundle["case_id"] == "C-102"
+    updates = task_updates(events)
+    assert {update["task_id"] for update in updates} == {bundle["export_id"]}
+    assert len({update["message"] for update in updates}) >= 2  # its stages, as the server reported them
+    assert await exports_of(dsn, bundle["export_id"]) == 1
+
+
+async def test_a_cancelled_run_stops_the_export_at_the_server(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, tool_server, token_key, name)
+    try:
+        run_id = await submitted(supervisor, "C-104")
+        events = await until(store, run_id, lambda events: len(task_updates(events)) >= 1)
+        task_id = task_updates(events)[0]["task_id"]
+        await supervisor.cancel.remote(run_id)
+        events = await until(store, run_id, finished)
+        row = await stopped(dsn, task_id)
+    finally:
+        ray.kill(supervisor)
+
+    assert events[-1].status == "cancelled", events[-1]
+    assert (row["status"], row["result"]) == ("cancelled", None)
+    assert row["stages_done"] < 24
+    assert await exports_of(dsn, task_id) == 0
+    assert json.dumps(row["status_message"]) == json.dumps("cancelled by the client")
