@@ -362,9 +362,14 @@ class RoundExecution:
             try:
                 await asyncio.sleep(after_s)
             except asyncio.CancelledError:
-                await self._guarded(replace(call, stop=True), contract)
+                await self._guarded(self._fresh(replace(call, stop=True), contract), contract)
                 raise
-        return await self._guarded(call, contract)
+        return await self._guarded(self._fresh(call, contract), contract)
+
+    def _fresh(self, call: ToolCall, contract: ToolContract) -> ToolCall:
+        """``call`` with a token minted now: a task is followed for longer than a token lives (60 s), and a
+        server's question may wait hours for its answer; each exchange with the server carries its own."""
+        return replace(call, token=self._token(self._run.state, call.node_id, call.attempt, contract))
 
     async def _asked(self, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """Follow ``call``'s task on once a person decided what it asks (``actors.run.tool_questions``); the
@@ -373,7 +378,9 @@ class RoundExecution:
         async def follow(
             task: TaskHandle, reply: Mapping[str, Any] | None, *, stop: bool = False
         ) -> ToolOutcome:
-            return await self._guarded(replace(call, task=task, reply=reply, stop=stop), contract)
+            return await self._guarded(
+                self._fresh(replace(call, task=task, reply=reply, stop=stop), contract), contract
+            )
 
         if self._questions is None:  # nobody can answer: declined, as the server's question documents
             assert call.task is not None

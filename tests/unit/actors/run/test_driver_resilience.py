@@ -269,6 +269,28 @@ async def test_a_task_whose_follower_keeps_dying_while_its_caller_restarts_is_fo
     assert_log_rebuilds(sink, created, final)
 
 
+async def test_each_exchange_following_a_task_carries_a_token_minted_for_it() -> None:
+    # A task outlives the 60 s a token lives: a follow that reused the call's token would be refused by a
+    # server that checks it (caseops answers 401) once the task ran past a minute.
+    handle = TaskHandle(server="caseops", task_id="task-1", status="working")
+    catalogue = {**CASEOPS_TOOLS, CASE_TOOL: dataclasses.replace(CASEOPS_TOOLS[CASE_TOOL], task=True)}
+    working = Scripted(ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=handle))
+    _, executor, _, run = snapshot_run(
+        working, working, working, Scripted(ok(CASE_OUTPUT)), catalogue=catalogue
+    )
+    created = run_created(planner="scripted")
+
+    final = await drive(run, created)
+
+    assert final.status is RunStatus.COMPLETED
+    tokens = [call.token for call in executor.calls]
+    assert len(tokens) == 4  # the start and each of its three follows
+    assert len(set(tokens)) == 4
+    claims = [TOKENS.verify(token) for token in tokens]
+    assert {claim.task_id for claim in claims} == {f"{RUN_ID}/case/1"}  # the same call, each time anew
+    executor.assert_done()
+
+
 async def test_a_task_whose_followers_always_die_ends_as_the_calls_runtime_failure() -> None:
     retry = dataclasses.replace(FAST_RETRY, runtime_attempts=3)
     handle = TaskHandle(server="caseops", task_id="task-1", status="working")
