@@ -8,6 +8,7 @@ person, the supervisor's own views) raises ``ServedElsewhere``, naming ``start(a
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
@@ -86,11 +87,11 @@ class AttachedRaydag(Raydag):
         raise self._not_here("the tools offered are the supervisor's; its API does not list them")
 
     def toolsets(self) -> dict[str, Any]:
-        """Each toolset server's state, as the raydag's ``/readyz`` shows it."""
-        answer = self._client.get("/readyz")
-        readiness = answer.json()
-        toolsets: dict[str, Any] = readiness.get("toolsets", {})
-        return toolsets
+        """Each toolset server's state, as the raydag's ``/readyz`` shows it (answered 503 too, while one is
+        unreachable), in the in-process shape: ``{"ready", "servers"}``."""
+        readiness = self._ask("GET", "/readyz").json()
+        servers: dict[str, Any] = readiness.get("toolsets", {}) if isinstance(readiness, dict) else {}
+        return {"ready": all(server.get("ok") for server in servers.values()), "servers": servers}
 
     def submit(
         self,
@@ -127,7 +128,8 @@ class AttachedRaydag(Raydag):
             "stage": stage,
             "review": "plan" if review else None,
         }
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        # A key of its own when none is given, as in-process: a request made again is one run still.
+        headers = {"Idempotency-Key": idempotency_key or f"script:{uuid.uuid4()}"}
         answer = self._ask(
             "POST",
             "/runs",

@@ -134,3 +134,5 @@ def test_a_raydag_with_keys_of_its_own_is_not_attached_to_without_one(
             pass
     with recorded(home, serving), raydag.start(api_key=DEMO_KEY) as rd:
         assert rd.runs(limit=1)  # the session's runs of the key's tenant, listed by the API
+        assert rd.toolsets()["ready"] is True
+        assert rd.toolsets()["servers"]  # each server's state, as an in-process session shows it
