@@ -7,7 +7,8 @@ Each sample is a new process, as at a terminal: ``raydag --help``, ``raydag inbo
 against a loopback port nothing listens on (it starts, asks, and says it cannot reach the API). With
 ``BENCH_CLI_BEFORE=REV`` (a commit), the same commands of that commit's checkout (a git worktree in a temporary
 folder, on this checkout's interpreter and packages) alternate with this one's, sample by sample, so both
-arms see the same machine; the table gives each arm's median and their ratio.
+arms see the same machine; the table gives each arm's median and their ratio. The attached run found in the home
+is run with both checkouts' code too, alternating, against one ``raydag serve``.
 """
 
 from __future__ import annotations
