@@ -105,22 +105,8 @@ class AttachedRaydag(Raydag):
         stage: str = INVESTIGATE,
         review: bool = False,
     ) -> str:
-        run = self._create(plan, resource, goal, planner, budgets, idempotency_key, stage, review)
-        return str(run["run_id"])
-
-    def _create(
-        self,
-        plan: Mapping[str, Any] | None,
-        resource: Mapping[str, str] | None,
-        goal: str | None,
-        planner: str | None,
-        budgets: BudgetRequest | None,
-        idempotency_key: str | None,
-        stage: str,
-        review: bool,
-    ) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "resource": dict(resource or {}),
+            "resource": dict(resource) if resource else None,  # none: a plan whose tools bind nothing
             "goal": goal or DEFAULT_GOAL,
             "planner": planner,
             "plan": dict(plan) if plan is not None else None,
@@ -136,7 +122,7 @@ class AttachedRaydag(Raydag):
             json={name: value for name, value in body.items() if value is not None},
             headers=headers,
         )
-        return self._submitted(answer)
+        return str(self._submitted(answer)["run_id"])
 
     def continue_run(
         self,
