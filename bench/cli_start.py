@@ -7,7 +7,8 @@ Each sample is a new process, as at a terminal: ``raydag --help``, ``raydag inbo
 against a loopback port nothing listens on (it starts, asks, and says it cannot reach the API). With
 ``BENCH_CLI_BEFORE=REV`` (a commit), the same commands of that commit's checkout (a git worktree in a temporary
 folder, on this checkout's interpreter and packages) alternate with this one's, sample by sample, so both
-arms see the same machine; the table gives each arm's median and their ratio.
+arms see the same machine; the table gives each arm's median and their ratio. The attached run found in the home
+is run with both checkouts' code too, alternating, against one ``raydag serve``.
 """
 
 from __future__ import annotations
@@ -77,15 +78,35 @@ def _raydag(*args: str, env: dict[str, str]) -> float:
     return elapsed
 
 
+def _attached_from(checkout: Path, env: dict[str, str]) -> float:
+    """``raydag run C-102`` of ``checkout``'s code (first on the path, as ``_elapsed_ms`` runs it), found in
+    the home of ``env``, in ms of wall time; it must succeed."""
+    code = "import sys; from actors.cli.main import main; sys.argv[0] = 'raydag'; main()"
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code, "run", "C-102"],
+        cwd=checkout,
+        env={**env, "PYTHONPATH": str(checkout)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = (time.perf_counter() - started) * 1000
+    if done.returncode != 0 or "made by the raydag" not in done.stderr:
+        raise RuntimeError(f"{checkout}: raydag run C-102 did not attach:\n{done.stderr[-2000:]}")
+    return elapsed
+
+
 ATTACHED_URL = "attached (--url, raydag serve up)"
 ATTACHED_HOME = "attached (found in RAYDAG_HOME, raydag serve up)"
 COLD = "cold (--no-attach: starts Ray and the rest)"
 
 
-def _run_arms() -> dict[str, list[float]]:
+def _run_arms(checkouts: dict[str, Path]) -> dict[str, list[float]]:
     """``raydag run C-102`` attached to a ``raydag serve`` that is up, named (``--url``) or found in the
     home it serves, against the same command cold (``--no-attach``: it starts Ray, the tool server and its
-    supervisor, and stops them), alternating, on one database."""
+    supervisor, and stops them), alternating, on one database; and, found in the home, each of ``checkouts``
+    (this one and the commit before, when ``BENCH_CLI_BEFORE`` names it), one after the other."""
     import httpx
 
     from bench._harness import fresh_database
@@ -120,6 +141,8 @@ def _run_arms() -> dict[str, list[float]]:
         for _ in range(RUN_SAMPLES):
             found[ATTACHED_URL].append(_raydag("run", "C-102", "--url", url, "--api-key", DEV_KEY, env=env))
             found[ATTACHED_HOME].append(_raydag("run", "C-102", env=env))
+            for arm, checkout in checkouts.items():
+                found.setdefault(f"{ATTACHED_HOME}, {arm}", []).append(_attached_from(checkout, env))
             found[COLD].append(_raydag("run", "C-102", "--no-attach", env=env))
     return found
 
@@ -141,6 +164,7 @@ def main() -> None:
             for command, args in commands.items():
                 for arm, checkout in arms.items():
                     found.setdefault((command, arm), []).append(_elapsed_ms(checkout, args))
+        runs = _run_arms(arms)  # while the commit before's checkout is there
     print("\n### The command's start (`python -m bench cli`)\n")
     print(HEADER)
     for (command, arm), samples in found.items():
@@ -153,7 +177,6 @@ def main() -> None:
                 summary(found[(command, names[0])])["median"] / summary(found[(command, names[1])])["median"]
             )
             print(f"| {command} | {ratio:.2f} |")
-    runs = _run_arms()
     print("\n### `raydag run C-102`: attached to a raydag that is up, and cold (`python -m bench cli`)\n")
     print(HEADER)
     for arm, samples in runs.items():
@@ -161,6 +184,9 @@ def main() -> None:
     cold = summary(runs[COLD])["median"]
     for arm in (ATTACHED_URL, ATTACHED_HOME):
         print(f"\n{arm} / cold (medians): {summary(runs[arm])['median'] / cold:.3f}")
+    if len(arms) == 2:
+        here, earlier = (summary(runs[f"{ATTACHED_HOME}, {arm}"])["median"] for arm in arms)
+        print(f"\nfound in the home, this checkout / before (medians): {here / earlier:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """``raydag up`` and ``raydag down``: a raydag serving this home in the background, for the commands on it.
 
 ``up`` starts ``raydag serve`` as a process of its own (its own session: closing the terminal does not stop
-it), its output in ``RAYDAG_HOME/serve.log``, and returns once its API answers. ``raydag run`` and ``batch``
-then make their runs through it (``actors.launch.serving``; the Python API does not). ``down`` stops it as Ctrl-C stops
-``raydag serve``: SIGTERM, its runs handed over, everything it started stopped.
+it), its output in ``RAYDAG_HOME/serve.log``, and returns once its API answers. ``raydag run``, ``batch``,
+``continue`` and the Python API's ``raydag.start()`` then make their runs through it (``actors.launch.serving``).
+``down`` stops it as Ctrl-C stops ``raydag serve``: SIGTERM, its runs handed over, everything it started stopped.
 """
 
 from __future__ import annotations

@@ -598,7 +598,15 @@ def continue_run(
             "(repeat for more)."
         ),
     ] = None,
-    url: Url = DEFAULT_URL,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RAYDAG_URL",
+            help="The raydag API. [default: the raydag serving this RAYDAG_HOME (raydag up), else "
+            f"{DEFAULT_URL}]",
+            show_default=False,
+        ),
+    ] = None,
     api_key: ApiKey = None,
 ) -> None:
     """Continue a stopped run through the HTTP API: a new run over the same resource that reuses every read
@@ -616,7 +624,9 @@ def continue_run(
         for key, value in {"goal": goal, "answer": answer, "budgets": budgets or None}.items()
         if value is not None
     }
-    continued = api_request("POST", url, f"/runs/{run_id}/continue", api_key, body)
+    if url is None:  # the raydag serving this home, as raydag run finds it
+        url, api_key = _serving_here(None, DEMO_TENANT, api_key)
+    continued = api_request("POST", url or DEFAULT_URL, f"/runs/{run_id}/continue", api_key, body)
     console.print(f"run {continued['run_id']} continues run {run_id} ({continued['status']})")
 
 
@@ -742,19 +752,16 @@ def _serving_here(toolsets: Path | None, tenant: str, api_key: str | None) -> tu
     these toolsets (``raydag serve``, ``raydag up``: ``actors.launch.serving``), as ``api_key``, or as
     ``tenant``'s development key when that raydag takes those; ``(None, api_key)`` when none serves it, and
     the command runs on its own. Read from the environment alone: the settings cost half a second."""
-    from actors.launch.serving import home_in, serving_here
+    from actors.launch.serving import home_in, key_for, serving_for
 
-    home = home_in(os.environ)
-    named = toolsets or (Path(os.environ[TOOLSETS_ENV]) if os.environ.get(TOOLSETS_ENV) else None)
-    serving = serving_here(home, named)
+    serving = serving_for(os.environ, toolsets)
     if serving is None:
         return None, api_key
-    if api_key is None:
-        api_key = serving.development_keys.get(tenant)
+    api_key = key_for(serving, tenant, api_key)
     if api_key is None:
         errors.print(
-            f"[red]a raydag serves {escape(str(home))} at {escape(serving.url)} with API keys of its own:[/red] "
-            "give --api-key (or RAYDAG_API_KEY) to run there, or stop it (raydag down) to run here"
+            f"[red]a raydag serves {escape(str(home_in(os.environ)))} at {escape(serving.url)} with API keys of "
+            "its own:[/red] give --api-key (or RAYDAG_API_KEY) to run there, or stop it (raydag down) to run here"
         )
         raise typer.Exit(EXIT_BAD_INPUT)
     errors.print(f"[dim]made by the raydag at {escape(serving.url)} (raydag down stops it)[/dim]")

@@ -1,13 +1,13 @@
 """A raydag that serves a home: where it answers, so that commands on the same home use it.
 
-``raydag serve`` records itself in ``RAYDAG_HOME/serving.json`` once its API answers, and removes the record
-when it starts stopping. ``raydag run`` and ``batch`` on that home then make their runs through
-its API over loopback, as ``--url`` does, instead of starting a Ray and a PostgreSQL of their own: C-102 in
-0.65 s instead of 15 (docs/BENCHMARKS.md, "A run from the terminal"). ``raydag up``
-starts such a raydag in the background and ``raydag down`` stops it.
+``raydag serve`` records itself in ``RAYDAG_HOME/serving.json`` once its API answers, and removes the record when
+it starts stopping. ``raydag run``, ``batch``, ``continue`` and ``raydag.start()`` on that home then make their
+runs through its API over loopback, as ``--url`` does, instead of starting a Ray and a PostgreSQL of their own:
+C-102 in 0.65 s instead of 15 (docs/BENCHMARKS.md, "A run from the terminal"). ``raydag up`` starts such a raydag
+in the background and ``raydag down`` stops it.
 
-The record is a hint, never trusted alone: a command attaches only when the process it names is alive, serves
-the same toolsets, and answers ``/healthz``.
+The record is a hint, never trusted alone: a command attaches only when the process it names is alive, serves the
+same toolsets, and answers ``/healthz``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pathlib import Path
 DEFAULT_HOME = Path("~/.raydag")
 """``RAYDAG_HOME`` when the environment names none."""
 SERVING_FILE = "serving.json"
+TOOLSETS_ENV = "RAYDAG_TOOLSETS"
+"""``actors.toolsets.TOOLSETS_ENV``, written out: importing the toolsets would cost a command's start."""
 ANSWER_WITHIN_S = 1.0
 """How long a command waits for a recorded raydag's ``/healthz`` before running on its own instead."""
 
@@ -85,6 +87,21 @@ def serving_here(home: Path, toolsets: Path | None) -> Serving | None:
     if serving is None or serving.toolsets != wanted or not answers(serving.url):
         return None
     return serving
+
+
+def serving_for(environment: Mapping[str, str], toolsets: Path | None) -> Serving | None:
+    """The raydag a run asked for in ``environment`` is made by, if one answers: the one serving its
+    ``RAYDAG_HOME`` with ``toolsets`` (``None``: ``RAYDAG_TOOLSETS``, else the shipped ones). The rule every
+    surface attaches by (``raydag run``, ``batch``, ``continue``, ``raydag.start``), read from the environment
+    alone: the settings cost half a second to load."""
+    named = toolsets or (Path(environment[TOOLSETS_ENV]) if environment.get(TOOLSETS_ENV) else None)
+    return serving_here(home_in(environment), named)
+
+
+def key_for(serving: Serving, tenant: str, api_key: str | None) -> str | None:
+    """The API key a run for ``tenant`` is made with there: ``api_key`` if given, else the tenant's
+    development key when that raydag takes those; ``None``: it takes keys of its own, and one must be given."""
+    return api_key if api_key is not None else serving.development_keys.get(tenant)
 
 
 def home_in(environment: Mapping[str, str]) -> Path:

@@ -14,14 +14,11 @@ Ray's own processes (raylet, GCS, agents, workers) are descendants of the driver
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import signal
 import sys
 import threading
 import time
 from types import FrameType
-
-import psutil
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
@@ -97,6 +94,8 @@ def become_subreaper() -> bool:
     elsewhere."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes  # here, as psutil below: every command imports this module for its signals alone
+
     libc = ctypes.CDLL(None, use_errno=True)
     return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
 
@@ -104,6 +103,8 @@ def become_subreaper() -> bool:
 def stop_descendants(*, grace_s: float = 5.0) -> list[str]:
     """SIGTERM every process still descended from this one (but ``KEEP_RUNNING``), SIGKILL those alive after
     ``grace_s``, and reap them. Returns ``"pid name"`` of those that had to be killed."""
+    import psutil
+
     me = psutil.Process()
     processes = []
     for child in me.children(recursive=True):

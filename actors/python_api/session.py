@@ -1,22 +1,20 @@
-"""raydag from a Python script or a Ray job entrypoint: the same supervisor, store, policy and budgets as the
-API, driven in-process.
+"""raydag from a Python script or a Ray job entrypoint: the same supervisor, store, policy and budgets as the API,
+driven in-process.
 
-``start()`` brings up what a run needs beside the script's own Ray (or a local one, or the cluster
-``RAY_ADDRESS`` names): the database (``RAYDAG_DATABASE_URL``, else the embedded one), its migrations, the
-caseops tool server unless ``RAYDAG_MCP_URL`` names one, and a supervisor over the toolsets given. Everything
-it started stops when the block ends; a Ray the script started itself is left running.
+``start()`` (``actors.python_api.opening``), when no raydag serves the script's home, brings up what a run needs
+beside the script's own Ray (or a local one, or the cluster ``RAY_ADDRESS`` names): the database
+(``RAYDAG_DATABASE_URL``, else the embedded one), its migrations, the caseops tool server unless
+``RAYDAG_MCP_URL`` names one, and a supervisor over the toolsets given. Everything it started stops when the
+block ends; a Ray the script started itself is left running.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from actors.api.operations import listed as listed_operations
@@ -31,11 +29,9 @@ from actors.api.views import (
     tool_question_view,
 )
 from actors.launch.desk import decisions_desk, listing_over
-from actors.launch.settings import Settings, load_settings
 from actors.run.approvals import DECISION_SCOPES, Decisions, Found, Verdict
 from actors.run.submission import DEFAULT_GOAL, ContinueRequest, RunRequest, Submission, SubmitResult
 from actors.store.listing import RunFilter
-from actors.toolsets.config import Toolsets
 from dag.budget import BudgetRequest
 from dag.contracts import INVESTIGATE, ToolContract
 from dag.errors import RaydagError
@@ -94,7 +90,8 @@ class Run:
 
 class Raydag:
     """Runs plans and goals through one supervisor, as an operator of ``tenant`` holding every scope its
-    toolsets declare. Obtain one from ``start()``."""
+        toolsets declare. Obtain one from ``start()`` (``AttachedRaydag``: the same, made through a raydag
+    serving the script's home)."""
 
     def __init__(self, runtime: Any, tenant: str, subject: str) -> None:
         self._runtime = runtime
@@ -420,18 +417,3 @@ class Raydag:
         over a connection of its own, closed after."""
         async with decisions_desk(self._runtime.dsn, self._runtime.settings) as desk:
             return await work(desk)
-
-
-@contextmanager
-def start(
-    toolsets: Toolsets | str | Path | None = None,
-    *,
-    tenant: str = "tenant-demo",
-    settings: Settings | None = None,
-) -> Iterator[Raydag]:
-    """raydag for the block: ``toolsets`` (parsed, or a file's path; default ``RAYDAG_TOOLSETS``, else the
-    caseops toolset) over the script's Ray, or a local one; settings from the environment unless given."""
-    from actors.launch.local import local_runtime
-
-    with local_runtime(settings or load_settings(), toolsets=toolsets) as runtime:
-        yield Raydag(runtime, tenant, f"script:{os.environ.get('USER', 'operator')}")

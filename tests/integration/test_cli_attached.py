@@ -119,3 +119,24 @@ def test_a_batch_is_run_by_the_raydag_that_is_up_and_an_unknown_case_is_a_row(
     for case in ("C-101", "C-102"):
         served = client.get(f"/runs/{rows[case]['run_id']}", headers=auth(DEMO_KEY)).json()
         assert served["resource"] == {"case_id": case}
+
+
+def test_continue_without_url_is_made_by_the_raydag_serving_its_home(
+    api: str, client: httpx.Client, home: Path
+) -> None:
+    import os
+
+    from actors.launch.serving import Serving, recorded
+
+    created = client.post("/runs?wait=30", json={"resource": {"case_id": "C-102"}}, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    serving = Serving(url=api, pid=os.getpid(), toolsets=None, development_keys={"tenant-demo": DEMO_KEY})
+
+    with recorded(home, serving):
+        done = run_attached(home, created.json()["run_id"], command="continue")
+
+    # Its refusal, in its words: a completed run is not continued (with no raydag found, 127.0.0.1:8000
+    # would not answer, exit 1).
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "run-not-continuable" in done.stderr, done.stderr
+    assert f"made by the raydag at {api}" in done.stderr

@@ -147,3 +147,30 @@ def test_a_plan_the_api_would_refuse_is_refused_in_its_words_before_the_database
         where
         == f"  plan_error: code {error['code']}, node_id {error['node_id']}, location {error['location']}"
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        pytest.param("{nodes", "cannot read the plan", id="not-json"),
+        pytest.param("[1, 2]", "is not a JSON object", id="not-an-object"),
+        pytest.param('{"nodes": "case"}', "no run was started (plan-invalid)", id="nodes-not-a-list"),
+        pytest.param(
+            '{"nodes": [{"id": "a", "tool": "caseops_get_case_snapshot", "args": {}, "extra": 1}]}',
+            "/nodes/0/extra",
+            id="unknown-member",
+        ),
+    ],
+)
+def test_a_malformed_plan_file_is_refused_before_the_database_or_ray(
+    content: str, said: str, closed_port: int, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(content)
+    dsn = f"postgresql://postgres@127.0.0.1:{closed_port}/raydag"
+
+    done = raydag("run", "C-102", "--plan", str(plan), env=configured(tmp_path, RAYDAG_DATABASE_URL=dsn))
+
+    assert_nothing_started(done, tmp_path)
+    assert said in done.stderr, done.stderr
+    assert "RAYDAG_DATABASE_URL" not in done.stderr  # the plan's error, not the database it never reached

@@ -15,6 +15,7 @@ HEAVY = (
     "fastapi",
     "openai",
     "httpx",
+    "psutil",
     "actors.launch.settings",
     "actors.toolsets",
     "dag.contracts",

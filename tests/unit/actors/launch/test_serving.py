@@ -15,6 +15,7 @@ from actors.launch.serving import (
     SERVING_FILE,
     Serving,
     home_in,
+    key_for,
     recorded,
     recorded_in,
     serving_here,
@@ -114,3 +115,20 @@ def test_the_home_is_read_as_the_settings_read_it(tmp_path: Path) -> None:
 
     assert home_in({}) == Settings().model_copy(update={"home": DEFAULT_HOME}).home_dir
     assert home_in({"RAYDAG_HOME": str(tmp_path / "h")}) == (tmp_path / "h").resolve()
+
+
+def test_the_toolsets_a_run_asks_for_are_named_by_the_same_variable_the_toolsets_read() -> None:
+    from actors.launch import serving
+    from actors.toolsets import TOOLSETS_ENV
+
+    assert serving.TOOLSETS_ENV == TOOLSETS_ENV
+
+
+def test_a_run_is_made_with_the_key_given_else_the_tenants_development_key() -> None:
+    serving = Serving(url="http://127.0.0.1:1", pid=1, toolsets=None, development_keys=KEYS)
+    own_keys = Serving(url="http://127.0.0.1:1", pid=1, toolsets=None, development_keys={})
+
+    assert key_for(serving, "tenant-demo", None) == "dev-key-tenant-demo"
+    assert key_for(serving, "tenant-demo", "given") == "given"
+    assert key_for(serving, "tenant-other", None) is None
+    assert key_for(own_keys, "tenant-demo", None) is None
