@@ -97,6 +97,16 @@ AttachOption = Annotated[
     ),
 ]
 
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="The model the openai planner plans with: RAYDAG_MODEL, or one the tenant's policy lists "
+        "(models in RAYDAG_TENANT_POLICY). [default: RAYDAG_MODEL]",
+        show_default=False,
+    ),
+]
+
 ReviewOption = Annotated[
     bool,
     typer.Option(
@@ -199,14 +209,7 @@ def run(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its nodes as JSON.")] = False,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="The model the openai planner plans with: RAYDAG_MODEL, or one the tenant's policy lists "
-            "(models in RAYDAG_TENANT_POLICY). [default: RAYDAG_MODEL]",
-            show_default=False,
-        ),
-    ] = None,
+    model: ModelOption = None,
     plan: Annotated[
         Path | None,
         typer.Option(
@@ -314,6 +317,7 @@ def batch(
     toolsets: ToolsetsOption = None,
     review: ReviewOption = False,
     stage: StageOption = INVESTIGATE,
+    model: ModelOption = None,
     url: Annotated[
         str | None,
         typer.Option(
@@ -356,6 +360,7 @@ def batch(
                 planner=planner,
                 review=review,
                 stage=stage,
+                model=model,
                 concurrency=concurrency,
             )
         else:
@@ -368,6 +373,7 @@ def batch(
                 planner=planner,
                 review=review,
                 stage=stage,
+                model=model,
                 concurrency=concurrency,
             )
     except BatchInterrupted as signalled:
@@ -393,6 +399,7 @@ def _batch_here(
     planner: str | None,
     review: bool,
     stage: str,
+    model: str | None,
     concurrency: int,
 ) -> list[CaseResult]:
     """``raydag batch``: each case run by a raydag started here for the batch, through one supervisor."""
@@ -413,6 +420,7 @@ def _batch_here(
                 planner=planner,
                 review=review,
                 stage=stage,
+                model=model,
             )
             refused = refusal_of(submitted, resource=about, tenant=tenant)
             if refused is not None:
@@ -435,6 +443,7 @@ def _batch_attached(
     planner: str | None,
     review: bool,
     stage: str,
+    model: str | None,
     concurrency: int,
 ) -> list[CaseResult]:
     """``raydag batch --url``: each case run by the raydag at ``url``, ``concurrency`` at a time, over one
@@ -447,7 +456,7 @@ def _batch_attached(
     if not api_key:
         errors.print("an API key is needed: --api-key or RAYDAG_API_KEY")
         raise typer.Exit(EXIT_BAD_INPUT)
-    body = {"planner": planner, "stage": stage, "review": "plan" if review else None}
+    body = {"planner": planner, "stage": stage, "review": "plan" if review else None, "model": model}
     shared = {name: value for name, value in body.items() if value is not None}
     limits = httpx.Limits(max_connections=concurrency)
     with httpx.Client(

@@ -32,6 +32,7 @@ REFUSED_AS: dict[str, Submission] = {
     "resource-mismatch": Submission.RESOURCE_MISMATCH,
     "unknown-planner": Submission.UNKNOWN_PLANNER,
     "planner-unavailable": Submission.PLANNER_UNAVAILABLE,
+    "model-not-allowed": Submission.MODEL_NOT_ALLOWED,
     "unknown-stage": Submission.UNKNOWN_STAGE,
     "planner-lacks-tools": Submission.PLANNER_LACKS_TOOLS,
     "budget-above-limit": Submission.BUDGET_ABOVE_LIMIT,
@@ -104,6 +105,7 @@ class AttachedRaydag(Raydag):
         idempotency_key: str | None = None,
         stage: str = INVESTIGATE,
         review: bool = False,
+        model: str | None = None,
     ) -> str:
         body: dict[str, Any] = {
             "resource": dict(resource) if resource else None,  # none: a plan whose tools bind nothing
@@ -113,6 +115,7 @@ class AttachedRaydag(Raydag):
             "budgets": budgets.model_dump(exclude_none=True) if budgets is not None else None,
             "stage": stage,
             "review": "plan" if review else None,
+            "model": model,
         }
         # A key of its own when none is given, as in-process: a request made again is one run still.
         headers = {"Idempotency-Key": idempotency_key or f"script:{uuid.uuid4()}"}
@@ -234,9 +237,7 @@ class AttachedRaydag(Raydag):
         if answer.status_code in (404, 409, 410, 422, 503):
             problem = answer.json() if answer.headers.get("content-type", "").endswith("json") else {}
             slug = str(problem.get("type", "")).rsplit("/", 1)[-1]
-            outcome = REFUSED_AS.get(
-                slug, Submission.RESOURCE_NOT_FOUND if answer.status_code == 404 else None
-            )
+            outcome = refused_as(answer.status_code, slug, problem)
             if outcome is not None:
                 raise RunRefused(outcome, _error_of(outcome, slug, problem))
         run: dict[str, Any] = self._json(answer)
@@ -248,6 +249,15 @@ class AttachedRaydag(Raydag):
             f"this session's runs are made by the raydag at {self.url}: {why}; "
             "raydag.start(attach=False) runs them in this process instead",
         )
+
+
+def refused_as(status: int, slug: str, problem: Mapping[str, Any]) -> Submission | None:
+    """The supervisor's outcome behind a refusal the API answered (``None``: not a refusal of a submission).
+    A request that named no planner and gave no plan is answered ``unknown-planner`` without a planner."""
+    outcome = REFUSED_AS.get(slug, Submission.RESOURCE_NOT_FOUND if status == 404 else None)
+    if outcome is Submission.UNKNOWN_PLANNER and problem.get("planner") is None:
+        return Submission.NO_PLANNER
+    return outcome
 
 
 def _error_of(outcome: Submission, slug: str, problem: Mapping[str, Any]) -> dict[str, Any]:

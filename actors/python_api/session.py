@@ -131,6 +131,7 @@ class Raydag:
         idempotency_key: str | None = None,
         stage: str = INVESTIGATE,
         review: bool = False,
+        model: str | None = None,
     ) -> str:
         """Start a run over ``resource`` (``{"root": "/srv/reports"}``, ``{"case_id": "C-102"}``; what the
         tools' run-bound inputs are checked against) and return its id. With ``plan``, the run executes it
@@ -138,7 +139,8 @@ class Raydag:
         caseops' ``conformance``) proposes one for ``goal``. ``stage`` picks the tools the run is offered: a
         stage that acts (caseops' ``act``) offers writes, each waiting for its approval (``approve``). With
         ``review``, each round's plan waits for a person's yes (``reviews``, ``approve_plan``) before any of
-        it runs; a tenant's policy may require it."""
+        it runs; a tenant's policy may require it. ``model``: the model the ``openai`` planner plans with
+        (default ``RAYDAG_MODEL``; another only if the tenant's policy lists it)."""
 
         request = RunRequest(
             principal=self._principal(),
@@ -151,6 +153,7 @@ class Raydag:
             idempotency_key=idempotency_key or f"script:{uuid.uuid4()}",
             stage=stage,
             review=review,
+            model=model,
         )
         submitted: SubmitResult = self._answer(lambda supervisor: supervisor.submit.remote(request))
         if submitted.outcome not in (Submission.CREATED, Submission.REPLAYED):
@@ -228,6 +231,7 @@ class Raydag:
         timeout_s: float = 300.0,
         stage: str = INVESTIGATE,
         review: bool = False,
+        model: str | None = None,
     ) -> Run:
         """``submit``, then ``wait``: the run, ended, with its nodes and result."""
         run_id = self.submit(
@@ -239,6 +243,7 @@ class Raydag:
             idempotency_key=idempotency_key,
             stage=stage,
             review=review,
+            model=model,
         )
         return self.wait(run_id, timeout_s)
 

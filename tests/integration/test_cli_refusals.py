@@ -3,6 +3,7 @@ member the API adds (the planners it knows, …), from the real API and from ``r
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -88,3 +89,23 @@ def test_a_model_named_over_the_api_for_a_planner_without_one_is_a_422_and_the_c
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "(model-not-allowed): planner 'conformance' plans with no model" in done.stderr
+
+
+def test_a_batch_naming_a_model_its_planner_cannot_use_rejects_each_case_with_the_problem(
+    api: str, home: Path
+) -> None:
+    cases = home / "cases.txt"
+    cases.write_text("C-101\nC-102\n")
+    report = home / "model-report.json"
+
+    done = raydag_cli(
+        "batch", str(cases), "--report", str(report), "--model", "gpt-4.1", url=api, key=DEMO_KEY
+    )
+
+    assert done.returncode != 0, done.stdout + done.stderr
+    rows = {row["case_id"]: row for row in json.loads(report.read_text())["cases"]}
+    assert {case: (row["status"], row["stop_reason"]) for case, row in rows.items()} == {
+        "C-101": ("rejected", "model-not-allowed"),
+        "C-102": ("rejected", "model-not-allowed"),
+    }
+    assert all(row["run_id"] is None for row in rows.values())

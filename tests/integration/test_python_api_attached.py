@@ -93,6 +93,21 @@ def test_an_attached_session_refuses_a_plan_as_an_in_process_one_does(
     assert "caseops_no_such_tool" in str(refused.value)
 
 
+def test_a_model_the_run_may_not_plan_with_is_refused_through_an_attached_session(
+    served: Serving, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import raydag
+
+    monkeypatch.setenv("RAYDAG_HOME", str(home))
+    monkeypatch.delenv("RAYDAG_TOOLSETS", raising=False)
+
+    with raydag.start() as rd, pytest.raises(raydag.RunRefused) as refused:
+        rd.run(resource={"case_id": "C-102"}, model="gpt-4.1")
+
+    assert refused.value.outcome is Submission.MODEL_NOT_ALLOWED
+    assert "planner 'conformance' plans with no model" in str(refused.value)
+
+
 def test_an_attached_sessions_write_is_approved_through_the_api_and_sent_once(
     served: Serving, home: Path, dsn: str, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
