@@ -108,6 +108,9 @@ class RoundExecution:
         them go, and never stops their task."""
         self._sent: dict[str, ToolCall] = {}
         """The call of each read node in flight: a task it started is followed with it."""
+        self._followed_with: dict[str, ToolCall] = {}
+        """Each read node whose task a follow is under way for (started or not yet), with its follow's call: a
+        round that stops asks the server to stop these tasks (``_stop_followed``)."""
         self._timers: dict[asyncio.Task[None], str] = {}
         self._frontier = Frontier()
         self._landed: list[RunEvent] = []
@@ -139,7 +142,14 @@ class RoundExecution:
         }
 
     async def run(self) -> Interruption | None:
-        """Execute until nothing more can run; ``None`` when the round drained, else why it stopped."""
+        """Execute until nothing more can run; ``None`` when the round drained, else why it stopped (and then
+        every task a read was followed in is asked to stop: nothing of this run goes on at a server)."""
+        interruption = await self._execute()
+        if interruption is not None:
+            await self._stop_followed()
+        return interruption
+
+    async def _execute(self) -> Interruption | None:
         cancelled = asyncio.create_task(self._cancel.wait())
         handover = asyncio.create_task(self._handover.wait())
         try:
@@ -332,6 +342,7 @@ class RoundExecution:
 
     def _follow(self, node_id: str, task: TaskHandle, contract: ToolContract, after_s: float = 0.0) -> None:
         call = replace(self._sent[node_id], as_task=False, task=task)
+        self._followed_with[node_id] = call
         work = (
             self._asked(call, contract)
             if task.question is not None
@@ -354,6 +365,19 @@ class RoundExecution:
             raise
         finally:
             self._following.discard(call.node_id)
+
+    async def _stop_followed(self) -> None:
+        """Ask the server to stop each task a read was still followed in when the round stopped. A follow the
+        stop cancelled in flight asks it too, from the caller; one cancelled before it reached the caller (the
+        stop came as its task was recorded, or while it was queued) would not: a task asked twice is stopped
+        once. The stop is the task's own exchange, with a token minted for it."""
+        followed, self._followed_with = self._followed_with, {}
+        stops = [
+            self._guarded(self._fresh(replace(call, stop=True, reply=None), contract), contract)
+            for call in followed.values()
+            if (contract := self._deps.catalogue.get(call.tool)) is not None
+        ]
+        await asyncio.gather(*stops)
 
     async def _follow_after(self, after_s: float, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """Follow ``call``'s task once ``after_s`` has passed (its follower's caller restarts meanwhile);
@@ -500,6 +524,7 @@ class RoundExecution:
         for task in done:
             if task in self._calls:
                 node_id = self._calls.pop(task)
+                self._followed_with.pop(node_id, None)
                 outcome = task.result()
                 followed = self._task_of(node_id, outcome)
                 if followed is not None:

@@ -501,6 +501,41 @@ async def test_a_run_cut_short_by_the_deadline_stops_even_if_the_planner_has_a_v
 # ---------------------------------------------------------------- cancellation
 
 
+async def test_a_run_cancelled_as_its_task_reports_progress_asks_the_server_to_stop_the_task() -> None:
+    # The cancel comes as a follow lands with news: the next follow is created and cancelled before it ever
+    # reaches a caller, so no follower is there to stop the task. The round asks the server itself.
+    handle = TaskHandle(server="caseops", task_id="task-1", status="working")
+    news = dataclasses.replace(handle, message="stage 2 of 24")
+    catalogue = {**CASEOPS_TOOLS, CASE_TOOL: dataclasses.replace(CASEOPS_TOOLS[CASE_TOOL], task=True)}
+
+    def pending(task: TaskHandle, gate: asyncio.Event | None = None) -> Scripted:
+        return Scripted(
+            ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=task), gate
+        )
+
+    landed = asyncio.Event()
+    stopped = pending(dataclasses.replace(handle, status="cancelled"))
+    _, executor, _, run = snapshot_run(pending(handle), pending(news, landed), stopped, catalogue=catalogue)
+    created = run_created(planner="scripted")
+    cancel = asyncio.Event()
+    running = asyncio.create_task(drive(run, created, cancel))
+    async with asyncio.timeout(WAIT_S):
+        while len(executor.calls) < 2:  # noqa: ASYNC110 - no event per call: the task started, its follow is out
+            await asyncio.sleep(0.01)
+    cancel.set()
+    landed.set()
+
+    final = await running
+
+    assert final.status is RunStatus.CANCELLED
+    start, follow, stop = executor.calls
+    assert (start.as_task, follow.task, follow.stop) == (True, handle, False)
+    assert stop.stop
+    assert stop.task is not None
+    assert stop.task.task_id == "task-1"
+    executor.assert_done()
+
+
 async def test_cancelling_mid_round_ends_the_run_cancelled_and_dispatches_nothing_afterwards() -> None:
     # max_parallel=1 keeps "policy" waiting for the blocked "case": it is what would run next.
     planner = ScriptedPlanner(Propose({"nodes": [snapshot_node("case"), policy_node("policy")]}))
