@@ -44,7 +44,7 @@ from mcp_server.limits import Admission
 from mcp_server.replay import ReplayCache
 from mcp_server.resources import case_resources, register_evidence
 from mcp_server.stateless_call import StatelessCalls
-from mcp_server.task_requests import TASKS_CAPABILITY, TaskRequests
+from mcp_server.task_requests import EXTENSION, TASKS_CAPABILITY, TaskRequests
 from mcp_server.tools import Backend, ToolBinding, caseops_bindings, guarded_tool
 
 log = logging.getLogger(__name__)
@@ -97,14 +97,16 @@ class _CaseopsServer(MCPServer[Any]):
     def _advertise_tasks(self) -> None:
         """Add ``tasks`` to the handshake era's capabilities: the SDK derives them from its own handlers, and
         the Tasks methods are answered past it (``mcp_server.task_requests``). The 2026-07-28 era has no
-        Tasks in its core, so its capabilities stay as the SDK makes them."""
+        Tasks in its core: there, ``server/discover`` advertises the ``io.modelcontextprotocol/tasks``
+        extension instead."""
         lowlevel = self._lowlevel_server
         derived = lowlevel.get_capabilities
 
         def with_tasks(*args: Any, **kwargs: Any) -> ServerCapabilities:
             capabilities = derived(*args, **kwargs)
             if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
-                return capabilities
+                extensions = {**(capabilities.extensions or {}), EXTENSION: {}}
+                return capabilities.model_copy(update={"extensions": extensions})
             return capabilities.model_copy(
                 update={"tasks": ServerTasksCapability.model_validate(TASKS_CAPABILITY)}
             )

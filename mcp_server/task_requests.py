@@ -7,6 +7,12 @@ use): a handshake-era ``tools/call`` with a ``task`` parameter for a tool that r
 ``tasks/cancel`` and ``tasks/list``, each about the tasks of the token's tenant, case and tool only
 (``task_store``). Every other request goes on to the SDK. The work is the tool's own call, checks and all,
 run with the verified claims and the task (``task_store.current_task``) in its context.
+
+In the 2026-07-28 era the same tasks are served as the ``io.modelcontextprotocol/tasks`` extension: a
+``tools/call`` of such a tool from a client that declares the extension in its request's ``_meta`` is answered
+with a task (``resultType: "task"``); ``tasks/get`` inlines the result; ``tasks/cancel`` acknowledges;
+``tasks/update`` acknowledges too (caseops' tasks never ask for input). A client that does not declare it is
+answered at once, as before. ``tasks/result`` and ``tasks/list`` are not of that era.
 """
 
 from __future__ import annotations
@@ -20,11 +26,10 @@ from typing import Any
 
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import CallToolResult
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from dag.fingerprint import canonical_json
 from dag.tokens import TaskClaims
 from mcp_server._asgi import respond_json
 from mcp_server.auth import Send
@@ -35,8 +40,10 @@ from mcp_server.task_store import (
     TaskRun,
     TaskStore,
     current_task,
+    extension_task_json,
     granted_ttl,
     task_json,
+    tool_result,
 )
 from mcp_server.tools import Backend
 
@@ -48,15 +55,17 @@ RELATED_TASK = "io.modelcontextprotocol/related-task"
 TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel", "tasks/list"})
 TASKS_CAPABILITY: Mapping[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 """What the server advertises at ``initialize`` (2025-11-25): tasks for ``tools/call``, listed, cancelled."""
+EXTENSION = "io.modelcontextprotocol/tasks"
+"""The 2026-07-28 form of Tasks, advertised in ``server/discover``'s ``capabilities.extensions``."""
+EXTENSION_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
-def tool_result(payload: Mapping[str, Any], *, is_error: bool) -> dict[str, Any]:
-    """A stored answer as the ``CallToolResult`` it was: structured, with the same JSON as its text."""
-    return {
-        "content": [{"type": "text", "text": canonical_json(dict(payload))}],
-        "structuredContent": dict(payload),
-        "isError": is_error,
-    }
+def declares_extension(params: Mapping[str, Any]) -> bool:
+    """Whether a request's per-request capabilities declare the Tasks extension."""
+    meta = params.get("_meta")
+    capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION), dict)
 
 
 class TaskRequests:
@@ -73,27 +82,38 @@ class TaskRequests:
         """Answer the request if it is one of Tasks, and say whether it did."""
         if not isinstance(message, dict) or claims is None:
             return False
-        if headers.get(MCP_PROTOCOL_VERSION_HEADER.lower()) in MODERN_PROTOCOL_VERSIONS:
-            return False  # the 2026-07-28 form of Tasks is an extension this server does not offer
         method, params, request_id = message.get("method"), message.get("params"), message.get("id")
         if not isinstance(params, dict) or request_id is None:
             return False
         store = TaskStore(self._backend.live_pool())
         owner = Owner.of(claims)
-        if method == "tools/call" and "task" in params and params.get("name") in self._tools:
+        answer: dict[str, Any] | None
+        if headers.get(MCP_PROTOCOL_VERSION_HEADER.lower()) in MODERN_PROTOCOL_VERSIONS:
+            answer = await self._extension(store, claims, str(method), params)
+        elif method == "tools/call" and "task" in params and params.get("name") in self._tools:
             answer = await self._start(store, claims, params)
         elif method == "tasks/list":
             answer = {"result": {"tasks": [task_json(row) for row in await store.list(owner)]}}
         elif method in TASK_METHODS:
             answer = await self._about_task(store, owner, str(method), params.get("taskId"))
         else:
+            answer = None
+        if answer is None:
             return False
         await respond_json(send, 200, {"jsonrpc": "2.0", "id": request_id, **answer})
         return True
 
     async def _start(self, store: TaskStore, claims: TaskClaims, params: Mapping[str, Any]) -> dict[str, Any]:
         task = params["task"]
-        ttl = granted_ttl(task.get("ttl") if isinstance(task, dict) else None)
+        row = await self._created(
+            store, claims, params, granted_ttl(task.get("ttl") if isinstance(task, dict) else None)
+        )
+        return {"result": {"task": task_json(row)}}
+
+    async def _created(
+        self, store: TaskStore, claims: TaskClaims, params: Mapping[str, Any], ttl: int
+    ) -> dict[str, Any]:
+        """A new task's row, its work started in this process."""
         arguments = params.get("arguments")
         row = await store.create(Owner.of(claims), ttl)
         work = asyncio.create_task(
@@ -101,7 +121,28 @@ class TaskRequests:
         )
         self._running.add(work)
         work.add_done_callback(self._running.discard)
-        return {"result": {"task": task_json(row)}}
+        return row
+
+    async def _extension(
+        self, store: TaskStore, claims: TaskClaims, method: str, params: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The answer of the 2026-07-28 extension to a request, or ``None`` for one it does not take."""
+        if method == "tools/call":
+            if params.get("name") not in self._tools or not declares_extension(params):
+                return None  # a plain call, or a client without the extension: answered at once
+            created = await self._created(store, claims, params, granted_ttl(None))
+            return {"result": {"resultType": "task", **extension_task_json(created)}}
+        if method not in EXTENSION_METHODS:
+            return None
+        task_id, owner = params.get("taskId"), Owner.of(claims)
+        if not isinstance(task_id, str):
+            return _error(INVALID_PARAMS, "taskId must be a string")
+        row = await (store.cancel(owner, task_id) if method == "tasks/cancel" else store.get(owner, task_id))
+        if row is None:
+            return _error(INVALID_PARAMS, f"task {task_id} not found")
+        if method != "tasks/get":  # cancel and update are acknowledged (caseops' tasks never ask for input)
+            return {"result": {"resultType": "complete"}}
+        return {"result": {"resultType": "complete", **extension_task_json(row, with_result=True)}}
 
     async def _run(self, tool: Tool, claims: TaskClaims, task_id: str, arguments: dict[str, Any]) -> None:
         """The tool's own call, as a task: its checks, its work by stages, its answer stored with the task."""

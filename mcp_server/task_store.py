@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from dag.fingerprint import canonical_json
 from dag.tokens import TaskClaims
 from mcp_server.auth import case_of
 
@@ -65,6 +66,31 @@ def task_json(row: Mapping[str, Any]) -> dict[str, Any]:
     if row["status_message"] is not None:
         task["statusMessage"] = row["status_message"]
     return task
+
+
+def extension_task_json(row: Mapping[str, Any], *, with_result: bool = False) -> dict[str, Any]:
+    """A task row as the 2026-07-28 extension's ``Task`` (``ttlMs``, ``pollIntervalMs``), ``with_result``
+    inlined once it ended, as ``tasks/get`` answers it. A caseops task that failed ended with a tool's error
+    (its result ``isError``), which the extension reports as ``completed`` with that result: its ``failed``
+    is for a JSON-RPC error alone."""
+    task = task_json(row)
+    task["ttlMs"] = task.pop("ttl")
+    task["pollIntervalMs"] = task.pop("pollInterval")
+    if row["status"] == "failed":
+        task["status"] = "completed"
+    stored = row.get("result")
+    if with_result and row["status"] in ("completed", "failed") and isinstance(stored, str):
+        task["result"] = tool_result(json.loads(stored), is_error=bool(row["is_error"]))
+    return task
+
+
+def tool_result(payload: Mapping[str, Any], *, is_error: bool) -> dict[str, Any]:
+    """A stored answer as the ``CallToolResult`` it was: structured, with the same JSON as its text."""
+    return {
+        "content": [{"type": "text", "text": canonical_json(dict(payload))}],
+        "structuredContent": dict(payload),
+        "isError": is_error,
+    }
 
 
 def _iso(moment: datetime) -> str:

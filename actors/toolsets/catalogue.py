@@ -105,7 +105,7 @@ def contract_of(spec: HttpServer | StdioServer, tool: ToolDefinition, overlay: T
             max_output_bytes=overlay.max_output_bytes or spec.max_output_bytes,
             max_content_blocks=overlay.max_content_blocks or spec.max_content_blocks,
             operation=operation.spec() if operation is not None else None,
-            task=tool.task_support != "forbidden",
+            task=tool.task_support != "forbidden" or overlay.task,
         )
     except ValueError as exc:  # a bound field the tool's schema does not take
         raise ToolsetMismatch(spec.name, tool.name, str(exc).removeprefix(f"{tool.name}: ")) from None

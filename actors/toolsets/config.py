@@ -244,6 +244,10 @@ class ToolOverlay(_Strict):
     max_output_bytes: int | None = Field(default=None, ge=1024, le=_OUTPUT_BYTES_LIMIT)
     """The largest output of this tool recorded; the server's ``max_output_bytes`` when unset."""
     max_content_blocks: int | None = Field(default=None, ge=1, le=_CONTENT_BLOCKS_LIMIT)
+    task: bool = False
+    """Call the tool as an MCP task though its listing does not say so: a 2026-07-28 listing cannot (the
+    ``io.modelcontextprotocol/tasks`` extension lets the server decide per call), so a long tool of a
+    server pinned to that era is named here (docs/TOOLSETS.md)."""
 
     @field_validator("run_bound", mode="before")
     @classmethod

@@ -1,6 +1,9 @@
-"""caseops' evidence export runs as an MCP task (2025-11-25): over the wire (its listing, capability, stages,
-result, cancel, another tenant's token) and in a run beside fast reads, its progress in the run's log, a
-cancelled run stopping the export at the server. Counted in the server's own tables, never in raydag's records."""
+"""caseops' evidence export runs as an MCP task, in both forms: over the wire in the 2025-11-25 form (its
+listing, capability, stages, result, cancel, another tenant's token) and in the 2026-07-28 form (the
+``io.modelcontextprotocol/tasks`` extension: advertised, declared per request, result inlined, cancel); and in a
+run beside fast reads (the shipped toolsets pin caseops to 2026-07-28), its progress in the run's log, a
+cancelled run stopping the export at the server, a supervisor killed mid-task following the same task. Counted
+in the server's own tables, never in raydag's records."""
 
 from __future__ import annotations
 
@@ -23,15 +26,39 @@ from tests.integration.test_durability import finished, until
 EXPORT = EXPORT_EVIDENCE.name
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
 HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+EXTENSION = "io.modelcontextprotocol/tasks"
 
 
-async def rpc(server: RunningToolServer, token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+def modern(params: dict[str, Any], *, declared: bool = True) -> dict[str, Any]:
+    """``params`` with the 2026-07-28 ``_meta`` envelope, the Tasks extension declared or not."""
+    capabilities = {"extensions": {EXTENSION: {}}} if declared else {}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+    return {**params, "_meta": meta}
+
+
+async def rpc(
+    server: RunningToolServer,
+    token: str,
+    method: str,
+    params: dict[str, Any],
+    *,
+    era: str = "2025-11-25",
+    status: int = 200,
+) -> dict[str, Any]:
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    headers = {**HEADERS, "Authorization": f"Bearer {token}", "MCP-Protocol-Version": era}
+    if era == "2026-07-28":
+        headers["Mcp-Method"] = method
+        name = params.get("name", params.get("taskId"))
+        if name is not None:
+            headers["Mcp-Name"] = name
     async with httpx.AsyncClient(timeout=30) as http:
-        answer = await http.post(
-            server.url, json=body, headers={**HEADERS, "Authorization": f"Bearer {token}"}
-        )
-    assert answer.status_code == 200, answer.text
+        answer = await http.post(server.url, json=body, headers=headers)
+    assert answer.status_code == status, answer.text
     return dict(answer.json())
 
 
@@ -130,6 +157,64 @@ async def test_a_cancelled_export_stops_and_writes_no_bundle(
     assert result["error"]["code"] == -32602
 
 
+async def test_the_export_is_served_under_the_tasks_extension_in_the_2026_07_28_era(
+    tool_server: RunningToolServer, dsn: str
+) -> None:
+    era = "2026-07-28"
+    discovered = await rpc(
+        tool_server, tool_server.token("caseops_get_case_snapshot"), "server/discover", modern({}), era=era
+    )
+    assert discovered["result"]["capabilities"]["extensions"][EXTENSION] == {}
+    assert "tasks" not in discovered["result"]["capabilities"]
+
+    token = tool_server.token(EXPORT)
+    call = {"name": EXPORT, "arguments": {"case_id": "C-102"}}
+    created = (await rpc(tool_server, token, "tools/call", modern(call), era=era))["result"]
+    assert (created["resultType"], created["status"]) == ("task", "working")
+    assert {"ttlMs", "pollIntervalMs"} <= created.keys()
+    assert "ttl" not in created
+    while True:
+        got = await rpc(tool_server, token, "tasks/get", modern({"taskId": created["taskId"]}), era=era)
+        task = got["result"]
+        if task["status"] != "working":
+            break
+        assert "result" not in task
+        await asyncio.sleep(task["pollIntervalMs"] / 1000)
+    assert (task["resultType"], task["status"]) == ("complete", "completed")
+    assert task["result"]["isError"] is False
+    assert task["result"]["structuredContent"]["export_id"] == created["taskId"]
+    assert await exports_of(dsn, created["taskId"]) == 1
+    gone = await rpc(
+        tool_server, token, "tasks/result", modern({"taskId": created["taskId"]}), era=era, status=404
+    )
+    assert gone["error"]["code"] == -32601  # not a method of the extension
+
+    # A client that does not declare the extension is answered at once, with the bundle itself.
+    plain = await rpc(
+        tool_server, tool_server.token(EXPORT), "tools/call", modern(call, declared=False), era=era
+    )
+    assert plain["result"]["structuredContent"]["case_id"] == "C-102"
+    assert plain["result"].get("resultType", "complete") == "complete"
+
+
+async def test_a_cancel_under_the_tasks_extension_stops_the_export(
+    tool_server: RunningToolServer, dsn: str
+) -> None:
+    era = "2026-07-28"
+    token = tool_server.token(EXPORT, case="C-104")
+    call = {"name": EXPORT, "arguments": {"case_id": "C-104"}}
+    task_id = (await rpc(tool_server, token, "tools/call", modern(call), era=era))["result"]["taskId"]
+    acknowledged = await rpc(tool_server, token, "tasks/cancel", modern({"taskId": task_id}), era=era)
+    assert acknowledged["result"] == {"resultType": "complete"}
+    row = await stopped(dsn, task_id)
+    assert (row["status"], row["result"]) == ("cancelled", None)
+    assert await exports_of(dsn, task_id) == 0
+    got = await rpc(tool_server, token, "tasks/get", modern({"taskId": task_id}), era=era)
+    assert got["result"]["status"] == "cancelled"
+    unknown = await rpc(tool_server, token, "tasks/get", modern({"taskId": "task-0"}), era=era)
+    assert unknown["error"]["code"] == -32602
+
+
 def export_plan(case_id: str) -> dict[str, Any]:
     return {
         "nodes": [
@@ -180,6 +265,7 @@ async def test_a_run_follows_the_export_task_beside_fast_reads_and_records_its_s
     assert bundle["case_id"] == "C-102"
     updates = task_updates(events)
     assert {update["task_id"] for update in updates} == {bundle["export_id"]}
+    assert {update["protocol"] for update in updates} == {"2026-07-28"}  # the extension's form
     assert len({update["message"] for update in updates}) >= 2  # its stages, as the server reported them
     assert await exports_of(dsn, bundle["export_id"]) == 1
 
@@ -205,3 +291,42 @@ async def test_a_cancelled_run_stops_the_export_at_the_server(
     assert row["stages_done"] < 24
     assert await exports_of(dsn, task_id) == 0
     assert json.dumps(row["status_message"]) == json.dumps("cancelled by the client")
+
+
+async def tasks_since(dsn: str, case_id: str, since: Any) -> int:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await connection.fetchval(
+                "SELECT count(*) FROM caseops_tasks WHERE case_id = $1 AND created_at >= $2", case_id, since
+            )
+        )
+    finally:
+        await connection.close()
+
+
+async def test_a_supervisor_killed_mid_export_follows_the_same_task_without_a_second_call(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+) -> None:
+    import ray
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        since = await connection.fetchval("SELECT now()")
+    finally:
+        await connection.close()
+    supervisor = supervisor_for(dsn, tool_server, token_key, name)
+    try:
+        run_id = await submitted(supervisor, "C-104")
+        await until(store, run_id, lambda events: len(task_updates(events)) >= 1)
+        ray.kill(supervisor, no_restart=False)  # Ray restarts it; it reclaims and resumes the run
+        events = await until(store, run_id, finished, timeout_s=120)
+    finally:
+        ray.kill(supervisor)
+
+    assert events[-1].status == "completed", events[-1]
+    assert [event.kind for event in events].count("run_recovered") == 1
+    updates = task_updates(events)
+    assert len({update["task_id"] for update in updates}) == 1
+    assert await tasks_since(dsn, "C-104", since) == 1  # the export was started once, counted at the server
+    assert await exports_of(dsn, updates[0]["task_id"]) == 1

@@ -6,6 +6,8 @@
 - ``discovery``: listing a server's tools (``discover``) and comparing them with pins (``relist``);
 - ``stateless_post``: the 2026-07-28 fast path, one hand-built POST per call;
 - ``tasks``: a call that runs as an MCP task: started in a session of its own, then followed from any process;
+- ``task_extension``: the wire shapes of the 2026-07-28 form of Tasks (the ``io.modelcontextprotocol/tasks``
+  extension), which ``tasks`` uses for a server of that era;
 - ``stdio``, ``stdio_transport`` and ``stdio_guardian``: a stdio server as a child process of the caller that
   uses it, read by raydag's own bounded transport;
 - ``answers``: what one line a stdio server wrote is (a message, or a fault failing its request);

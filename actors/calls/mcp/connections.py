@@ -60,12 +60,13 @@ from actors.calls.mcp.stateless_post import open_session, post_tool_call
 from actors.calls.mcp.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
 from actors.calls.mcp.tasks import (
     FOLLOW_S,
+    TASKS_PROTOCOL,
     TaskLost,
     TasksNotOffered,
-    answer_request,
     cancel_task,
     follow_task,
     open_task_session,
+    send_reply,
     session_of,
     start_task,
 )
@@ -326,14 +327,18 @@ class McpConnections:
             )
         return await self._call_shared(url, lambda link: self._modern_client(url, link), call)
 
-    async def _start_task(self, spec: HttpServer | StdioServer, call: ToolCall) -> TaskHandle:
-        """``call`` started as a task in a session of its own (``actors.calls.mcp.tasks``)."""
+    async def _start_task(
+        self, spec: HttpServer | StdioServer, call: ToolCall
+    ) -> TaskHandle | CallToolResult:
+        """``call`` started as a task in a session of its own (``actors.calls.mcp.tasks``): in the form of
+        Tasks of the server's era (a server pinned to 2026-07-28 speaks the extension)."""
         if not isinstance(spec, HttpServer):
             raise TasksNotOffered(
                 f"{call.tool} runs as a task, and raydag follows tasks over Streamable HTTP only"
             )
         bound = _read_at_most()
-        session = await open_task_session(self._http_for(spec), spec.url, max_bytes=bound)
+        protocol = MODERN_PROTOCOL if spec.protocol == MODERN_PROTOCOL else TASKS_PROTOCOL
+        session = await open_task_session(self._http_for(spec), spec.url, max_bytes=bound, protocol=protocol)
         return await start_task(session, spec.name, call.tool, call.args, call.meta, max_bytes=bound)
 
     async def _follow(
@@ -353,9 +358,9 @@ class McpConnections:
         bound = _read_at_most()
         session = session_of(self._http_for(spec), spec.url, handle)
         if stop:
-            if reply is not None and handle.question is not None:
+            if reply is not None:
                 with contextlib.suppress(TaskLost):
-                    await answer_request(session, handle.question["id"], result=reply, max_bytes=bound)
+                    await send_reply(session, handle, reply, max_bytes=bound)
             await cancel_task(session, handle, max_bytes=bound)
             return dataclasses.replace(handle, status="cancelled", question=None)
         try:

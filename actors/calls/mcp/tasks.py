@@ -12,6 +12,11 @@ The SDK offers no client helper for tasks, and its typed ``tools/call`` refuses 
 with (the task is started, its id lost), so these requests are raydag's own JSON-RPC POSTs, over the HTTP
 client that carries the server's credentials. Nothing here decides what a result means for the node: that is
 ``actors.calls.mcp.outcomes``, as for a plain call.
+
+A session of the 2026-07-28 era speaks the ``io.modelcontextprotocol/tasks`` extension instead: the same
+handle, recorded and followed the same way, only the wire differs, and each function here asks
+``actors.calls.mcp.task_extension`` for that difference (no session, no handshake; the tasks live in the
+server's storage, so a task is followed by its id alone).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import CallToolResult
 
-from actors.calls.call import TaskHandle
+from actors.calls.call import MODERN_PROTOCOL, TaskHandle
+from actors.calls.mcp import task_extension as extension
 from actors.calls.mcp.session import CLIENT_INFO
 from actors.calls.mcp.stateless_post import MalformedAnswer, rpc_answer
 from dag.storable import storable_text, unfit_values
@@ -73,10 +79,19 @@ class TaskSession:
     session: str | None
     protocol: str = TASKS_PROTOCOL
 
+    @property
+    def modern(self) -> bool:
+        """Whether the tasks are the 2026-07-28 extension's (``task_extension``)."""
+        return self.protocol == MODERN_PROTOCOL
+
     async def request(self, method: str, params: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
         """The result of one JSON-RPC request; ``MCPError`` for a JSON-RPC error, ``Refused`` for an HTTP
         refusal that says no more, ``TaskLost`` for a session the server no longer has (404)."""
-        message, _ = await _exchange(self.http, self.url, self._headers(), method, params, max_bytes)
+        headers = self._headers()
+        if self.modern:
+            headers.update(extension.routing_headers(method, params))
+            params = extension.with_envelope(params)
+        message, _ = await _exchange(self.http, self.url, headers, method, params, max_bytes)
         result = message.get("result")
         if not isinstance(result, dict):
             raise MalformedAnswer("MALFORMED_ANSWER", f"the server's answer to {method} holds no result")
@@ -95,12 +110,20 @@ class TaskSession:
         return headers
 
 
-async def open_task_session(http: httpx2.AsyncClient, url: str, *, max_bytes: int) -> TaskSession:
+async def open_task_session(
+    http: httpx2.AsyncClient, url: str, *, max_bytes: int, protocol: str = TASKS_PROTOCOL
+) -> TaskSession:
     """A new session of the server at ``url`` for one task: initialized, its tasks for ``tools/call`` checked.
+    In the 2026-07-28 era there is no session to open: ``server/discover`` must advertise the extension.
 
     The client declares form elicitation, the one kind of question raydag puts to a person: a task may ask
     mid-way (``input_required``), and its question waits in the run's inbox (``actors.run.tool_questions``).
     Sampling and URL elicitation are not declared; a server that asks for them anyway is refused."""
+    if protocol == MODERN_PROTOCOL:
+        stateless = TaskSession(http, url, None, MODERN_PROTOCOL)
+        if not extension.offers_tasks(await stateless.request("server/discover", {}, max_bytes=max_bytes)):
+            raise TasksNotOffered(f"the server does not offer the {extension.EXTENSION} extension")
+        return stateless
     opening = TaskSession(http, url, None)
     params = {
         "protocolVersion": TASKS_PROTOCOL,
@@ -125,12 +148,20 @@ async def start_task(
     meta: Mapping[str, Any],
     *,
     max_bytes: int,
-) -> TaskHandle:
-    """Start ``tool`` as a task: its handle, as the server created it."""
-    params: dict[str, Any] = {"name": tool, "arguments": dict(arguments), "task": {"ttl": TASK_TTL_MS}}
+) -> TaskHandle | CallToolResult:
+    """Start ``tool`` as a task: its handle, as the server created it (or, in the 2026-07-28 era, where the
+    server decides, the tool's result if it answered at once)."""
+    params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
+    if not session.modern:
+        params["task"] = {"ttl": TASK_TTL_MS}
     if meta:
         params["_meta"] = dict(meta)
     result = await session.request("tools/call", params, max_bytes=max_bytes)
+    if session.modern:
+        created = extension.created_task(result)
+        if created is None:
+            return CallToolResult.model_validate(result)
+        result = {"task": created}
     task = result.get("task")
     task_id = task.get("taskId") if isinstance(task, dict) else None
     if not isinstance(task, dict) or not _fit_id(task_id):
@@ -159,10 +190,11 @@ async def follow_task(
     change. While that question waits for a person, one ``tasks/get`` says whether the server still waits
     (the handle keeps its question) or went on without the answer (the question is dropped). ``reply`` is a
     person's answer to it: sent first, then the task is followed as before."""
-    asked = handle.question
-    if asked is not None and reply is not None:
-        await answer_request(session, asked["id"], result=reply, max_bytes=max_bytes)
+    if handle.question is not None and reply is not None:
+        await send_reply(session, handle, reply, max_bytes=max_bytes)
         handle = replace(handle, question=None)
+    if session.modern:
+        return await _follow_extension(session, handle, within_s=within_s, max_bytes=max_bytes)
     give_up = time.monotonic() + within_s
     current = handle
     while True:
@@ -186,6 +218,73 @@ async def follow_task(
                 return current
             answer = await session.request("tasks/result", {"taskId": handle.task_id}, max_bytes=max_bytes)
             return CallToolResult.model_validate(answer)
+        if (current.status, current.message) != (handle.status, handle.message):
+            return current
+        if time.monotonic() + current.poll_s > give_up:
+            return current
+        await anyio.sleep(current.poll_s)
+
+
+async def send_reply(
+    session: TaskSession, handle: TaskHandle, reply: Mapping[str, Any], *, max_bytes: int
+) -> None:
+    """Send a person's answer to the question ``handle`` records: a response to the server's request
+    (2025-11-25), or a ``tasks/update`` (2026-07-28)."""
+    if handle.question is None:
+        return
+    if not session.modern:
+        await answer_request(session, handle.question["id"], result=reply, max_bytes=max_bytes)
+        return
+    key = str(handle.question["id"])
+    try:
+        await session.request(
+            "tasks/update", extension.update_params(handle.task_id, key, reply), max_bytes=max_bytes
+        )
+    except MCPError as exc:
+        raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
+
+
+async def _follow_extension(
+    session: TaskSession, handle: TaskHandle, *, within_s: float, max_bytes: int
+) -> TaskHandle | CallToolResult:
+    """``follow_task`` over the 2026-07-28 extension: ``tasks/get`` carries the result, the error or the
+    question itself. A question raydag puts to nobody (not a form elicitation) is declined at once when it
+    is an elicitation; any other kind stops the task (``tasks/update`` has no "method not found")."""
+    give_up = time.monotonic() + within_s
+    current = handle
+    while True:
+        try:
+            task = await session.request("tasks/get", {"taskId": handle.task_id}, max_bytes=max_bytes)
+        except MCPError as exc:  # -32602: the server does not know the task (expired, or never its)
+            raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
+        current = _updated(current, extension.task_fields(task))
+        payload = extension.reported(task)
+        if payload.result is not None:
+            return CallToolResult.model_validate(payload.result)
+        if payload.error is not None:
+            code, said = payload.error.get("code"), payload.error.get("message")
+            raise MCPError(
+                code if isinstance(code, int) else -32603, str(said or "")[:MAX_SERVER_MESSAGE_CHARS]
+            )
+        if current.status != "input_required":
+            current = replace(current, question=None)
+        elif current.question is None and payload.questions:
+            asked = extension.first_question(payload.questions)
+            question = _form_question(asked[1]) if asked is not None else None
+            if question is not None:
+                return replace(current, question=question)
+            if asked is not None and asked[1].get("method") == ELICIT:
+                declined = extension.update_params(handle.task_id, asked[0], {"action": "decline"})
+                await session.request("tasks/update", declined, max_bytes=max_bytes)
+            elif asked is not None:
+                await cancel_task(session, current, max_bytes=max_bytes)
+                raise MalformedAnswer(
+                    "TASK_INPUT_UNSUPPORTED", f"task {handle.task_id} asks for {asked[1].get('method')!s:.80}"
+                )
+        elif current.question is not None:
+            return current
+        if current.ended:  # ended with neither result nor error: cancelled
+            return current
         if (current.status, current.message) != (handle.status, handle.message):
             return current
         if time.monotonic() + current.poll_s > give_up:
