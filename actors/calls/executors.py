@@ -16,7 +16,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -273,6 +273,11 @@ class CallerPoolExecutor:
             queued = [entry for entry in lane.outbox if entry[0] != ticket]
             if len(queued) == len(lane.outbox):  # handed over already: the caller must stop it
                 lane.cancels.append(ticket)
+                self._flush_soon(name)
+            elif (
+                call.task is not None and not call.stop
+            ):  # a task's follow, queued: the task is stopped instead
+                queued.append((ticket, replace(call, stop=True, reply=None)))
                 self._flush_soon(name)
             lane.outbox = queued
             raise

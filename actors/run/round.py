@@ -109,8 +109,8 @@ class RoundExecution:
         self._sent: dict[str, ToolCall] = {}
         """The call of each read node in flight: a task it started is followed with it."""
         self._followed_with: dict[str, ToolCall] = {}
-        """Each read node whose task a follow is under way for (started or not yet), with its follow's call: a
-        round that stops asks the server to stop these tasks (``_stop_followed``)."""
+        """Each read node whose task is to be followed and whose follow has not reached the executor yet, with
+        its follow's call: a round that stops asks the server to stop these tasks (``_stop_followed``)."""
         self._timers: dict[asyncio.Task[None], str] = {}
         self._frontier = Frontier()
         self._landed: list[RunEvent] = []
@@ -367,10 +367,10 @@ class RoundExecution:
             self._following.discard(call.node_id)
 
     async def _stop_followed(self) -> None:
-        """Ask the server to stop each task a read was still followed in when the round stopped. A follow the
-        stop cancelled in flight asks it too, from the caller; one cancelled before it reached the caller (the
-        stop came as its task was recorded, or while it was queued) would not: a task asked twice is stopped
-        once. The stop is the task's own exchange, with a token minted for it."""
+        """Ask the server to stop each task whose follow the round's stop cancelled before the follow reached
+        its executor (the stop came as the task's news was recorded): no follower is there to ask. A follow
+        the executor had is stopped by it (the caller asks the server as its follow is cancelled, or a follow
+        still queued goes as a stop). The stop is the task's own exchange, with a token minted for it."""
         followed, self._followed_with = self._followed_with, {}
         stops = [
             self._guarded(self._fresh(replace(call, stop=True, reply=None), contract), contract)
@@ -386,8 +386,10 @@ class RoundExecution:
             try:
                 await asyncio.sleep(after_s)
             except asyncio.CancelledError:
+                self._followed_with.pop(call.node_id, None)
                 await self._guarded(self._fresh(replace(call, stop=True), contract), contract)
                 raise
+        self._followed_with.pop(call.node_id, None)  # handed to the executor: stopped by it if cancelled now
         return await self._guarded(self._fresh(call, contract), contract)
 
     def _fresh(self, call: ToolCall, contract: ToolContract) -> ToolCall:
@@ -406,6 +408,7 @@ class RoundExecution:
                 self._fresh(replace(call, task=task, reply=reply, stop=stop), contract), contract
             )
 
+        self._followed_with.pop(call.node_id, None)  # the question's settling stops the task if the run stops
         if self._questions is None:  # nobody can answer: declined, as the server's question documents
             assert call.task is not None
             return await follow(call.task, {"action": "decline"})

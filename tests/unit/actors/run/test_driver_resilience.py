@@ -501,31 +501,38 @@ async def test_a_run_cut_short_by_the_deadline_stops_even_if_the_planner_has_a_v
 # ---------------------------------------------------------------- cancellation
 
 
+class CancelsAsItAnswers(ScriptedExecutor):
+    """Cancels the run as it gives the answer to its ``nth`` call (counted from 1)."""
+
+    def __init__(self, script: Any, *, nth: int, cancel: asyncio.Event) -> None:
+        super().__init__(script)
+        self._nth = nth
+        self._cancel = cancel
+
+    async def _perform(self, call: Any, step: Scripted) -> ToolOutcome:
+        outcome = await super()._perform(call, step)
+        if len(self.calls) == self._nth:
+            self._cancel.set()
+        return outcome
+
+
 async def test_a_run_cancelled_as_its_task_reports_progress_asks_the_server_to_stop_the_task() -> None:
-    # The cancel comes as a follow lands with news: the next follow is created and cancelled before it ever
-    # reaches a caller, so no follower is there to stop the task. The round asks the server itself.
+    # The cancel comes with a follow's news: the next follow is created as the news is recorded and cancelled
+    # before it reaches the executor, so no follower is there to stop the task. The round asks the server.
     handle = TaskHandle(server="caseops", task_id="task-1", status="working")
     news = dataclasses.replace(handle, message="stage 2 of 24")
     catalogue = {**CASEOPS_TOOLS, CASE_TOOL: dataclasses.replace(CASEOPS_TOOLS[CASE_TOOL], task=True)}
 
-    def pending(task: TaskHandle, gate: asyncio.Event | None = None) -> Scripted:
-        return Scripted(
-            ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=task), gate
-        )
+    def pending(task: TaskHandle) -> Scripted:
+        return Scripted(ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=task))
 
-    landed = asyncio.Event()
-    stopped = pending(dataclasses.replace(handle, status="cancelled"))
-    _, executor, _, run = snapshot_run(pending(handle), pending(news, landed), stopped, catalogue=catalogue)
-    created = run_created(planner="scripted")
     cancel = asyncio.Event()
-    running = asyncio.create_task(drive(run, created, cancel))
-    async with asyncio.timeout(WAIT_S):
-        while len(executor.calls) < 2:  # noqa: ASYNC110 - no event per call: the task started, its follow is out
-            await asyncio.sleep(0.01)
-    cancel.set()
-    landed.set()
+    answers = [pending(handle), pending(news), pending(dataclasses.replace(handle, status="cancelled"))]
+    executor = CancelsAsItAnswers({call_key(CASE_TOOL, CASE_ARGS): answers}, nth=2, cancel=cancel)
+    planner = ScriptedPlanner(Propose(SNAPSHOT_ONLY))
+    created = run_created(planner="scripted")
 
-    final = await running
+    final = await drive(driver(RecordingSink(), executor, planner, catalogue=catalogue), created, cancel)
 
     assert final.status is RunStatus.CANCELLED
     start, follow, stop = executor.calls
