@@ -34,6 +34,7 @@ from actors.store.decisions import DecisionWakeups
 from actors.store.outbox import LogSink, OutboxSink, WebhookSink
 from actors.toolsets.config import HttpServer, StdioServer, Toolsets, load_toolsets
 from actors.toolsets.listing import ServerListing
+from dag.agents import AGENT_DEPTH_LIMIT
 from dag.budget import Budgets
 from dag.contracts import ToolContract
 from dag.errors import RaydagError
@@ -82,6 +83,8 @@ class SupervisorConfig:
     """How many ``ToolCaller`` actors the supervisor starts when ``tool_executor`` is ``callers``."""
     max_active_runs: int = MAX_ACTIVE_RUNS
     """How many runs it drives at once; the others it owns wait their turn, oldest first."""
+    agent_depth: int = AGENT_DEPTH_LIMIT
+    """How deep agent nodes' child runs may nest (``RAYDAG_AGENT_DEPTH``; 0: no agent node runs)."""
     relist_every_s: float = 30.0
     """How often every toolset server is listed again, to find a tool changed under the runs pinning it."""
 
@@ -225,6 +228,7 @@ class RunSupervisor:
                     pins=self._catalogue.pins,
                     health=self._health,
                     metrics=RayRunMetrics(),
+                    agent_depth=config.agent_depth,
                 )
                 self._service = RunService(
                     deps,

@@ -13,6 +13,7 @@ from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dag.agents import AGENT_DEPTH_CAP
 from dag.budget import NODES_CAP, STOP_REASON_OF_BUDGET, BudgetAboveLimit, BudgetRequest, Budgets
 from dag.contracts import INVESTIGATE, ToolCatalogue
 from dag.errors import BudgetExceeded, PlanInvalid
@@ -69,6 +70,8 @@ class Offer:
     """Each planner that plans with a model, with the model it uses when a run names none."""
     models: frozenset[str] = frozenset()
     """The models the requester's tenant may name besides a planner's default (``TenantPolicy.models``)."""
+    agent_levels: int | None = None
+    """How many levels of agent nodes a plan may nest (``None``: agent nodes are refused)."""
 
 
 @dataclass(frozen=True)
@@ -211,10 +214,16 @@ def admit_run(
     planned = None
     if plan is not None and not _names_unlisted(plan, offer):
         try:
-            checked = validate_plan(Plan.parse(plan), offer.catalogue, max_nodes=lowered.max_nodes)
+            checked = validate_plan(
+                Plan.parse(plan),
+                offer.catalogue,
+                max_nodes=lowered.max_nodes,
+                agent_levels=offer.agent_levels,
+            )
         except PlanInvalid as exc:
             return PlanRefused(exc)
-        planned = [node.tool for node in checked.nodes]
+        named = checked.tools_named()
+        planned = list(named) if named is not None else None
     unlisted = offer.unlisted
     mismatch = resource_mismatch(resource, usable, planned)
     if mismatch is not None and not mismatch.missing and planned is None:
@@ -258,7 +267,9 @@ def refuse_before_listing(
     offered). ``None`` leaves the rest to admission: a node's arguments, which only the listed schema judges,
     and a declared tool whose server does not list it (the run is then created, and stops with it)."""
     try:
-        validate_plan(Plan.parse(plan), dict.fromkeys(declared), max_nodes=max_nodes)
+        validate_plan(
+            Plan.parse(plan), dict.fromkeys(declared), max_nodes=max_nodes, agent_levels=AGENT_DEPTH_CAP
+        )
     except PlanInvalid as exc:
         return PlanRefused(exc)
     return None
@@ -314,9 +325,15 @@ RoundAdmission = RoundAdmitted | ToolUnlisted | PlanRefused | OverBudget
 
 
 def admit_round(
-    proposal: Any, state: RunState, catalogue: ToolCatalogue, withdrawn: Container[str]
+    proposal: Any,
+    state: RunState,
+    catalogue: ToolCatalogue,
+    withdrawn: Container[str],
+    *,
+    agent_levels: int | None = None,
 ) -> RoundAdmission:
-    """Whether ``proposal`` may be the plan of the round ``state`` is planning.
+    """Whether ``proposal`` may be the plan of the round ``state`` is planning, with agent nodes nested at
+    most ``agent_levels`` deep (``None``: none).
 
     The first round's plan is bounded by the run's ``max_nodes``; a replan's by ``NODES_CAP``, then weighed
     with the run's nodes so far against ``max_nodes`` (``Budgets.check_plan_size``).
@@ -333,6 +350,7 @@ def admit_round(
             max_nodes=state.budgets.max_nodes if round_number == 1 else NODES_CAP,
             round_number=round_number,
             earlier=state.earlier_names(),
+            agent_levels=agent_levels,
         )
         if round_number > 1:
             state.budgets.check_plan_size(nodes=state.node_count(), added=len(plan.nodes))
@@ -343,7 +361,9 @@ def admit_round(
     return RoundAdmitted(plan)
 
 
-def round_validator(state: RunState, catalogue: ToolCatalogue) -> PlanValidator:
+def round_validator(
+    state: RunState, catalogue: ToolCatalogue, *, agent_levels: int | None = None
+) -> PlanValidator:
     """What admits a streamed plan of the round ``state`` is planning, node by node as it arrives: bounded by
     the nodes the run may still gain."""
     return PlanValidator(
@@ -351,4 +371,5 @@ def round_validator(state: RunState, catalogue: ToolCatalogue) -> PlanValidator:
         max_nodes=state.budgets.nodes_left(nodes=state.node_count()),
         round_number=state.round,
         earlier=state.earlier_names(),
+        agent_levels=agent_levels,
     )

@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol, assert_never
 
+from dag.agents import AGENT_DEPTH_LIMIT, StartAgent, start_agent
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
 from dag.errors import BudgetExceeded
 from dag.events import ErrorKind, NodeError
 from dag.gate import AlreadyFailed, Dispatch, RepeatLimit, Reuse, ReuseCarried, Wait, gate
 from dag.health import Go, HealthKey, ToolHealth, WaitFor
-from dag.policy import Decision, authorize
+from dag.policy import Decision, authorize, effective_tools
 from dag.run_state import RunState
 from dag.scheduler import Candidate, Expand, Ready, Runnable, Settle, Skip, Unresolvable, resolve
 from dag.states import StopReason
@@ -140,6 +141,7 @@ Step = (
     | HoldForCircuit
     | Probe
     | Call
+    | StartAgent
     | Stop
 )
 RetryStep = HoldForCircuit | Probe | Call | Fail | Stop
@@ -157,10 +159,14 @@ def dispatch(
     observed: Mapping[str, frozenset[str]],
     health: ToolHealth,
     now: float,
+    at: datetime | None = None,
+    agent_depth: int = AGENT_DEPTH_LIMIT,
 ) -> list[Step]:
     """A step for each of ``candidates`` (in order) while ``in_flight`` calls are out, until one stops the
     round. ``observed`` holds the values the run's outputs showed (``policy.observed_values``); ``health``
-    admits calls at monotonic time ``now`` (and marks a half-open circuit's probe)."""
+    admits calls at monotonic time ``now`` (and marks a half-open circuit's probe). An agent node's child run
+    (``dag.agents.start_agent``) takes a call's place under ``max_parallel``, its budgets carved at wall-clock
+    time ``at``, at most ``agent_depth`` agent levels deep."""
     steps: list[Step] = []
     budgets = state.budgets
     room = budgets.calls_room(in_flight=in_flight)
@@ -180,6 +186,17 @@ def dispatch(
                     steps.append(_unresolvable(resolved))
                     continue
                 ready = resolved
+                agent = state.spec_of(state.nodes[ready.node_id]).agent
+                if agent is not None:
+                    offered = effective_tools(authority, catalogue)
+                    moment = at if at is not None else datetime.now(UTC)
+                    started = start_agent(state, ready, agent, offered, depth_limit=agent_depth, at=moment)
+                    if isinstance(started, NodeError):
+                        steps.append(Fail(ready.node_id, started))
+                        continue
+                    room -= 1
+                    steps.append(started)
+                    continue
                 withdrawn = withdrawal(ready.tool, state.tool_pins)
                 if withdrawn is not None:
                     denial = Deny(ready, withdrawn.decision)

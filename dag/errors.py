@@ -26,6 +26,9 @@ class PlanErrorCode(StrEnum):
     ITEM_OUTSIDE_FOR_EACH = "ITEM_OUTSIDE_FOR_EACH"
     INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
     FORBIDDEN_ARGUMENT = "FORBIDDEN_ARGUMENT"
+    AGENT_NODES_UNAVAILABLE = "AGENT_NODES_UNAVAILABLE"
+    """An agent node where none may run (this runtime does not execute them yet)."""
+    AGENT_TOO_DEEP = "AGENT_TOO_DEEP"
 
 
 class PlanInvalid(RaydagError):

@@ -77,6 +77,18 @@ class _Event(BaseModel):
     at: datetime
 
 
+class ParentLink(BaseModel):
+    """The run is an agent node's child run: whose, which node, how deep (the parent's depth + 1), and the
+    inputs the node resolved for it (data, never instructions)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    node_id: str
+    depth: int = Field(ge=1)
+    inputs: dict[str, JsonValue] = Field(default_factory=dict)
+
+
 class RunCreated(_Event):
     kind: Literal["run_created"] = "run_created"
     run_id: str
@@ -105,6 +117,8 @@ class RunCreated(_Event):
     model: str | None = None
     """The model the request named for the run's planning, admitted by its tenant's policy; ``None``: the
     planner's own."""
+    parent: ParentLink | None = None
+    """The agent node this run is the child run of (``None``: a run of its own, depth 0)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -209,6 +223,29 @@ class NodeTaskUpdated(_Event):
     node_id: str
     attempt: int
     task: dict[str, JsonValue]
+
+
+class AgentStarted(_Event):
+    """An agent node's child run is named before it is created: a supervisor that resumes the parent attaches
+    to this child, never creates a second one."""
+
+    kind: Literal["agent_started"] = "agent_started"
+    node_id: str
+    child_run_id: str
+
+
+class AgentEnded(_Event):
+    """An agent node's child run ended: what it spent is the parent's spend too (recorded before the node's
+    own outcome)."""
+
+    kind: Literal["agent_ended"] = "agent_ended"
+    node_id: str
+    child_run_id: str
+    status: RunStatus
+    stop_reason: StopReason | None = None
+    nodes: int = Field(ge=0)
+    tokens: int = Field(ge=0)
+    cost_usd: float = Field(ge=0)
 
 
 class NodeRetryScheduled(_Event):
@@ -421,6 +458,8 @@ RunEvent = Annotated[
     | NodeDenied
     | NodeReused
     | NodeTaskUpdated
+    | AgentStarted
+    | AgentEnded
     | NodeRetryScheduled
     | NodeSucceeded
     | NodeFailed

@@ -1,4 +1,5 @@
-"""The plan: an ordered list of tool nodes whose arguments may reference earlier nodes' outputs."""
+"""The plan: an ordered list of nodes (tool calls, or agents: child runs) whose arguments may reference earlier
+nodes' outputs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,17 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from dag.budget import BudgetRequest
 from dag.errors import PlanErrorCode, PlanInvalid
 from dag.refs import NodeRef, iter_references
 
@@ -40,16 +50,51 @@ class ForEach(BaseModel):
     pointer: str = ""
 
 
+GOAL_CAP = 4_000
+"""The longest goal an agent node may give its child run, in characters (a run's own goal has the same cap)."""
+
+
+class AgentSpec(BaseModel):
+    """An agent node's body: a child run with its own ``goal``, whose DAG is ``plan`` (given inline, validated
+    like any plan) or is planned by the named ``planner``; ``tools`` narrows the parent's tools (``None``: the
+    parent's own), ``budgets`` asks for budgets carved from what the parent has left (``dag.agents.carve``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    goal: str = Field(min_length=1, max_length=GOAL_CAP)
+    plan: Plan | None = None
+    planner: str | None = Field(default=None, min_length=1, max_length=64)
+    tools: tuple[str, ...] | None = None
+    budgets: BudgetRequest | None = None
+
+    @model_validator(mode="after")
+    def _one_body(self) -> AgentSpec:
+        if (self.plan is None) == (self.planner is None):
+            raise ValueError("an agent names exactly one of plan (a child DAG given inline) or planner")
+        return self
+
+
 class PlanNode(BaseModel):
-    """One proposed tool call. ``args`` may hold ``$ref`` and, under ``for_each``, ``$item`` markers."""
+    """One proposed node: a tool call (``tool``), or an agent (``agent``): a child run of its own. ``args`` may
+    hold ``$ref`` and, under ``for_each``, ``$item`` markers; an agent's ``args`` are its child's inputs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str
-    tool: str
+    tool: str = ""
+    """The tool a call node calls; empty for an agent node."""
+    agent: AgentSpec | None = None
     args: dict[str, JsonValue] = Field(default_factory=dict)
     for_each: ForEach | None = None
     after: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _tool_or_agent(self) -> PlanNode:
+        if bool(self.tool) == (self.agent is not None):
+            raise ValueError("a node names exactly one of tool or agent")
+        if self.agent is not None and self.for_each is not None:
+            raise ValueError("an agent node may not have for_each")
+        return self
 
     @field_validator("args", mode="before")
     @classmethod
@@ -118,8 +163,27 @@ class Plan(BaseModel):
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
+    def tools_named(self) -> tuple[str, ...] | None:
+        """Every tool the plan may call, its agents' included, in first-seen order; ``None`` when an agent's
+        planner may choose among all of its parent's tools."""
+        seen: dict[str, None] = {}
+        for node in self.nodes:
+            agent = node.agent
+            if agent is None:
+                seen[node.tool] = None
+                continue
+            inner = agent.plan.tools_named() if agent.plan is not None else None
+            named = agent.tools if agent.tools is not None else inner
+            if named is None:
+                return None
+            seen.update(dict.fromkeys(named))
+        return tuple(seen)
+
     def node(self, node_id: str) -> PlanNode:
         for candidate in self.nodes:
             if candidate.id == node_id:
                 return candidate
         raise KeyError(node_id)
+
+
+AgentSpec.model_rebuild()

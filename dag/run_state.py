@@ -14,6 +14,8 @@ from typing import Any, TypeVar, assert_never
 from dag.budget import Budgets
 from dag.errors import EventRefused, IllegalTransition
 from dag.events import (
+    AgentEnded,
+    AgentStarted,
     CarriedOutput,
     GroupSettled,
     JoinStarted,
@@ -28,6 +30,7 @@ from dag.events import (
     NodeSkipped,
     NodeSucceeded,
     NodeTaskUpdated,
+    ParentLink,
     PlanAccepted,
     PlanCompleted,
     PlanningStarted,
@@ -87,6 +90,8 @@ class NodeState:
     task: Mapping[str, Any] | None = None
     """The MCP task the current attempt's call runs as (``NodeTaskUpdated``), as last reported; ``None`` when
     the attempt made a plain call."""
+    child_run_id: str | None = None
+    """An agent node's child run (``AgentStarted``)."""
 
     @property
     def is_group(self) -> bool:
@@ -185,6 +190,16 @@ class RunState:
     """The seconds the run spent parked so far: its clock stood still meanwhile."""
     waiting_on: tuple[str, ...] = ()
     """The operations the run was last said to wait on (``RunWaiting``), until it runs again."""
+    parent: ParentLink | None = None
+    """The agent node this run is the child run of (``None``: a run of its own)."""
+    child_nodes: int = 0
+    """The nodes its agent nodes' child runs held, each counted when it ended: they count against
+    ``max_nodes`` as the run's own do."""
+
+    @property
+    def depth(self) -> int:
+        """How deep among agent runs this run is: 0 for a run of its own, its parent's depth + 1 for a child."""
+        return self.parent.depth if self.parent is not None else 0
 
     @property
     def deadline(self) -> datetime:
@@ -270,8 +285,9 @@ class RunState:
         return sum(1 for round_number in range(2, self.round + 1) if round_number not in fresh)
 
     def node_count(self) -> int:
-        """Nodes in the run's DAG, ``for_each`` parents and children alike: what ``max_nodes`` bounds."""
-        return len(self.nodes)
+        """Nodes in the run's DAG, ``for_each`` parents and children alike, and those of its agents' child runs
+        that ended: what ``max_nodes`` bounds."""
+        return len(self.nodes) + self.child_nodes
 
     def in_flight(self) -> list[NodeState]:
         """Nodes with a call out, or waiting to be retried."""
@@ -331,6 +347,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
             tool_pins=event.tool_pins,
             review=event.review,
             model=event.model,
+            parent=event.parent,
         )
     if state.parked_since is not None and not isinstance(event, RunWoken):
         raise EventRefused(event.kind, "a parked run must be woken before anything else happens to it")
@@ -419,6 +436,25 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 )
             at = state.order.index(event.node_id) + 1  # children read right after their parent
             return _evolve(state, nodes=nodes, order=state.order[:at] + children + state.order[at:])
+        case AgentStarted():
+            node = state.nodes[event.node_id]
+            if node.status is not NodeStatus.RUNNING or state.spec_of(node).agent is None:
+                raise EventRefused(event.kind, f"{event.node_id}: not an agent node in flight")
+            if node.child_run_id not in (None, event.child_run_id):
+                raise EventRefused(event.kind, f"{event.node_id}: already has child run {node.child_run_id}")
+            return _with_node(state, event.node_id, child_run_id=event.child_run_id)
+        case AgentEnded():
+            node = state.nodes[event.node_id]
+            if node.child_run_id != event.child_run_id or node.status is not NodeStatus.RUNNING:
+                raise EventRefused(
+                    event.kind, f"{event.node_id}: child run {event.child_run_id} is not in flight"
+                )
+            return _evolve(
+                state,
+                tokens_used=state.tokens_used + event.tokens,
+                cost_usd=state.cost_usd + event.cost_usd,
+                child_nodes=state.child_nodes + event.nodes,
+            )
         case NodeDispatched():
             node = state.nodes[event.node_id]
             if event.attempt != node.attempts + 1:

@@ -219,6 +219,10 @@ def _ready(
             f"the arguments of {node.node_id!r} nest deeper than {MAX_DEPTH} arrays and objects once their "
             "references are resolved",
         )
+    if spec.agent is not None:  # its action is its body and inputs; its tool, empty, is no tool's name
+        body = spec.agent.model_dump(mode="json", exclude_none=True)
+        fingerprint = action_fingerprint(spec.tool, {"agent": body, "args": args})
+        return Ready(node.node_id, spec.tool, args, fingerprint)
     return Ready(node.node_id, spec.tool, args, action_fingerprint(spec.tool, args))
 
 

@@ -12,7 +12,7 @@ from jsonschema.protocols import Validator
 
 from dag.contracts import ToolContract
 from dag.errors import PlanErrorCode, PlanInvalid
-from dag.plan import EARLIER_ROUND_REF, NODE_ID_PATTERN, Plan, PlanNode
+from dag.plan import EARLIER_ROUND_REF, NODE_ID_PATTERN, AgentSpec, Plan, PlanNode
 from dag.refs import ItemRef, Path, check_pointer, format_path, iter_references
 from dag.schemas import validator as schema_validator
 from dag.storable import unfit_values
@@ -50,10 +50,13 @@ def validate_plan(
     max_nodes: int,
     round_number: int = 1,
     earlier: frozenset[str] = frozenset(),
+    agent_levels: int | None = None,
 ) -> Plan:
     """Return ``plan`` if it may run against ``catalogue``; otherwise raise ``PlanInvalid``.
 
-    ``earlier`` holds the names (``r1.docs``) of earlier rounds' nodes a replan may reference.
+    ``earlier`` holds the names (``r1.docs``) of earlier rounds' nodes a replan may reference. ``agent_levels``
+    is how many levels of agent nodes may nest below this plan (``None``: agent nodes are refused, as nothing
+    would run them).
     """
     if not plan.nodes:
         raise PlanInvalid(PlanErrorCode.EMPTY_PLAN, "a plan needs at least one node", location="/nodes")
@@ -69,6 +72,7 @@ def validate_plan(
         round_number=round_number,
         earlier=earlier,
         announced={node.id for node in plan.nodes},
+        agent_levels=agent_levels,
     )
     for node in plan.nodes:
         validator.add(node)
@@ -90,6 +94,7 @@ class PlanValidator:
         round_number: int = 1,
         earlier: frozenset[str] = frozenset(),
         announced: set[str] | None = None,
+        agent_levels: int | None = None,
     ) -> None:
         self._catalogue = catalogue
         self._max_nodes = max_nodes
@@ -97,6 +102,7 @@ class PlanValidator:
         self._earlier = earlier
         self._seen: set[str] = set()
         self._announced = announced if announced is not None else self._seen
+        self._agent_levels = agent_levels
 
     def add(self, node: PlanNode) -> None:
         index = len(self._seen)
@@ -120,7 +126,9 @@ class PlanValidator:
                 node_id=node.id,
                 location=f"{location}/id",
             )
-        if node.tool not in self._catalogue:
+        if node.agent is not None:
+            self._check_agent(node, node.agent, location)
+        elif node.tool not in self._catalogue:
             raise PlanInvalid(
                 PlanErrorCode.UNKNOWN_TOOL,
                 f"tool {node.tool[:80]!r} is not in this run's tool catalogue",
@@ -130,10 +138,47 @@ class PlanValidator:
         _check_no_identity_fields(node, location)
         _check_storable(node, location)
         _check_references(node, self._seen, self._announced, self._earlier, self._round, location)
-        contract = self._catalogue[node.tool]
+        contract = self._catalogue.get(node.tool) if node.agent is None else None
         if contract is not None:
             _check_static_arguments(node, contract, location)
         self._seen.add(node.id)
+
+    def _check_agent(self, node: PlanNode, agent: AgentSpec, location: str) -> None:
+        """An agent node: allowed here, at most this plan's tools, its inline plan valid against those."""
+        if self._agent_levels is None:
+            raise PlanInvalid(
+                PlanErrorCode.AGENT_NODES_UNAVAILABLE,
+                f"node {node.id!r} is an agent node; this runtime does not run agent nodes yet",
+                node_id=node.id,
+                location=f"{location}/agent",
+            )
+        if self._agent_levels < 1:
+            raise PlanInvalid(
+                PlanErrorCode.AGENT_TOO_DEEP,
+                f"node {node.id!r} is an agent nested deeper than the agent levels allowed",
+                node_id=node.id,
+                location=f"{location}/agent",
+            )
+        for position, tool in enumerate(agent.tools or ()):
+            if tool not in self._catalogue:
+                raise PlanInvalid(
+                    PlanErrorCode.UNKNOWN_TOOL,
+                    f"agent {node.id!r} asks for tool {tool[:80]!r}, which its parent is not offered",
+                    node_id=node.id,
+                    location=f"{location}/agent/tools/{position}",
+                )
+        if agent.plan is None:
+            return  # its planner's plan is validated when the child run plans, as any planner's
+        tools = (
+            self._catalogue if agent.tools is None else {name: self._catalogue[name] for name in agent.tools}
+        )
+        try:
+            validate_plan(agent.plan, tools, max_nodes=self._max_nodes, agent_levels=self._agent_levels - 1)
+        except PlanInvalid as exc:
+            inner = f"{location}/agent/plan{exc.location or ''}"
+            raise PlanInvalid(
+                exc.code, f"agent {node.id!r}: {exc.message}", node_id=node.id, location=inner
+            ) from None
 
 
 def _check_storable(node: PlanNode, location: str) -> None:

@@ -138,6 +138,8 @@ def plan_schema(
     ``max_nodes`` bounds the plan's nodes and each node's ``after`` (``maxItems``): an unbounded array runs to
     a small model's token limit.
 
+    Agent nodes (docs/AGENTS.md) are not offered to models yet: every branch is one tool's call.
+
     References are spelled ``{"ref", "pointer"}`` and ``{"item"}`` here (``from_model_plan`` turns them into
     the plan format's ``$ref``/``$item``), keeping ``$``-keywords out of property names.
     """

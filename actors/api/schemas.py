@@ -52,6 +52,13 @@ class ErrorView(BaseModel):
     message: str
 
 
+class AgentParent(BaseModel):
+    """The agent node a child run runs for."""
+
+    run_id: str
+    node_id: str
+
+
 class RunSummary(BaseModel):
     """A run as a page of runs lists it: all but its plan, result and what it waits for."""
 
@@ -71,6 +78,13 @@ class RunSummary(BaseModel):
     finished_at: Timestamp | None
     continues: str | None = Field(description="The run this one continues.")
     continued_by: str | None = Field(description="The run that continues this one.")
+    parent: AgentParent | None = Field(
+        default=None, description="The agent node this run is the child run of (docs/AGENTS.md)."
+    )
+    depth: int = Field(default=0, description="How deep among agent runs: 0 for a run of its own.")
+    children: list[str] = Field(
+        default_factory=list, description="The child runs of this run's agent nodes, oldest first."
+    )
 
 
 class PendingDecision(BaseModel):

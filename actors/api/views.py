@@ -73,6 +73,14 @@ def _summary_fields(row: dict[str, Any]) -> dict[str, Any]:
         # The chain of continuations, both ways: the run this one continues, and the one continuing it.
         "continues": _id_or_none(row.get("continues")),
         "continued_by": _id_or_none(row.get("continued_by")),
+        # Agent runs, both ways: the agent node this run is the child run of, and this run's child runs.
+        "parent": (
+            {"run_id": str(row["parent_run_id"]), "node_id": row["parent_node_id"]}
+            if row.get("parent_run_id") is not None
+            else None
+        ),
+        "depth": row.get("depth") or 0,
+        "children": [str(child) for child in row.get("children") or ()],
     }
 
 

@@ -208,6 +208,7 @@ def supervisor_config(
         tool_executor=settings.tool_executor,
         tool_callers=settings.tool_callers,
         max_active_runs=settings.max_active_runs,
+        agent_depth=settings.agent_depth,
         toolsets=toolsets,
     )
 

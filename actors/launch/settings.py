@@ -31,6 +31,7 @@ from actors.launch.serving import DEFAULT_HOME
 from actors.run.approvals import DECISION_SCOPES
 from actors.run.submission import MAX_ACTIVE_RUNS
 from actors.toolsets.config import Toolsets, load_toolsets
+from dag.agents import AGENT_DEPTH_CAP, AGENT_DEPTH_LIMIT
 from dag.budget import NODES_CAP, WAIT_CAP_S, BudgetRequest, Budgets
 from dag.contracts import Risk
 from dag.policy import Principal, TenantPolicy
@@ -160,6 +161,8 @@ class Settings(BaseSettings):
     """How many caller actors each supervisor starts with ``RAYDAG_TOOL_EXECUTOR=callers``."""
     max_active_runs: int = Field(default=MAX_ACTIVE_RUNS, ge=1, le=10_000)
     """How many runs each supervisor drives at once; more are accepted and wait their turn, oldest first."""
+    agent_depth: int = Field(default=AGENT_DEPTH_LIMIT, ge=0, le=AGENT_DEPTH_CAP)
+    """How deep agent nodes' child runs may nest (0: no agent node runs)."""
     planners: str = ""
     """Comma-separated ``package.module:ClassName`` planners offered beside the built-in ones."""
     outbox_webhook_url: str | None = None

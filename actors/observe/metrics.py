@@ -18,6 +18,8 @@ from typing import Final, Literal, Protocol, assert_never
 
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.events import (
+    AgentEnded,
+    AgentStarted,
     ErrorKind,
     GroupSettled,
     JoinStarted,
@@ -176,6 +178,8 @@ def count(metrics: RunMetrics, before: RunState | None, event: RunEvent, after: 
             | NodeReused()
             | NodeSkipped()
             | NodeTaskUpdated()
+            | AgentStarted()
+            | AgentEnded()
             | GroupSettled()
             | RunWaiting()
             | RunResumed()

@@ -14,6 +14,8 @@
   decisions heard);
 - ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
 - ``round``: ``RoundExecution``: the loop of one plan round, each ready node dispatched the moment it is ready;
+- ``children``: ``ChildRuns``: agent nodes' child runs, created once under the id their parent recorded, waited
+  on, and cancelled when their parent stops;
 - ``deps``: ``RunDeps``: what every run shares (executor, tools, planners, judges of failure), built once by
   the supervisor and handed to the service, the driver and each round as it is;
 - ``context``: why a round ended early (``Interruption``), ``HandedOver``, ``Parked``;

@@ -16,6 +16,7 @@ from actors.observe.metrics import NO_METRICS, RunMetrics
 from actors.toolsets.config import HttpServer, RaydagTokenAuth, StdioServer
 from actors.toolsets.pinning import run_pin
 from actors.toolsets.withdrawal import Withdrawal
+from dag.agents import AGENT_DEPTH_LIMIT
 from dag.contracts import ToolCatalogue, ToolContract
 from dag.evidence import DEFINITION_CHANGED_RULE
 from dag.health import ToolHealth
@@ -73,6 +74,12 @@ class RunDeps:
     """The jitter of retry backoffs (seeded by tests)."""
     call_slack_s: float = CALL_SLACK_S
     """How long past a tool's timeout a call may take before the supervisor gives up (``CALL_SLACK_S``)."""
+    agent_depth: int = AGENT_DEPTH_LIMIT
+    """How deep agent nodes' child runs may nest (0: no agent node runs)."""
+
+    def agent_levels(self, depth: int) -> int | None:
+        """How many agent levels a plan of a run at ``depth`` may nest (``None``: agent nodes are refused)."""
+        return self.agent_depth - depth if self.agent_depth > 0 else None
 
     def withdrawal(self, tool: str, recorded: Mapping[str, str] | None) -> Withdrawal | None:
         """Why a node of ``tool`` may not be called now, or ``None``. ``recorded``: the run's own pins — a

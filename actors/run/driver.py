@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from actors.observe.tracing import context_of, tracer
 from actors.run.asking import QuestionGate
+from actors.run.children import ChildRuns
 from actors.run.context import HandedOver, Interruption, Parked
 from actors.run.deps import RunDeps
 from actors.run.operate import Operate
@@ -104,6 +105,8 @@ class RunDriver:
         """Set when the supervisor stops: every run stops being driven at its next safe point, unfinished."""
         self._checked: dict[str, Plan] = {}
         """Client plans the submission validated, by run, until their round starts."""
+        self.children: ChildRuns | None = None
+        """Runs agent nodes' child runs, set by the service that composes them (``None``: an agent node fails)."""
 
     async def drive(
         self,
@@ -219,6 +222,7 @@ class RunDriver:
                             self.handover,
                             operate=self._operate,
                             questions=self._tool_questions,
+                            children=self.children,
                         )
                         interruption = await execution.run()
                         if stream is not None:  # the round drained or stopped: the stream has nothing to add
@@ -328,7 +332,9 @@ class RunDriver:
     async def _accept(self, run: RunRecorder, proposal: Any) -> None:
         """Admit ``proposal`` as the current round's plan (``dag.admission``), or end the run saying why."""
         round_number = run.state.round
-        match admit_round(proposal, run.state, self._deps.catalogue, self._deps.withdrawn):
+        state = run.state
+        levels = self._deps.agent_levels(state.depth)
+        match admit_round(proposal, state, self._deps.catalogue, self._deps.withdrawn, agent_levels=levels):
             case RoundAdmitted(plan=plan):
                 # Acted on only through the dispatches of the round's first step, which store it with them.
                 await run.stage(PlanAccepted(at=now(), round=round_number, plan=plan.to_json()))
@@ -353,7 +359,9 @@ class RunDriver:
     ) -> asyncio.Task[None] | None:
         state = run.state
         round_number = state.round
-        validator = round_validator(state, self._deps.catalogue)
+        validator = round_validator(
+            state, self._deps.catalogue, agent_levels=self._deps.agent_levels(state.depth)
+        )
         started = asyncio.Event()
         failure: list[BaseException] = []
         asked: list[Question] = []

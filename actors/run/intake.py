@@ -19,11 +19,13 @@ from actors.run.submission import RunRequest, Submission, SubmitResult, refused_
 from actors.toolsets.config import Toolsets
 from actors.toolsets.pinning import run_pin
 from dag.admission import Offer, RunAdmitted, admit_run
+from dag.agents import StartAgent
 from dag.budget import BudgetRequest, Budgets
 from dag.contracts import ToolContract
-from dag.events import RunContinued, RunCreated
+from dag.events import ParentLink, RunContinued, RunCreated
 from dag.plan import Plan
 from dag.policy import Principal, TenantPolicy
+from dag.run_state import RunState
 from planner.base import default_model, required_tools
 
 if TYPE_CHECKING:
@@ -82,6 +84,23 @@ class NewRun:
     continued: RunContinued | None = None
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What a run is asked to be: a request's, or an agent node's for its child run."""
+
+    planner: str | None
+    plan: Mapping[str, Any] | None
+    resource: Mapping[str, str]
+    budgets: BudgetRequest | None
+    stage: str
+    model: str | None
+    goal: str
+    review: bool
+    trace: Mapping[str, str] | None
+    depth: int = 0
+    tools: Collection[str] | None = None
+
+
 class Intake:
     """Admits runs: a new run's request, and (through ``admit`` and ``check_resource``) a continuation's."""
 
@@ -120,47 +139,110 @@ class Intake:
 
     async def new_run(self, request: RunRequest) -> NewRun | SubmitResult:
         """``request`` admitted as a run to record, or the refusal."""
-        principal = request.principal
-        admitted = self.admit(
-            principal.tenant_id,
-            planner=request.planner,
-            plan=request.plan,
-            resource=request.resource,
-            budgets=request.budgets,
-            stage=request.stage,
-            model=request.model,
+        admitted = await self._admitted(
+            request.principal,
+            _Asked(
+                planner=request.planner,
+                plan=request.plan,
+                resource=request.resource,
+                budgets=request.budgets,
+                stage=request.stage,
+                model=request.model,
+                goal=request.goal,
+                review=request.review,
+                trace=request.trace,
+            ),
         )
         if isinstance(admitted, SubmitResult):
             return admitted
-        refused = await self.check_resource(principal, request.resource, admitted)
+        created, admitted_run = admitted
+        return NewRun(
+            created,
+            idempotency_key=request.idempotency_key,
+            request_hash=replace(request, planner=admitted_run.admission.planner).fingerprint(),
+            tools=admitted_run.tools,
+            checked_plan=admitted_run.admission.plan,
+        )
+
+    async def new_child(
+        self,
+        parent: RunState,
+        child_run_id: str,
+        link: ParentLink,
+        start: StartAgent,
+        trace: Mapping[str, str],
+    ) -> NewRun | SubmitResult:
+        """An agent node's child run admitted as any run is (``admit``, ``check_resource``): with its parent's
+        principal, tenant, resource and stage, never anything of the model's; its tools the node's narrowed
+        ones, its budgets those carved for it, its id the one its parent recorded. Or the refusal."""
+        agent = start.agent
+        admitted = await self._admitted(
+            parent.principal,
+            _Asked(
+                planner=agent.planner,
+                plan=agent.plan.to_json() if agent.plan is not None else None,
+                resource=parent.resource,
+                budgets=BudgetRequest.model_validate(start.budgets.model_dump()),
+                stage=parent.stage,
+                model=None,
+                goal=agent.goal,
+                review=False,
+                trace=trace,
+                depth=start.depth,
+                tools=start.tools,
+            ),
+        )
+        if isinstance(admitted, SubmitResult):
+            return admitted
+        created, admitted_run = admitted
+        return NewRun(
+            created.model_copy(update={"run_id": child_run_id, "parent": link}),
+            request_hash=f"agent:{link.run_id}/{link.node_id}",
+            tools=admitted_run.tools,
+            checked_plan=admitted_run.admission.plan,
+        )
+
+    async def _admitted(
+        self, principal: Principal, asked: _Asked
+    ) -> tuple[RunCreated, Admitted] | SubmitResult:
+        """A run ``principal`` asked for, admitted (``admit``, ``check_resource``) with its first event, or the
+        refusal."""
+        admitted = self.admit(
+            principal.tenant_id,
+            planner=asked.planner,
+            plan=asked.plan,
+            resource=asked.resource,
+            budgets=asked.budgets,
+            stage=asked.stage,
+            model=asked.model,
+            depth=asked.depth,
+            tools=asked.tools,
+        )
+        if isinstance(admitted, SubmitResult):
+            return admitted
+        refused = await self.check_resource(principal, asked.resource, admitted)
         if refused is not None:
             return refused
         admission = admitted.admission
         created = self.first_event(
             principal,
             admitted,
-            resource=request.resource,
-            goal=request.goal,
-            stage=request.stage,
+            resource=asked.resource,
+            goal=asked.goal,
+            stage=asked.stage,
             budgets=admission.budgets,
-            proposal=request.plan,
-            review=request.review,
-            model=request.model,
-            trace=request.trace,
-            tool_pins={
-                name: run_pin(self._deps.pins[name])
-                for name in sorted(admission.tools)
-                if name in self._deps.pins
-            }
-            or None,
+            proposal=asked.plan,
+            review=asked.review,
+            model=asked.model,
+            trace=asked.trace,
+            tool_pins=self._pins(admission.tools),
         )
-        return NewRun(
-            created,
-            idempotency_key=request.idempotency_key,
-            request_hash=replace(request, planner=admission.planner).fingerprint(),
-            tools=admitted.tools,
-            checked_plan=admission.plan,
-        )
+        return created, admitted
+
+    def _pins(self, tools: Collection[str]) -> dict[str, str] | None:
+        """The definition digest of each of ``tools`` this supervisor pinned (``None``: none)."""
+        pins = self._deps.pins
+        return {name: run_pin(pins[name]) for name in sorted(tools) if name in pins} or None
 
     def first_event(
         self,
@@ -208,17 +290,23 @@ class Intake:
         budgets: BudgetRequest | None,
         stage: str,
         model: str | None,
+        depth: int = 0,
+        tools: Collection[str] | None = None,
     ) -> Admitted | SubmitResult:
         """A run of ``tenant_id`` weighed against what is offered now (``dag.admission``): admitted, or the
-        refusal."""
+        refusal. A child run (``depth`` > 0) is offered at most ``tools``, its parent's narrowed by its node."""
         granted = self.rules.granted(tenant_id)
+        if tools is not None:
+            granted = tuple(sorted(set(tools) if granted is None else set(tools) & set(granted)))
         unlisted = self._unlisted_tools(granted)
         admission = admit_run(
             planner=planner,
             plan=plan,
             resource=resource,
             budgets=budgets,
-            offer=self._offer(tenant_id, granted, unlisted),
+            offer=replace(
+                self._offer(tenant_id, granted, unlisted), agent_levels=self._deps.agent_levels(depth)
+            ),
             stage=stage,
             model=model,
         )

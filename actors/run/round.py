@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
@@ -20,12 +21,14 @@ from opentelemetry.trace import Status, StatusCode
 
 from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
+from actors.run.children import ChildRuns
 from actors.run.context import HandedOver, Interruption
 from actors.run.deps import RunDeps
 from actors.run.operate import CallTool, Operate
 from actors.run.pending_writes import PendingWrites
 from actors.run.recorder import RunRecorder, now
 from actors.run.tool_questions import ToolQuestionGate
+from dag.agents import StartAgent, start_agent
 from dag.contracts import ToolContract
 from dag.dispatch import (
     AwaitIdentical,
@@ -42,6 +45,8 @@ from dag.dispatch import (
     retries,
 )
 from dag.events import (
+    AgentEnded,
+    AgentStarted,
     ErrorKind,
     GroupSettled,
     NodeDenied,
@@ -58,9 +63,9 @@ from dag.events import (
     RuntimeFailure,
 )
 from dag.health import HealthKey, counts_against_tool
-from dag.policy import observed_values
+from dag.policy import effective_tools, observed_values
 from dag.run_state import RunState, apply
-from dag.scheduler import Expand, Frontier, Settle, Skip
+from dag.scheduler import Expand, Frontier, Ready, Settle, Skip
 from dag.states import NodeStatus, StopReason
 
 HELD_AT_MOST_S = 0.05
@@ -82,14 +87,21 @@ class RoundExecution:
         *,
         operate: Operate | None = None,
         questions: ToolQuestionGate | None = None,
+        children: ChildRuns | None = None,
     ) -> None:
         """``plan_changed`` is set whenever a streamed plan gains a node or ends: the round dispatches the new
         node at once, and cannot drain while the plan is still open. ``handover`` is set when the supervisor
         shuts down: nothing more is dispatched, the calls in flight land and are recorded, and the round
         raises ``HandedOver``. ``operate`` drives a write node through its operation's row (``None``: no
         ledger, so no write is called); ``questions`` puts a task's question to a person (``None``: nobody can
-        answer, so each is declined)."""
+        answer, so each is declined); ``children`` runs agent nodes' child runs (``None``: an agent node fails,
+        as nothing would drive its child)."""
         self._run = run
+        self._children = children
+        self._agents: dict[str, str] = {}
+        """Agent nodes in flight → their child run: each waits on it, and lets it go on a handover."""
+        self._agent_ends: dict[str, AgentEnded] = {}
+        """What each agent node's child run spent, recorded with the node's outcome."""
         self._deps = deps
         self._handover = handover if handover is not None else asyncio.Event()
         self._writes = PendingWrites(run, operate, self._handover)
@@ -248,7 +260,7 @@ class RoundExecution:
         write's) or a task's question: each is let go here, as its log and its operation's row recorded it, and
         the supervisor that resumes the run waits on, or follows the same task."""
         while self._calls:
-            let_go = self._writes.waiting_nodes() | self._asking | self._following
+            let_go = self._writes.waiting_nodes() | self._asking | self._following | set(self._agents)
             for task, node_id in list(self._calls.items()):
                 if node_id in let_go:
                     task.cancel()
@@ -312,7 +324,9 @@ class RoundExecution:
             if node.status is not NodeStatus.RUNNING:
                 continue
             contract = self._deps.catalogue.get(node.tool)
-            if contract is not None and self._writes.operated(contract):
+            if state.spec_of(node).agent is not None:
+                self._reattach(node.node_id)
+            elif contract is not None and self._writes.operated(contract):
                 self._take_up(node.node_id)
             elif contract is not None and node.task is not None:
                 self._follow_recorded(node.node_id, contract)
@@ -329,7 +343,9 @@ class RoundExecution:
         self._due.extend(
             node.node_id
             for node in self._run.state.in_flight()
-            if not self._writes.unreported(node.node_id) and node.node_id not in self._sent
+            if not self._writes.unreported(node.node_id)
+            and node.node_id not in self._sent
+            and node.node_id not in self._agents
         )
 
     def _follow_recorded(self, node_id: str, contract: ToolContract) -> None:
@@ -456,8 +472,11 @@ class RoundExecution:
             observed=self._observed,
             health=deps.health,
             now=time.monotonic(),
+            at=at,
+            agent_depth=deps.agent_depth,
         )
         calls: list[tuple[ToolCall, ToolContract, Call]] = []
+        agents: list[tuple[StartAgent, str]] = []
         for step in steps:
             match step:
                 case Skip():
@@ -485,6 +504,12 @@ class RoundExecution:
                 case Call():
                     events.append(_dispatched(step, at))
                     calls.append((self._call_for(state, step), deps.catalogue[step.tool], step))
+                case StartAgent(ready=ready):
+                    child_run_id = str(uuid.uuid4())  # named in the parent before the child exists
+                    as_call = Call(ready.node_id, ready.tool, ready.args, ready.fingerprint, 1, step.decision)
+                    events.append(_dispatched(as_call, at))
+                    events.append(AgentStarted(at=at, node_id=ready.node_id, child_run_id=child_run_id))
+                    agents.append((step, child_run_id))
                 case Probe():
                     self._probes[step.node_id] = step.key
                 case HoldForCircuit():
@@ -499,13 +524,95 @@ class RoundExecution:
                     assert_never(step)
         if not events:
             return retried
-        if calls:
+        if calls or agents:
             await self._run.record(*events)
         else:  # nothing starts: stored with the next dispatch, the round's end, or after HELD_AT_MOST_S
             await self._run.stage(*events)
         for call, contract, step in calls:
             self._start(call, contract, step)
+        for start, child_run_id in agents:
+            self._start_agent(start.ready.node_id, child_run_id, start)
         return True
+
+    # ---------------------------------------------------------------- agent nodes: child runs
+
+    def _start_agent(self, node_id: str, child_run_id: str, start: StartAgent | NodeError) -> None:
+        """Wait on the agent node's child run (``ChildRuns`` creates it first if it does not exist yet)."""
+        span = tracer().start_span(
+            f"node {node_id}",
+            attributes={
+                "raydag.run_id": self._run.state.run_id,
+                "raydag.node_id": node_id,
+                "raydag.child_run_id": child_run_id,
+            },
+        )
+        self._spans[node_id] = span
+        self._agents[node_id] = child_run_id
+        work = self._agent(node_id, child_run_id, start, carrier(span))
+        self._calls[asyncio.create_task(work)] = node_id
+
+    def _reattach(self, node_id: str) -> None:
+        """An agent node recorded in flight (a recovered run): wait on the child run its log names, never a
+        second one. Should the child not exist (the supervisor died between naming and creating it), it is
+        created now, its budgets carved from what the parent has left now."""
+        state = self._run.state
+        node = state.nodes[node_id]
+        agent = state.spec_of(node).agent
+        assert agent is not None
+        assert node.args is not None
+        assert node.fingerprint is not None
+        if node.child_run_id is None:  # named in the same append as its dispatch: cannot happen
+            raise AssertionError(f"agent node {node_id} in flight names no child run")
+        ready = Ready(node_id, node.tool, dict(node.args), node.fingerprint)
+        offered = effective_tools(state.authority, self._deps.catalogue)
+        start = start_agent(state, ready, agent, offered, depth_limit=self._deps.agent_depth, at=now())
+        self._start_agent(node_id, node.child_run_id, start)
+
+    async def _agent(
+        self, node_id: str, child_run_id: str, start: StartAgent | NodeError, trace: Mapping[str, str]
+    ) -> ToolOutcome:
+        """The agent node's outcome: its child run's bounded result, or its failure. Cancelled because the
+        parent stops, it cancels its child; cancelled by a handover, it lets the child go on (the supervisor
+        that resumes the parent attaches to it)."""
+        if self._children is None:
+            error = NodeError(
+                kind=ErrorKind.CONTRACT,
+                code="AGENT_NODES_UNAVAILABLE",
+                message="this supervisor runs no agent nodes",
+            )
+            return ToolOutcome(output=None, error=error, started_at=now(), finished_at=now())
+        children = self._children
+        try:
+            end = await children.run(self._run.state, node_id, child_run_id, start, trace=dict(trace))
+        except asyncio.CancelledError:
+            if not self._handover.is_set():
+                children.cancel_soon(child_run_id)
+            raise
+        if end.ended is not None:
+            self._agent_ends[node_id] = end.ended
+        return end.outcome
+
+    def _agent_completion(self, node_id: str, outcome: ToolOutcome) -> list[RunEvent]:
+        """What the parent records when its agent node's child run ended: the child's spend, then the node's
+        outcome (no retry: a child run is not tried again)."""
+        del self._agents[node_id]
+        span = self._spans.pop(node_id, None)
+        error = outcome.error
+        if span is not None:
+            if error is not None:
+                span.set_attribute("raydag.error_code", error.code)
+                span.set_status(Status(StatusCode.ERROR, error.code))
+            span.end()
+        events: list[RunEvent] = []
+        ended = self._agent_ends.pop(node_id, None)
+        if ended is not None:
+            events.append(ended)
+        times = {"started_at": outcome.started_at, "finished_at": outcome.finished_at}
+        if error is None:  # data, not observed: a child's words never widen what the parent may name
+            events.append(NodeSucceeded(at=now(), node_id=node_id, output=outcome.output, **times))
+        else:
+            events.append(NodeFailed(at=now(), node_id=node_id, error=error, **times))
+        return events
 
     async def _record_landed(self) -> None:
         events, self._landed = self._landed, []
@@ -513,7 +620,9 @@ class RoundExecution:
 
     async def _stop(self, events: list[RunEvent], interruption: Interruption) -> Interruption:
         """A hard limit tripped mid-step: keep what was decided, but start nothing new."""
-        await self._run.record(*(event for event in events if not isinstance(event, NodeDispatched)))
+        await self._run.record(
+            *(event for event in events if not isinstance(event, NodeDispatched | AgentStarted))
+        )
         return interruption
 
     async def _absorb(self, done: set[asyncio.Task[Any]], *, retry: bool = True) -> None:
@@ -529,6 +638,9 @@ class RoundExecution:
                 node_id = self._calls.pop(task)
                 self._followed_with.pop(node_id, None)
                 outcome = task.result()
+                if node_id in self._agents:
+                    events.extend(self._agent_completion(node_id, outcome))
+                    continue
                 followed = self._task_of(node_id, outcome)
                 if followed is not None:
                     following.append((node_id, *followed))

@@ -15,6 +15,7 @@ import asyncpg
 
 from actors.observe.metrics import report
 from actors.run.asking import QuestionGate
+from actors.run.children import ChildRuns
 from actors.run.chores import Chores
 from actors.run.context import Parked
 from actors.run.continuation import Continuations
@@ -106,6 +107,13 @@ class RunService:
             database=pool,
             unavailable_planners=unavailable_planners,
             toolset_planner=toolset_planner,
+        )
+        self._driver.children = ChildRuns(
+            intake=self._intake,
+            store=self.store,
+            create=self._create,
+            wait=self.wait,
+            cancel=self.cancel,
         )
         self._continuations = Continuations(
             deps, intake=self._intake, store=self.store, operations=operations

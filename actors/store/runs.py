@@ -47,8 +47,12 @@ rather than widening the largest table's key."""
 
 SUMMARY_COLUMNS = """run_id, tenant_id, resource, case_id, goal, planner, status, stop_reason, detail,
     created_at, updated_at, finished_at, last_seq, pruned_at, tools, continues, owner,
-    (SELECT later.run_id FROM runs later WHERE later.continues = runs.run_id) AS continued_by"""
-"""A run's row as a page of runs reads it: all but its plan and result, and the run that continues it."""
+    (SELECT later.run_id FROM runs later WHERE later.continues = runs.run_id) AS continued_by,
+    parent_run_id, parent_node_id, depth,
+    ARRAY(SELECT child.run_id FROM runs child WHERE child.parent_run_id = runs.run_id
+          ORDER BY child.created_at, child.run_id) AS children"""
+"""A run's row as a page of runs reads it: all but its plan and result, the run that continues it, and its
+agent runs: its parent, and its children."""
 RUN_COLUMNS = f"{SUMMARY_COLUMNS}, result, plan"
 """A run's row as ``RunStore.run_row`` reads it."""
 
@@ -127,15 +131,17 @@ class RunStore:
         """
 
         first: list[RunEvent] = [created] if continued is None else [created, continued]
+        parent = created.parent
 
         async def attempt() -> tuple[Creation, str]:
             async with self._pool.acquire() as connection, connection.transaction():
                 run_id = await connection.fetchval(
                     """INSERT INTO runs (run_id, tenant_id, subject, scopes, case_id, goal, planner, status,
                                          idempotency_key, request_hash, last_seq, created_at, updated_at,
-                                         owner, lease_expires_at, resource, tools, continues)
+                                         owner, lease_expires_at, resource, tools, continues,
+                                         parent_run_id, parent_node_id, depth)
                        VALUES ($1, $2, $3, $10, $4, $5, $6, 'pending', $7, $8, $16, $9, $9,
-                               $11, now() + make_interval(secs => $12), $13, $14, $15)
+                               $11, now() + make_interval(secs => $12), $13, $14, $15, $17, $18, $19)
                        ON CONFLICT DO NOTHING
                        RETURNING run_id""",
                     uuid.UUID(created.run_id),
@@ -154,6 +160,9 @@ class RunStore:
                     sorted(tools) if tools is not None else None,
                     uuid.UUID(continued.continues) if continued is not None else None,
                     len(first),
+                    uuid.UUID(parent.run_id) if parent is not None else None,
+                    parent.node_id if parent is not None else None,
+                    parent.depth if parent is not None else 0,
                 )
                 if run_id is not None:
                     await connection.executemany(

@@ -71,7 +71,7 @@ def test_dependencies_list_the_for_each_source_then_references_then_after() -> N
             "/nodes/0/for_each/limit",
             id="for-each-unknown-key",
         ),
-        pytest.param({"nodes": [{"id": "a"}]}, "/nodes/0/tool", id="tool-missing"),
+        pytest.param({"nodes": [{"id": "a"}]}, "/nodes/0", id="tool-and-agent-missing"),
         pytest.param({"nodes": [{"id": 7, "tool": "t"}]}, "/nodes/0/id", id="id-not-a-string"),
         pytest.param(
             {"nodes": [{"id": "a", "tool": "t", "after": "b"}]}, "/nodes/0/after", id="after-a-string"

@@ -32,6 +32,12 @@ def test_the_plan_schema_bounds_its_nodes_and_each_nodes_after_and_stays_strict(
     assert strict_violations(schema) == []
 
 
+def test_the_plan_schema_offers_models_no_agent_node_yet() -> None:
+    branches = plan_schema(TOOLS)["properties"]["nodes"]["items"]["anyOf"]
+
+    assert all("agent" not in branch["properties"] and "tool" in branch["required"] for branch in branches)
+
+
 def test_the_join_schema_bounds_its_citations() -> None:
     schema = join_schema(Answer.model_json_schema())
 

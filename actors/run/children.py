@@ -1,0 +1,158 @@
+"""Agent nodes' child runs (``ChildRuns``): each created once, under the id its parent recorded first, driven like
+any run by this supervisor's service, waited on, and read back as the parent node's outcome and spend.
+
+What a child may be (its tools, depth, budgets) was decided by ``dag.agents`` before its parent named it; its
+admission (``Intake.new_child``) weighs it as any run's. Nothing of its result is ever more than data to its
+parent: bounded (``dag.agents.bounded_result``), never observed as values the parent may name, never read
+as a plan, a policy or a scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.calls.call import ToolOutcome
+from actors.run.intake import Intake, NewRun
+from actors.run.recorder import now
+from actors.run.submission import Cancellation, Submission, SubmitResult
+from actors.store.runs import RunStore
+from dag.agents import StartAgent, bounded_result
+from dag.events import AgentEnded, ErrorKind, NodeError, ParentLink
+from dag.run_state import RunState, fold
+from dag.states import RunStatus
+
+log = logging.getLogger(__name__)
+
+WAIT_STEP_S = 30.0
+"""How long one wait on a child run lasts before its status is read again (a child driven elsewhere, after a
+recovery, is followed in the database)."""
+AGENT_REFUSED = "AGENT_REFUSED"
+"""The code of an agent node whose child run admission refused: the message says why."""
+
+
+@dataclass(frozen=True)
+class ChildEnd:
+    """An agent node's outcome, and what its child run spent (``None``: no child run ever started)."""
+
+    outcome: ToolOutcome
+    ended: AgentEnded | None
+
+
+class ChildRuns:
+    """Creates, waits on and cancels agent nodes' child runs, through the service that drives every run."""
+
+    def __init__(
+        self,
+        *,
+        intake: Intake,
+        store: RunStore,
+        create: Callable[[NewRun], Awaitable[SubmitResult]],
+        wait: Callable[[str, float], Awaitable[bool]],
+        cancel: Callable[[str], Awaitable[Cancellation]],
+    ) -> None:
+        self._intake = intake
+        self._store = store
+        self._create = create
+        self._wait = wait
+        self._cancel = cancel
+        self._cancelling: set[asyncio.Task[Any]] = set()
+
+    async def run(
+        self,
+        parent: RunState,
+        node_id: str,
+        child_run_id: str,
+        start: StartAgent | NodeError,
+        *,
+        trace: Mapping[str, str],
+    ) -> ChildEnd:
+        """The outcome of ``parent``'s agent node ``node_id``: its child run ``child_run_id`` is created unless
+        it exists (a resumed parent attaches to it), then waited on to its end."""
+        started = now()
+        if await self._store.run_status(child_run_id) is None:
+            refused = await self._start(parent, node_id, child_run_id, start, trace)
+            if refused is not None:
+                return ChildEnd(
+                    ToolOutcome(output=None, error=refused, started_at=started, finished_at=now()), None
+                )
+        while True:
+            await self._wait(child_run_id, WAIT_STEP_S)
+            status = await self._store.run_status(child_run_id)
+            if status is not None and RunStatus(status).terminal:
+                break
+            await asyncio.sleep(
+                0.1
+            )  # ended here without ending (handed over, lost): followed in the database
+        child = fold(stored.event for stored in await self._store.events(child_run_id))
+        ended = AgentEnded(
+            at=now(),
+            node_id=node_id,
+            child_run_id=child_run_id,
+            status=child.status,
+            stop_reason=child.stop_reason,
+            nodes=child.node_count(),
+            tokens=child.tokens_used,
+            cost_usd=round(child.cost_usd, 9),
+        )
+        finished = now()
+        if child.status is RunStatus.COMPLETED:
+            output = bounded_result(child_run_id, dict(child.result) if child.result is not None else None)
+            return ChildEnd(ToolOutcome(output, None, started, finished), ended)
+        reason = child.stop_reason.value if child.stop_reason is not None else child.status.value.upper()
+        error = NodeError(
+            kind=ErrorKind.BUSINESS,
+            code=reason,
+            message=f"child run {child_run_id} ended {child.status.value}: {(child.detail or reason)[:500]}",
+        )
+        return ChildEnd(ToolOutcome(None, error, started, finished), ended)
+
+    def cancel_soon(self, child_run_id: str) -> None:
+        """Cancel the child run in the background: its parent stopped (cancelled, out of time or budget)."""
+        task = asyncio.get_running_loop().create_task(self._cancelled(child_run_id))
+        self._cancelling.add(task)
+        task.add_done_callback(self._cancelling.discard)
+
+    async def _cancelled(self, child_run_id: str) -> None:
+        try:
+            outcome = await self._cancel(child_run_id)
+        except Exception:
+            log.exception("could not cancel child run %s", child_run_id)
+            return
+        if outcome is Cancellation.NOT_OWNED:
+            log.warning("child run %s is driven by another supervisor: not cancelled from here", child_run_id)
+
+    async def _start(
+        self,
+        parent: RunState,
+        node_id: str,
+        child_run_id: str,
+        start: StartAgent | NodeError,
+        trace: Mapping[str, str],
+    ) -> NodeError | None:
+        """Admit and create the child run; the node's error if it may not start."""
+        if isinstance(start, NodeError):
+            return start
+        link = ParentLink(run_id=parent.run_id, node_id=node_id, depth=start.depth, inputs=start.ready.args)
+        admitted = await self._intake.new_child(parent, child_run_id, link, start, trace)
+        if isinstance(admitted, SubmitResult):
+            return _refusal(admitted)
+        created = await self._create(admitted)
+        if created.outcome is not Submission.CREATED or created.run_id != child_run_id:
+            return NodeError(
+                kind=ErrorKind.CONTRACT,
+                code=AGENT_REFUSED,
+                message=f"the child run could not be created: {created.outcome.value}",
+            )
+        return None
+
+
+def _refusal(result: SubmitResult) -> NodeError:
+    refusal = result.refusal()
+    detail = f"{refusal.problem}: {refusal.detail}" if refusal is not None else result.outcome.value
+    return NodeError(
+        kind=ErrorKind.CONTRACT, code=AGENT_REFUSED, message=f"the child run was refused: {detail}"[:1000]
+    )

@@ -1,0 +1,188 @@
+"""Agent nodes: what a child run may be given (tools, depth, budgets) and what its parent sees of its result.
+
+An agent node (``PlanNode.agent``) is a child run of its own. Its parent decides, here and nowhere else, the
+child's tools (at most the parent's, narrowed by the node), whether its depth is allowed, its budgets (carved
+from what the parent has left) and the bounded form its result takes as the node's output: data, never
+instructions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import JsonValue
+
+from dag.budget import BudgetRequest, Budgets
+from dag.errors import RaydagError
+from dag.events import ErrorKind, NodeError
+from dag.plan import AgentSpec
+from dag.policy import Decision
+from dag.run_state import RunState
+from dag.scheduler import Ready
+
+AGENT_DEPTH_LIMIT = 3
+"""How deep agent nodes may nest by default: a run's children are depth 1, their children depth 2, …"""
+AGENT_DEPTH_CAP = 8
+"""The deepest any setting may allow: each level is a run of its own, with its own records."""
+RESULT_LIMIT_BYTES = 64 * 1024
+"""The most UTF-8 bytes of compact JSON a child's result may take in its parent's node output; a larger one is
+cut and flagged (``truncated``), never silently."""
+
+CARVED = ("max_nodes", "max_tokens", "max_cost_usd", "deadline_s")
+"""The budgets a child spends from its parent's: what it is given is at most what the parent has left."""
+
+
+class AgentRefusal(StrEnum):
+    """Why a child run may not start: its parent's node fails with this code."""
+
+    TOOL_NOT_OFFERED = "AGENT_TOOL_NOT_OFFERED"
+    TOO_DEEP = "AGENT_TOO_DEEP"
+    NOTHING_LEFT = "AGENT_BUDGET_EXHAUSTED"
+
+
+class AgentRefused(RaydagError):
+    """A child run was refused before it started; the plan (or the operator's depth setting) must change."""
+
+    def __init__(self, code: AgentRefusal, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def child_tools(offered: Collection[str], asked: Sequence[str] | None) -> frozenset[str]:
+    """The child's tools: ``asked`` (``None``: all the parent's), each of which the parent must be offered."""
+    if asked is None:
+        return frozenset(offered)
+    outside = sorted(set(asked) - set(offered))
+    if outside:
+        names = ", ".join(repr(name[:80]) for name in outside[:5])
+        raise AgentRefused(
+            AgentRefusal.TOOL_NOT_OFFERED,
+            f"the agent asks for tools its parent run is not offered: {names}",
+        )
+    return frozenset(asked)
+
+
+def check_depth(depth: int, limit: int) -> None:
+    """Raise ``AgentRefused`` if a child at ``depth`` (the parent's depth + 1) is deeper than ``limit``."""
+    if depth > limit:
+        raise AgentRefused(
+            AgentRefusal.TOO_DEEP,
+            f"an agent at depth {depth} is deeper than the {limit} agent levels allowed",
+        )
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a run has used of its carved budgets so far."""
+
+    nodes: int
+    tokens: int
+    cost_usd: float
+    active_s: float
+
+
+def carve(budgets: Budgets, spent: Spent, asked: BudgetRequest | None, *, plans: bool) -> Budgets:
+    """A child's budgets: each carved budget ``min(asked, what the parent has left)``, every other one
+    ``min(asked, the parent's)``. ``plans``: the child's DAG is written by a model, which needs tokens and cost.
+    Raises ``AgentRefused(NOTHING_LEFT)`` when the parent has nothing left the child needs to start."""
+    left: dict[str, float] = {
+        "max_nodes": budgets.max_nodes - spent.nodes,
+        "max_tokens": budgets.max_tokens - spent.tokens,
+        "max_cost_usd": round(budgets.max_cost_usd - spent.cost_usd, 6),
+        "deadline_s": round(budgets.deadline_s - spent.active_s, 3),
+    }
+    needed = ["max_nodes", "deadline_s", *(("max_tokens", "max_cost_usd") if plans else ())]
+    exhausted = [name for name in needed if left[name] <= 0]
+    if exhausted:
+        detail = ", ".join(f"{name} {max(left[name], 0):g} left" for name in exhausted)
+        raise AgentRefused(AgentRefusal.NOTHING_LEFT, f"the parent run cannot afford the agent: {detail}")
+    requested = asked.model_dump(exclude_none=True) if asked is not None else {}
+    given: dict[str, Any] = {}
+    for name in type(budgets).model_fields:
+        ceiling = max(left[name], 0) if name in CARVED else getattr(budgets, name)
+        value = min(requested.get(name, ceiling), ceiling)
+        given[name] = int(value) if isinstance(getattr(budgets, name), int) else float(value)
+    return Budgets.model_validate(given)
+
+
+def bounded_result(
+    child_run_id: str, result: JsonValue, *, limit: int = RESULT_LIMIT_BYTES
+) -> dict[str, Any]:
+    """The agent node's output: the child's result as data, flagged ``truncated`` (and then the first ``limit``
+    bytes of its compact JSON, as a string, with its full size) when it is larger than ``limit``."""
+    text = json.dumps(result, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return {"run_id": child_run_id, "result": result, "truncated": False}
+    cut = encoded[:limit].decode(errors="ignore")  # never half a character
+    return {
+        "run_id": child_run_id,
+        "result": cut,
+        "truncated": True,
+        "size_bytes": len(encoded),
+        "limit_bytes": limit,
+    }
+
+
+AGENT_DECISION = Decision(
+    allowed=True,
+    rule_id="allow.agent_child_run",
+    reason="an agent node runs as a child run under the same principal; each of its calls is authorized there",
+)
+"""What an agent node is dispatched under: the node itself calls nothing; its child's calls meet the policy."""
+
+
+@dataclass(frozen=True)
+class StartAgent:
+    """Start the agent node's child run: ``ready`` holds its resolved inputs; ``budgets`` were carved from the
+    parent's, ``tools`` narrowed from the parent's, ``depth`` is the child's."""
+
+    ready: Ready
+    agent: AgentSpec
+    budgets: Budgets
+    tools: frozenset[str]
+    depth: int
+    decision: Decision = AGENT_DECISION
+
+
+_ERROR_KIND = {
+    AgentRefusal.TOOL_NOT_OFFERED: ErrorKind.AUTHORIZATION,
+    AgentRefusal.TOO_DEEP: ErrorKind.CONTRACT,
+    AgentRefusal.NOTHING_LEFT: ErrorKind.CONTRACT,
+}
+
+
+def start_agent(
+    state: RunState,
+    ready: Ready,
+    agent: AgentSpec,
+    offered: Collection[str],
+    *,
+    depth_limit: int,
+    at: datetime,
+) -> StartAgent | NodeError:
+    """The child run an agent node of ``state`` may start at ``at``, or why it may not (its node fails so):
+    its tools at most ``offered`` (the parent's own), its depth within ``depth_limit``, its budgets carved from
+    what the parent has left, and its inline plan calling none but its tools."""
+    try:
+        depth = state.depth + 1
+        check_depth(depth, depth_limit)
+        tools = child_tools(offered, agent.tools)
+        if agent.plan is not None:
+            child_tools(tools, [node.tool for node in agent.plan.nodes if node.agent is None])
+        spent = Spent(
+            nodes=state.node_count(),
+            tokens=state.tokens_used,
+            cost_usd=state.cost_usd,
+            active_s=state.active_s(at),
+        )
+        budgets = carve(state.budgets, spent, agent.budgets, plans=agent.planner is not None)
+    except AgentRefused as exc:
+        return NodeError(kind=_ERROR_KIND[exc.code], code=exc.code.value, message=exc.message)
+    return StartAgent(ready, agent, budgets, tools, depth)

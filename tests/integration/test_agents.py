@@ -1,0 +1,313 @@
+"""Agent nodes with the real things: a local Ray supervisor, PostgreSQL and the caseops MCP server over HTTP. Each
+child run is a run of its own, linked to its parent both ways; effects are counted where they happen (the tool
+server's answers), the links and spend where raydag keeps them (the runs' rows and events)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from actors.api.views import load_state
+from actors.run.submission import Cancellation, RunRequest, Submission
+from actors.store.runs import RunStore
+from dag.budget import BudgetRequest
+from dag.policy import Principal
+from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
+from tests.integration.conftest import RunningToolServer, supervisor_for
+from tests.planners import INJECTION
+
+PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
+NO_DOCUMENTS = Principal("tenant-demo", "limited", frozenset({SCOPE_CASES, SCOPE_POLICIES}))
+CASE = "caseops_get_case_snapshot"
+POLICY = "caseops_get_policy_requirements"
+DOCUMENTS = "caseops_list_unclassified_documents"
+CASE_ID = "C-102"
+LATENCY_MS = 600
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def read(node_id: str, tool: str, **fields: Any) -> dict[str, Any]:
+    return {"id": node_id, "tool": tool, "args": {"case_id": CASE_ID}, **fields}
+
+
+def agent(node_id: str, goal: str, *nodes: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    body = {"goal": goal, "plan": {"nodes": list(nodes)}, **fields.pop("body", {})}
+    return {"id": node_id, "agent": body, **fields}
+
+
+async def until(store: RunStore, run_id: str, predicate: Any, timeout_s: float = 60) -> list[Any]:
+    """Poll the run's events until ``predicate(events)`` holds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        events = [stored.event for stored in await store.events(run_id)]
+        if events and predicate(events):
+            return events
+        assert time.monotonic() < deadline, (
+            f"condition not reached; last event {events[-1].kind if events else None}"
+        )
+        await asyncio.sleep(0.05)
+
+
+def finished(events: list[Any]) -> bool:
+    return events[-1].kind == "run_finished"
+
+
+def of_kind(events: list[Any], kind: str) -> list[Any]:
+    return [event for event in events if event.kind == kind]
+
+
+async def row(store: RunStore, run_id: str, principal: Principal = PRINCIPAL) -> dict[str, Any]:
+    found = await store.run_row(principal, run_id)
+    assert found is not None
+    return found
+
+
+async def submitted_run(
+    supervisor: Any, plan: dict[str, Any], principal: Principal = PRINCIPAL, **request: Any
+) -> str:
+    """Submit a run of ``plan`` over case C-102 and return its id."""
+    submitted = await supervisor.submit.remote(
+        RunRequest(principal=principal, resource={"case_id": CASE_ID}, plan=plan, **request)
+    )
+    assert submitted.outcome is Submission.CREATED, submitted
+    return str(submitted.run_id)
+
+
+async def first_child(store: RunStore, run_id: str) -> str:
+    """The child run the parent's first agent node started, once it names it."""
+    events = await until(store, run_id, lambda events: of_kind(events, "agent_started"))
+    return str(of_kind(events, "agent_started")[0].child_run_id)
+
+
+def answered(tool_server: RunningToolServer, run_id: str) -> dict[str, int]:
+    """The calls the tool server answered for ``run_id``, by node: counted where the effect happens."""
+    prefix = f"{run_id}/"
+    return {
+        task.removeprefix(prefix): count
+        for task, count in tool_server.server.answered.items()
+        if task.startswith(prefix)
+    }
+
+
+@pytest.fixture
+def slow(start_tool_server: Any) -> RunningToolServer:
+    server: RunningToolServer = start_tool_server(latency_ms=LATENCY_MS)
+    return server
+
+
+@pytest.fixture
+def supervisor(ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes) -> Any:
+    import ray
+
+    actor = supervisor_for(
+        dsn, tool_server, token_key, unique("agents"), planners=("tests.planners:InjectingPlanner",)
+    )
+    yield actor
+    ray.kill(actor)
+
+
+async def test_two_sibling_child_dag_nodes_complete_each_with_its_childs_result(
+    supervisor: Any, tool_server: RunningToolServer, store: RunStore
+) -> None:
+    plan = {
+        "nodes": [
+            read("case", CASE),
+            agent("policy_agent", "read the policy", read("policy", POLICY), args={"case": {"$ref": "case"}}),
+            agent("docs_agent", "list the documents", read("docs", DOCUMENTS)),
+        ]
+    }
+    run_id = await submitted_run(supervisor, plan)
+    events = await until(store, run_id, finished)
+
+    parent = await row(store, run_id)
+    assert parent["status"] == "completed", parent["detail"]
+    started = {event.node_id: event.child_run_id for event in of_kind(events, "agent_started")}
+    assert set(started) == {"policy_agent", "docs_agent"}
+    kinds = [event.kind for event in events]  # both children started before either ended: side by side
+    assert kinds.index("agent_ended") > max(i for i, kind in enumerate(kinds) if kind == "agent_started")
+    assert sorted(str(child) for child in parent["children"]) == sorted(started.values())
+    outputs = parent["result"]["outputs"]
+    for node_id, inner in (("policy_agent", "policy"), ("docs_agent", "docs")):
+        child_id = started[node_id]
+        child = await row(store, child_id)
+        assert (child["status"], str(child["parent_run_id"]), child["parent_node_id"], child["depth"]) == (
+            "completed",
+            run_id,
+            node_id,
+            1,
+        )
+        assert outputs[node_id] == {"run_id": child_id, "result": child["result"], "truncated": False}
+        assert set(child["result"]["outputs"]) == {inner}
+        assert answered(tool_server, child_id) == {inner: 1}
+    created = (await store.events(started["policy_agent"]))[0].event
+    assert created.parent.inputs == {"case": outputs["case"]}
+    assert (created.tenant_id, created.subject, created.resource) == (
+        "tenant-demo",
+        "test",
+        {"case_id": CASE_ID},
+    )
+    assert answered(tool_server, run_id) == {"case": 1}  # the parent called only its own node
+
+
+async def test_a_childs_tool_outside_the_parents_is_refused_and_fails_its_node(
+    supervisor: Any, store: RunStore
+) -> None:
+    body = {"tools": [DOCUMENTS]}
+    run_id = await submitted_run(
+        supervisor,
+        {"nodes": [agent("research", "read documents", read("docs", DOCUMENTS), body=body)]},
+        NO_DOCUMENTS,
+    )
+    await until(store, run_id, finished)
+
+    state = await load_state(store, run_id)
+    node = state.nodes["research"]
+    assert node.error is not None
+    assert (node.status.value, node.error.code) == ("failed", "AGENT_TOOL_NOT_OFFERED")
+    assert DOCUMENTS in node.error.message
+    assert node.child_run_id is None
+    assert (await row(store, run_id, NO_DOCUMENTS))["children"] == []
+
+
+async def test_agents_nested_beyond_the_depth_limit_are_refused_at_submission(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes
+) -> None:
+    import ray
+
+    shallow = supervisor_for(dsn, tool_server, token_key, unique("shallow"), agent_depth=1)
+    try:
+        nested = agent("outer", "delegate", agent("inner", "read", read("case", CASE)))
+        submitted = await shallow.submit.remote(
+            RunRequest(principal=PRINCIPAL, resource={"case_id": CASE_ID}, plan={"nodes": [nested]})
+        )
+        one_level = await submitted_run(shallow, {"nodes": [agent("outer", "read", read("case", CASE))]})
+    finally:
+        ray.kill(shallow)
+    assert submitted.outcome is Submission.PLAN_INVALID
+    assert submitted.error is not None
+    assert (submitted.error["code"], submitted.error["location"]) == (
+        "AGENT_TOO_DEEP",
+        "/nodes/0/agent/plan/nodes/0/agent",
+    )
+    assert one_level
+
+
+async def test_a_childs_budget_is_carved_from_what_its_parent_has_left_and_spent_by_the_parent(
+    supervisor: Any, store: RunStore
+) -> None:
+    research = agent(
+        "research",
+        "read twice",
+        read("policy", POLICY),
+        read("docs", DOCUMENTS),
+        body={"budgets": {"max_nodes": 50, "deadline_s": 500}},
+        after=["case"],
+    )
+    budgets = BudgetRequest(max_nodes=6, deadline_s=60)
+    run_id = await submitted_run(supervisor, {"nodes": [read("case", CASE), research]}, budgets=budgets)
+    events = await until(store, run_id, finished)
+    assert (await row(store, run_id))["status"] == "completed"
+
+    (started,) = of_kind(events, "agent_started")
+    child = (await store.events(started.child_run_id))[0].event
+    assert child.budgets.max_nodes == 4  # 6, less the parent's two nodes
+    assert 0 < child.budgets.deadline_s < 60
+    parent = await load_state(store, run_id)
+    assert parent.child_nodes == 2
+    assert parent.node_count() == 4  # its own two and its child's two count against its max_nodes
+
+
+async def test_cancelling_the_parent_cancels_its_child(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("agents-cancel"))
+    try:
+        inner = [read("case", CASE), read("policy", POLICY, after=["case"])]
+        run_id = await submitted_run(supervisor, {"nodes": [agent("research", "read slowly", *inner)]})
+        child_id = await first_child(store, run_id)
+        await until(store, child_id, lambda events: of_kind(events, "node_dispatched"))
+
+        assert await supervisor.cancel.remote(run_id) is Cancellation.CANCELLED
+
+        child_events = await until(store, child_id, finished)
+    finally:
+        ray.kill(supervisor)
+    assert (child_events[-1].status.value, child_events[-1].stop_reason.value) == ("cancelled", "CANCELLED")
+    assert (await row(store, run_id))["status"] == "cancelled"
+    assert "policy" not in answered(slow, child_id)  # nothing dispatched after the cancel
+
+
+async def test_a_supervisor_killed_mid_child_resumes_with_the_same_child_and_repeats_no_succeeded_call(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("agents-kill"))
+    try:
+        inner = [
+            read("case", CASE),
+            read("policy", POLICY, after=["case"]),
+            read("docs", DOCUMENTS, after=["policy"]),
+        ]
+        run_id = await submitted_run(supervisor, {"nodes": [agent("research", "read in turn", *inner)]})
+        child_id = await first_child(store, run_id)
+        before = await until(store, child_id, lambda events: of_kind(events, "node_succeeded"))
+        succeeded_before = {event.node_id for event in of_kind(before, "node_succeeded")}
+
+        ray.kill(supervisor, no_restart=False)  # Ray restarts it; it reclaims the parent and the child
+
+        events = await until(store, run_id, finished, timeout_s=90)
+    finally:
+        ray.kill(supervisor)
+    parent = await row(store, run_id)
+    assert parent["status"] == "completed", parent["detail"]
+    assert [event.child_run_id for event in of_kind(events, "agent_started")] == [child_id]
+    assert [str(child) for child in parent["children"]] == [child_id]  # no second child
+    assert of_kind(events, "run_recovered")
+    assert parent["result"]["outputs"]["research"]["run_id"] == child_id
+    calls = answered(slow, child_id)
+    assert succeeded_before
+    for node_id in succeeded_before:
+        assert calls[node_id] == 1, calls
+    assert set(calls) == {"case", "policy", "docs"}
+
+
+async def test_an_instruction_in_a_childs_result_is_data_and_changes_no_gate_of_its_parent(
+    supervisor: Any, tool_server: RunningToolServer, store: RunStore
+) -> None:
+    plan = {
+        "nodes": [
+            {"id": "research", "agent": {"goal": "read the case", "planner": "injecting", "tools": [CASE]}},
+            read("docs", DOCUMENTS, after=["research"]),
+        ]
+    }
+    run_id = await submitted_run(supervisor, plan, NO_DOCUMENTS)
+    await until(store, run_id, finished)
+
+    parent = await load_state(store, run_id)
+    research = parent.nodes["research"]
+    assert research.status.value == "succeeded"
+    assert research.output["result"]["summary"] == INJECTION
+    assert research.output["truncated"] is False
+    # The parent's gates are what they were: its principal, scopes, tools, plan and rounds.
+    assert parent.principal == NO_DOCUMENTS
+    assert parent.tenant_tools is None
+    assert len(parent.plans) == 1
+    assert [node.id for node in parent.plans[0].nodes] == ["research", "docs"]
+    docs = parent.nodes["docs"]
+    assert docs.status.value == "denied"
+    assert docs.decision is not None
+    assert not docs.decision.allowed
+    assert answered(tool_server, run_id) == {}  # the parent itself called nothing
+    child = await load_state(store, research.child_run_id or "")
+    assert child.principal == parent.principal
+    assert child.tenant_tools == frozenset({CASE})
