@@ -236,6 +236,9 @@ class NodeView(BaseModel):
     task: TaskView | None = Field(
         default=None, description="The MCP task the current attempt's call runs as, as last reported."
     )
+    child_run_id: str | None = Field(
+        default=None, description="An agent node's child run (docs/AGENTS.md); its `parent` names this node."
+    )
 
 
 class TaskView(BaseModel):

@@ -145,6 +145,7 @@ def node_view(
         children=list(node.children) if node.children is not None else None,
         history=[attempt_view(row) for row in history or []],
         task=_task(node.task),
+        child_run_id=node.child_run_id,
     )
 
 

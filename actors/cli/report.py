@@ -41,7 +41,8 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     if run["plan"]:
         for spec in Plan.parse(run["plan"]).nodes:
             fan = f" (for each of {spec.for_each.ref}{spec.for_each.pointer})" if spec.for_each else ""
-            plan.add_row(spec.id, spec.tool + fan, ", ".join(spec.dependencies) or "—")
+            what = spec.tool if spec.agent is None else f"agent: {spec.agent.planner or 'its own plan'}"
+            plan.add_row(spec.id, what + fan, ", ".join(spec.dependencies) or "—")
     console.print(plan)
 
     timed = [node for node in nodes if node["started_at"] and node["finished_at"]]

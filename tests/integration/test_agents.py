@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 
 from actors.api.views import load_state
@@ -17,7 +18,7 @@ from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
-from tests.integration.conftest import RunningToolServer, supervisor_for
+from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
 from tests.planners import INJECTION
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
@@ -311,3 +312,39 @@ async def test_an_instruction_in_a_childs_result_is_data_and_changes_no_gate_of_
     child = await load_state(store, research.child_run_id or "")
     assert child.principal == parent.principal
     assert child.tenant_tools == frozenset({CASE})
+
+
+def test_the_api_shows_the_parent_and_its_children_and_refuses_bad_agent_plans_with_a_problem(
+    client: httpx.Client,
+) -> None:
+    headers = auth(DEMO_KEY)
+    plan = {"nodes": [agent("research", "read the case", read("case", CASE))]}
+    response = client.post(
+        "/runs", params={"wait": 60}, json={"resource": {"case_id": CASE_ID}, "plan": plan}, headers=headers
+    )
+    assert response.status_code == 201, response.text
+    parent = response.json()
+    assert (parent["status"], parent["parent"], parent["depth"]) == ("completed", None, 0)
+    (child_id,) = parent["children"]
+    child = client.get(f"/runs/{child_id}", headers=headers).json()
+    assert (child["parent"], child["depth"], child["children"]) == (
+        {"run_id": parent["run_id"], "node_id": "research"},
+        1,
+        [],
+    )
+    (node,) = client.get(f"/runs/{parent['run_id']}/nodes", headers=headers).json()
+    assert (node["node_id"], node["child_run_id"], node["status"]) == ("research", child_id, "succeeded")
+    for view in ("edges", "view", "events"):  # the run's other views take an agent node as any node
+        assert client.get(f"/runs/{parent['run_id']}/{view}", headers=headers).status_code == 200, view
+    listed = {run["run_id"]: run for run in client.get("/runs", headers=headers).json()["items"]}
+    assert listed[parent["run_id"]]["children"] == [child_id]
+
+    too_deep: dict[str, Any] = read("case", CASE)
+    for level in range(4):  # four levels of agents; three are allowed
+        too_deep = agent(f"level{level}", "delegate", too_deep)
+    both = {"id": "a", "agent": {"goal": "g", "planner": "outputs", "plan": {"nodes": [read("case", CASE)]}}}
+    for bad, code in (({"nodes": [too_deep]}, "AGENT_TOO_DEEP"), ({"nodes": [both]}, "MALFORMED_PLAN")):
+        refused = client.post("/runs", json={"resource": {"case_id": CASE_ID}, "plan": bad}, headers=headers)
+        assert refused.status_code == 422, refused.text
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert refused.json()["plan_error"]["code"] == code
