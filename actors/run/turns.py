@@ -100,7 +100,13 @@ class Turns:
         keeps the supervisor's loop (and its pool) short of work, so that a submission is answered within the
         API's deadline under any load; the runs waiting are owned and leased all the same. A run cancelled
         while it waits is driven at once, to record its cancellation; one waiting when the supervisor hands
-        over is handed over as it is."""
+        over is handed over as it is.
+
+        An agent node's child run takes no turn of its own: its parent holds one while it waits for the child,
+        so a tree of runs is driven in one turn (a child waiting for a turn its waiting parents hold would wait
+        for ever once ``max_active_runs`` parents each waited for one)."""
+        if state.parent is not None:
+            return await self._drive(state, last_seq, cancel, recovered, checked_plan)
         turn = asyncio.ensure_future(self._turns.acquire())
         cancelled = asyncio.ensure_future(cancel.wait())
         try:
@@ -110,6 +116,22 @@ class Turns:
             raise
         finally:
             cancelled.cancel()
+        try:
+            return await self._drive(state, last_seq, cancel, recovered, checked_plan)
+        finally:
+            if turn.done() and not turn.cancelled():
+                self._turns.release()
+            else:
+                turn.cancel()
+
+    async def _drive(
+        self,
+        state: RunState,
+        last_seq: int,
+        cancel: asyncio.Event,
+        recovered: tuple[str, str | None] | None,
+        checked_plan: Plan | None,
+    ) -> RunState:
         self._driving += 1
         try:
             if self._driver.handover.is_set() and not recovered:
@@ -119,10 +141,6 @@ class Turns:
             )
         finally:
             self._driving -= 1
-            if turn.done() and not turn.cancelled():
-                self._turns.release()
-            else:
-                turn.cancel()
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         run_id = task.get_name().removeprefix("run:")

@@ -157,6 +157,28 @@ async def test_two_sibling_child_dag_nodes_complete_each_with_its_childs_result(
     assert answered(tool_server, run_id) == {"case": 1}  # the parent called only its own node
 
 
+async def test_parents_that_hold_every_turn_still_see_their_children_driven(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    # One turn, two parents: a child that waited for a turn its waiting parent holds would never run.
+    import ray
+
+    supervisor = supervisor_for(dsn, tool_server, token_key, unique("agents-one-turn"), max_active_runs=1)
+    try:
+        plan = {"nodes": [agent("docs_agent", "list the documents", read("docs", DOCUMENTS))]}
+        parents = [await submitted_run(supervisor, plan) for _ in range(2)]
+        for run_id in parents:
+            await until(store, run_id, finished)
+    finally:
+        ray.kill(supervisor)
+
+    for run_id in parents:
+        parent = await row(store, run_id)
+        assert parent["status"] == "completed", parent["detail"]
+        [child_id] = [str(child) for child in parent["children"]]
+        assert answered(tool_server, child_id) == {"docs": 1}
+
+
 async def test_a_childs_tool_outside_the_parents_is_refused_and_fails_its_node(
     supervisor: Any, store: RunStore
 ) -> None:
