@@ -57,6 +57,20 @@ def toolsets_with_a_short_send(mcp_url: str, *, reconcile: bool = True) -> Any:
     return parsed
 
 
+async def connect_when_a_slot_is_free(dsn: str, within_s: float = 60.0) -> asyncpg.Connection:
+    """A connection for counting effects, once PostgreSQL has a slot for it: the suite's two processes share
+    the machine's server (``max_connections`` 100), and a count taken while the other process's supervisors
+    hold most of them waits for one, as raydag's own connections do (``actors.store.resilience``)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await asyncpg.connect(dsn)
+        except asyncpg.TooManyConnectionsError:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 class Faults:
     def __init__(self, base: str, dsn: str, ledger: str, tools: RunningToolServer, supervisor: Any) -> None:
         self.base = base
@@ -99,7 +113,7 @@ class Faults:
 
     def effects(self, send: dict[str, Any]) -> int:
         async def count() -> int:
-            connection = await asyncpg.connect(self.dsn)
+            connection = await connect_when_a_slot_is_free(self.dsn)
             try:
                 rows: int = await connection.fetchval(
                     "SELECT count(*) FROM document_request_outbox WHERE idempotency_key = $1",
