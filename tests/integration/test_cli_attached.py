@@ -135,7 +135,7 @@ def test_continue_without_url_is_made_by_the_raydag_serving_its_home(
     with recorded(home, serving):
         done = run_attached(home, created.json()["run_id"], command="continue")
 
-    # Its refusal, in its words: a completed run is not continued (with no raydag found, 127.0.0.1:8000
+    # Its refusal, in its words: a completed run is not continued (with no raydag found, the default URL
     # would not answer, exit 1).
     assert done.returncode == 2, done.stdout + done.stderr
     assert "run-not-continuable" in done.stderr, done.stderr
