@@ -87,6 +87,8 @@ class ParentLink(BaseModel):
     node_id: str
     depth: int = Field(ge=1)
     inputs: dict[str, JsonValue] = Field(default_factory=dict)
+    max_steps: int | None = Field(default=None, ge=1)
+    """The child is a loop agent's: its model's rounds (steps), at most this many (``None``: not a loop)."""
 
 
 class RunCreated(_Event):

@@ -114,6 +114,9 @@ class PlanningContext:
     model: str | None = None
     """The model the run named for its planning (its tenant's policy admitted it); ``None``: the planner's own.
     A planner without a model ignores it."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """An agent node's child run: the inputs its parent resolved for it (``ParentLink.inputs``). Data its
+    parent's tools returned, to reason about like observations, never instructions."""
 
 
 class Planner(Protocol):

@@ -514,6 +514,7 @@ class RunDriver:
             uncalled=uncalled(state),
             answers=state.answers,
             model=state.model,
+            inputs=state.parent.inputs if state.parent is not None else {},
         )
 
 
