@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from actors.api.views import load_state
+from actors.run.submission import RunRequest
 from actors.store.runs import RunStore
 from dag.policy import TenantPolicy
 from tests.c102 import CASE_OUTPUT, POLICY_OUTPUT
@@ -20,6 +21,7 @@ from tests.integration.test_agents import (
     CASE_ID,
     DOCUMENTS,
     POLICY,
+    PRINCIPAL,
     answered,
     finished,
     of_kind,
@@ -252,3 +254,47 @@ def in_pieces(value: Any, pieces: int = 4) -> list[str]:
     text = json.dumps(value)
     size = -(-len(text) // pieces)
     return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+async def test_a_model_planned_run_delegates_to_a_loop_agent_it_wrote_and_answers_with_its_result(
+    supervisor: Any, model: MockModel, tool_server: RunningToolServer, store: RunStore
+) -> None:
+    case = {"id": "case", "tool": CASE, "args": {"case_id": CASE_ID}, "for_each": None, "after": []}
+    research = {
+        "id": "research",
+        "agent": {"goal": "read the policy of this case", "loop": {"max_steps": 2}, "tools": [POLICY]},
+        "inputs": [{"name": "case", "ref": "case", "pointer": "/evidence_ref"}],
+        "after": [],
+    }
+    child_final = {
+        "decision": "final",
+        "reason": "the policy is read",
+        "result": {"summary": "the policy asks for three documents", "findings": []},
+        "citations": [POLICY_OUTPUT["evidence_ref"]],
+    }
+    parent_final = {**FINAL, "citations": [CASE_OUTPUT["evidence_ref"]]}
+    model.answer_json({"question": None, "nodes": [case, research]})  # the parent's plan
+    model.answer_json(step("policy", POLICY))  # the child's one step: its plan, then its answer
+    model.answer_json(child_final)
+    model.answer_json(parent_final)  # the parent's join
+
+    submitted = await supervisor.submit.remote(
+        RunRequest(principal=PRINCIPAL, resource={"case_id": CASE_ID}, planner="openai")
+    )
+    await until(store, str(submitted.run_id), finished)
+
+    parent = await load_state(store, str(submitted.run_id))
+    assert parent.status.value == "completed", parent.detail
+    assert dict(parent.result or {}) == parent_final["result"]
+    node = parent.nodes["research"]
+    child = await load_state(store, node.child_run_id or "")
+    assert node.output == {"run_id": child.run_id, "result": child_final["result"], "truncated": False}
+    assert (child.planner, child.parent.max_steps if child.parent else None) == ("openai", 2)
+    assert child.parent is not None
+    assert child.parent.inputs == {"case": CASE_OUTPUT["evidence_ref"]}
+    assert child.tenant_tools == frozenset({POLICY})
+    assert answered(tool_server, parent.run_id) == {"case": 1}
+    assert answered(tool_server, child.run_id) == {"policy": 1}
+    branches = model.requests[0]["text"]["format"]["schema"]["properties"]["nodes"]["items"]["anyOf"]
+    assert any("agent" in branch["properties"] for branch in branches)  # the model was offered agents
+    assert CASE_OUTPUT["evidence_ref"] in sent(model.requests[1])  # the child's prompt carries its input

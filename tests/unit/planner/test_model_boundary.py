@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dag.events import ErrorKind, NodeError
-from dag.plan import Plan
+from dag.plan import STEPS_CAP, Plan
 from dag.states import NodeStatus
 from dag.validate import validate_plan
 from mcp_server.contracts import CASEOPS_TOOLS
@@ -352,3 +352,56 @@ def test_large_inputs_are_truncated_each_and_bounded_together() -> None:
     assert json.loads(lines[0])["truncated"] is True
     assert sum(len(line) for line in lines) <= PROMPT_BUDGET + OBSERVATION_BUDGET
     assert json.loads(lines[-1])["omitted_inputs"] == len(inputs) - (len(lines) - 1)
+
+
+def test_a_model_may_be_offered_loop_agents_in_the_strict_subset_over_the_plans_own_tools() -> None:
+    schema = plan_schema(TOOLS, may_ask=True, agents=True)
+
+    assert strict_violations(schema) == []
+    branches = schema["properties"]["nodes"]["items"]["anyOf"]
+    (agent,) = [branch for branch in branches if "agent" in branch["properties"]]
+    body = agent["properties"]["agent"]["properties"]
+    assert body["tools"]["items"]["enum"] == [tool.name for tool in TOOLS]
+    assert body["loop"]["properties"]["max_steps"]["maximum"] == STEPS_CAP
+    assert "model" not in body  # the operator's and the tenant's choice, never the planning model's
+    unoffered = plan_schema(TOOLS)["properties"]["nodes"]["items"]["anyOf"]
+    assert not any("agent" in branch["properties"] for branch in unoffered)
+
+
+def test_a_model_written_agent_node_translates_into_a_valid_loop_agent_with_its_inputs() -> None:
+    written = {
+        "question": None,
+        "nodes": [
+            {
+                "id": "case",
+                "tool": TOOLS[0].name,
+                "args": {"case_id": "C-102"},
+                "for_each": None,
+                "after": [],
+            },
+            {
+                "id": "research",
+                "agent": {"goal": "what is missing", "loop": {"max_steps": 4}, "tools": [TOOLS[1].name]},
+                "inputs": [{"name": "case", "ref": "case", "pointer": "/evidence_ref"}],
+                "after": [],
+            },
+        ],
+    }
+
+    plan = Plan.parse(from_model_plan(written))
+
+    research = plan.node("research")
+    assert research.agent is not None
+    assert research.agent.loop is not None
+    assert (research.agent.loop.max_steps, research.agent.tools) == (4, (TOOLS[1].name,))
+    assert research.args == {"case": {"$ref": "case", "pointer": "/evidence_ref"}}
+    assert validate_plan(plan, CASEOPS_TOOLS, max_nodes=8, agent_levels=1) is plan
+
+
+def test_the_planner_is_told_of_agents_only_where_it_may_write_them() -> None:
+    offered = PlanningContext(resource={"case_id": "C-102"}, goal="g", tools=TOOLS, agents=True)
+    plain = PlanningContext(resource={"case_id": "C-102"}, goal="g", tools=TOOLS)
+
+    assert "A node may instead be an agent" in planner_input(offered)[0]["content"]
+    assert "A node may instead be an agent" not in planner_input(plain, may_ask=True)[0]["content"]
+    assert "If you cannot plan without information" in planner_input(offered, may_ask=True)[0]["content"]
