@@ -55,6 +55,10 @@ class AgentRefused(RaydagError):
         self.code = code
         self.message = message
 
+    def node_error(self) -> NodeError:
+        """How the agent node fails: its code, of the kind that says who must act."""
+        return NodeError(kind=_ERROR_KIND[self.code], code=self.code.value, message=self.message)
+
 
 def child_tools(offered: Collection[str], asked: Sequence[str] | None) -> frozenset[str]:
     """The child's tools: ``asked`` (``None``: all the parent's), each of which the parent must be offered."""
@@ -192,5 +196,5 @@ def start_agent(
         )
         budgets = carve(state.budgets, spent, agent.budgets, plans=agent.planned)
     except AgentRefused as exc:
-        return NodeError(kind=_ERROR_KIND[exc.code], code=exc.code.value, message=exc.message)
+        return exc.node_error()
     return StartAgent(ready, agent, budgets, tools, depth)

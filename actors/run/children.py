@@ -20,7 +20,7 @@ from actors.run.intake import Intake, NewRun
 from actors.run.recorder import now
 from actors.run.submission import Cancellation, Submission, SubmitResult
 from actors.store.runs import RunStore
-from dag.agents import AgentRefusal, StartAgent, bounded_result
+from dag.agents import AgentRefusal, AgentRefused, StartAgent, bounded_result
 from dag.events import AgentEnded, ErrorKind, NodeError, ParentLink
 from dag.run_state import RunState, fold
 from dag.states import RunStatus
@@ -162,6 +162,5 @@ def _refusal(result: SubmitResult) -> NodeError:
     detail = f"{refusal.problem}: {refusal.detail}" if refusal is not None else result.outcome.value
     message = f"the child run was refused: {detail}"[:1000]
     if result.outcome is Submission.MODEL_NOT_ALLOWED:  # refused before any model was asked
-        code = AgentRefusal.MODEL_NOT_ALLOWED
-        return NodeError(kind=ErrorKind.AUTHORIZATION, code=code.value, message=message)
+        return AgentRefused(AgentRefusal.MODEL_NOT_ALLOWED, message).node_error()
     return NodeError(kind=ErrorKind.CONTRACT, code=AGENT_REFUSED, message=message)

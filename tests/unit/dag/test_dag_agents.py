@@ -225,6 +225,14 @@ def test_a_childs_tools_are_the_parents_narrowed_by_the_node() -> None:
     assert "'z'" in caught.value.message
 
 
+@pytest.mark.parametrize("code", list(AgentRefusal))
+def test_every_refusal_fails_its_node_with_its_code_and_a_kind_that_says_who_acts(code: AgentRefusal) -> None:
+    error = AgentRefused(code, "why").node_error()
+    assert (error.code, error.message) == (code.value, "why")
+    outside_the_plan = (AgentRefusal.TOOL_NOT_OFFERED, AgentRefusal.MODEL_NOT_ALLOWED)
+    assert (error.kind is ErrorKind.AUTHORIZATION) == (code in outside_the_plan)
+
+
 def test_depth_beyond_the_limit_is_refused() -> None:
     check_depth(3, 3)
     with pytest.raises(AgentRefused) as caught:
