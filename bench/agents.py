@@ -174,20 +174,25 @@ def main() -> None:
     def median(arm: str, key: str) -> float:
         return statistics.median(sample[key] for sample in samples[arm])
 
+    def spread(arm: str, key: str) -> str:
+        values = [sample[key] for sample in samples[arm]]
+        return f"{min(values):.0f}–{max(values):.0f}"
+
     print(
         f"\n### Sub-agents: {AGENTS} loop agents of {STEPS} steps, tools {TOOL_MS} ms, a mock model that answers "
         f"at once ({SAMPLES} samples per arm, medians)\n"
     )
     print(
-        "| arm | steps | critical path ms | makespan ms | makespan ÷ critical path | CPU ms | CPU ms per step |"
+        "| arm | steps | critical path ms | makespan ms (min–max) | makespan ÷ critical path | CPU ms (min–max) "
+        "| CPU ms per step |"
     )
     print("|---|---|---|---|---|---|---|")
     for arm in ARMS:
         steps = request(arm)[1]
         makespan, cpu, critical = median(arm, "makespan_ms"), median(arm, "cpu_ms"), critical_path_ms(arm)
         print(
-            f"| {arm} | {steps} | {critical} | {makespan:.0f} | {makespan / critical:.2f} | {cpu:.0f} | "
-            f"{cpu / steps:.1f} |"
+            f"| {arm} | {steps} | {critical} | {makespan:.0f} ({spread(arm, 'makespan_ms')}) | "
+            f"{makespan / critical:.2f} | {cpu:.0f} ({spread(arm, 'cpu_ms')}) | {cpu / steps:.1f} |"
         )
     speedup = median(SEQUENCE, "makespan_ms") / median(PARALLEL, "makespan_ms")
     child_ms = median(ONE, "makespan_ms") - median(OWN, "makespan_ms")
