@@ -499,8 +499,11 @@ class RoundExecution:
                             source_run_id=step.source_run_id,
                         )
                     )
-                    if step.source_run_id is not None:  # an earlier run's output: this run sees it only now
-                        self._observe(state.carried[ready.fingerprint].output)
+                    carried = state.carried.get(ready.fingerprint) if step.source_run_id is not None else None
+                    if (
+                        carried is not None and carried.tool
+                    ):  # an earlier run's read: this run sees it only now
+                        self._observe(carried.output)  # (a child run's result is data, never observed)
                 case Call():
                     events.append(_dispatched(step, at))
                     calls.append((self._call_for(state, step), deps.catalogue[step.tool], step))
