@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.api.views import load_state
+from actors.api.views import load_state, node_view
 from actors.run.submission import Cancellation, ContinueRequest, RunRequest, Submission
 from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
 from dag.policy import Principal
-from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
 from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
 from tests.planners import INJECTION
 
@@ -349,6 +349,7 @@ async def test_a_continued_parent_reuses_the_child_run_that_completed_and_calls_
     research = state.nodes["research"]
     assert (research.status.value, research.reused_from_run) == ("reused", first)
     assert research.output["run_id"] == child_id
+    assert node_view(research, CASEOPS_TOOLS).child_run_id == child_id  # the API names the child it reused
     assert research.output["result"] == (await row(store, child_id))["result"]
 
 
