@@ -330,3 +330,45 @@ async def test_a_supervisor_killed_mid_export_follows_the_same_task_without_a_se
     assert len({update["task_id"] for update in updates}) == 1
     assert await tasks_since(dsn, "C-104", since) == 1  # the export was started once, counted at the server
     assert await exports_of(dsn, updates[0]["task_id"]) == 1
+
+
+async def test_a_supervisor_that_loses_the_lease_mid_export_leaves_the_task_to_the_runs_new_owner(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+) -> None:
+    """A supervisor whose lease another took (its renewals late: a pause, a partition) stops driving the run,
+    and must not stop its task: the run's new owner follows that same task to its end. Only the run's own stop
+    cancels a task. The server's own row says whether it was cancelled, and how many exports were started."""
+    import ray
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        since = await connection.fetchval("SELECT now()")
+    finally:
+        await connection.close()
+    first = supervisor_for(dsn, tool_server, token_key, name, lease_s=3.0)
+    second = supervisor_for(dsn, tool_server, token_key, f"{name}-next", lease_s=3.0)
+    try:
+        await second.contracts.remote()
+        run_id = await submitted(first, "C-104")
+        events = await until(store, run_id, lambda events: len(task_updates(events)) >= 1)
+        task_id = task_updates(events)[0]["task_id"]
+        connection = await asyncpg.connect(dsn)
+        try:  # the lease is the second's now, as a takeover of a lapsed lease leaves it
+            await connection.execute(
+                "UPDATE runs SET owner = $1 WHERE run_id = $2", f"{name}-next", uuid.UUID(run_id)
+            )
+        finally:
+            await connection.close()
+        events = await until(store, run_id, finished, timeout_s=120)
+        row = await stopped(dsn, task_id)
+    finally:
+        ray.kill(first)
+        ray.kill(second)
+
+    assert events[-1].status == "completed", events[-1]
+    [recovered] = [event for event in events if event.kind == "run_recovered"]
+    assert recovered.owner == f"{name}-next"
+    assert {update["task_id"] for update in task_updates(events)} == {task_id}
+    assert (row["status"], row["status_message"]) == ("completed", "completed")  # never cancelled
+    assert await tasks_since(dsn, "C-104", since) == 1  # the export was started once, counted at the server
+    assert await exports_of(dsn, task_id) == 1
