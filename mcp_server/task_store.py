@@ -259,7 +259,7 @@ class TaskRun:
         while True:
             await asyncio.sleep(interval_ms / 1000)
             row = await self.pool.fetchrow(
-                f"""SELECT status, input_responses -> $3 AS response FROM caseops_tasks
+                f"""SELECT status, input_responses -> $3::text AS response FROM caseops_tasks
                     WHERE tenant_id = $1 AND task_id = $2 AND {_LIVE}""",
                 self.tenant_id,
                 self.task_id,
