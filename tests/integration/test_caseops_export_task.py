@@ -458,3 +458,43 @@ async def test_an_export_that_must_be_confirmed_is_refused_where_nobody_can_be_a
     assert plain["result"]["isError"] is True
     assert plain["result"]["structuredContent"]["error"]["code"] == "CONFIRMATION_UNAVAILABLE"
     assert await exports_of(dsn, task_id) == 0
+
+
+def negotiating_toolsets(url: str) -> Any:
+    """The shipped caseops toolset with ``protocol: auto`` instead of its pin to 2026-07-28."""
+    from pathlib import Path
+
+    import mcp_server
+    from actors.toolsets import parse_toolsets
+
+    text = (Path(mcp_server.__file__).parent / "caseops.yaml").read_text()
+    assert "protocol: 2026-07-28" in text
+    return parse_toolsets(
+        text.replace("protocol: 2026-07-28", "protocol: auto"), "caseops-auto.yaml", {"RAYDAG_MCP_URL": url}
+    )
+
+
+async def test_a_server_of_the_auto_era_that_offers_the_extension_runs_its_task_in_the_2026_07_28_form(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+) -> None:
+    """``auto`` negotiates: caseops advertises the Tasks extension in ``server/discover``, so its export is
+    started and followed in the extension's form (server-everything, which refuses ``server/discover``, keeps
+    the 2025-11-25 form: ``test_mcp_tasks.py``). The server's table holds one task, completed."""
+    import ray
+
+    supervisor = supervisor_for(
+        dsn, tool_server, token_key, name, toolsets=negotiating_toolsets(tool_server.url)
+    )
+    try:
+        run_id = await submitted(supervisor, "C-102")
+        events = await until(store, run_id, finished, timeout_s=90)
+    finally:
+        ray.kill(supervisor)
+
+    assert events[-1].status == "completed", events[-1]
+    updates = task_updates(events)
+    assert {update["protocol"] for update in updates} == {"2026-07-28"}
+    [task_id] = {update["task_id"] for update in updates}
+    row = await stopped(dsn, task_id)
+    assert row["status"] == "completed"
+    assert await exports_of(dsn, task_id) == 1

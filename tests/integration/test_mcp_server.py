@@ -139,7 +139,9 @@ async def test_tools_list_publishes_every_contract_with_strict_schemas_and_hones
     for name, tool in listed.items():
         assert tool.input_schema["additionalProperties"] is False
         fields = CASEOPS_TOOLS[name].input_model.model_fields
-        assert tool.input_schema["required"] == [field for field, info in fields.items() if info.is_required()]
+        assert tool.input_schema["required"] == [
+            field for field, info in fields.items() if info.is_required()
+        ]
         assert set(tool.input_schema["properties"]) == set(fields)
         assert tool.input_schema["properties"]["case_id"]["pattern"].startswith("^")
         assert tool.input_schema["properties"]["case_id"]["maxLength"] == 64
