@@ -367,7 +367,8 @@ class QuestionAnswered(_Event):
 
 
 class CarriedOutput(BaseModel):
-    """A read that succeeded in an earlier run of a continued chain: its output is reused, not called again."""
+    """A read that succeeded in an earlier run of a continued chain, or an agent node whose child run completed
+    there (``tool`` empty; its output names the child run): its output is reused, not called (or run) again."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
