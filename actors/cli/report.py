@@ -14,7 +14,7 @@ from rich.table import Table
 from dag.states import RunStatus
 
 if TYPE_CHECKING:
-    pass
+    from dag.plan import AgentSpec
 
 EXIT_NEEDS_HUMAN = 3
 EXIT_RUN_FAILED = 1
@@ -25,6 +25,13 @@ def console_for(*, stderr: bool = False) -> Console:
     """Rich output that wraps lines for a person at a terminal, and never wraps or cuts them for a program
     reading a pipe or a file (tables still fit ``COLUMNS``, 80 unless set)."""
     return Console(stderr=stderr, soft_wrap=not (sys.stderr if stderr else sys.stdout).isatty())
+
+
+def agent_body(agent: AgentSpec) -> str:
+    """What an agent node runs, in a few words: a model loop, a named planner's plan, or a plan of its own."""
+    if agent.loop is not None:
+        return f"a model loop of at most {agent.loop.max_steps} steps"
+    return agent.planner or "its own plan"
 
 
 def print_report(console: Console, report: dict[str, Any]) -> None:
@@ -41,7 +48,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     if run["plan"]:
         for spec in Plan.parse(run["plan"]).nodes:
             fan = f" (for each of {spec.for_each.ref}{spec.for_each.pointer})" if spec.for_each else ""
-            what = spec.tool if spec.agent is None else f"agent: {spec.agent.planner or 'its own plan'}"
+            what = spec.tool if spec.agent is None else f"agent: {agent_body(spec.agent)}"
             plan.add_row(spec.id, what + fan, ", ".join(spec.dependencies) or "—")
     console.print(plan)
 
