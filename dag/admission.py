@@ -10,7 +10,7 @@ streamed node by node (``round_validator``). Each answer is a value — admitted
 from __future__ import annotations
 
 from collections.abc import Collection, Container, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dag.agents import AGENT_DEPTH_CAP
@@ -72,6 +72,8 @@ class Offer:
     """The models the requester's tenant may name besides a planner's default (``TenantPolicy.models``)."""
     agent_levels: int | None = None
     """How many levels of agent nodes a plan may nest (``None``: agent nodes are refused)."""
+    loop_planner: str | None = None
+    """The planner a loop agent's child run is planned by (the deployment's model planner)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,8 @@ class ModelNotAllowed:
     model: str
     planner: str
     allowed: tuple[str, ...]
+    at: str | None = None
+    """Where a plan names it: an agent node's ``model`` (``/nodes/1/agent/model``); ``None``: the run's own."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,8 @@ def admit_run(
             )
         except PlanInvalid as exc:
             return PlanRefused(exc)
+        if (refused := agent_model_refusal(checked, offer)) is not None:
+            return refused
         named = checked.tools_named()
         planned = list(named) if named is not None else None
     unlisted = offer.unlisted
@@ -257,6 +263,30 @@ def model_refusal(model: str, planner: str, offer: Offer) -> ModelNotAllowed | N
         return ModelNotAllowed(model, planner, ())
     allowed = {default, *offer.models}
     return None if model in allowed else ModelNotAllowed(model, planner, tuple(sorted(allowed)))
+
+
+def agent_model_refusal(plan: Plan, offer: Offer, at: str = "") -> ModelNotAllowed | None:
+    """The first agent node of ``plan`` (inline plans' included) naming a model its child's planner may not ask
+    for this tenant: refused with the run, before any child or model exists, as a run's own ``model`` is."""
+    for index, node in enumerate(plan.nodes):
+        agent = node.agent
+        if agent is None:
+            continue
+        where = f"{at}/nodes/{index}/agent"
+        if agent.plan is not None:
+            refused = agent_model_refusal(agent.plan, offer, where + "/plan")
+        elif agent.model is None:
+            continue
+        else:
+            planner = offer.loop_planner if agent.loop is not None else agent.planner
+            if planner is None or planner not in offer.planners:  # the child's own admission says why
+                continue
+            refused = model_refusal(agent.model, planner, offer)
+            if refused is not None:
+                refused = replace(refused, at=where + "/model")
+        if refused is not None:
+            return refused
+    return None
 
 
 def refuse_before_listing(

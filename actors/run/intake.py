@@ -361,6 +361,7 @@ class Intake:
             granted=granted,
             planner_models=self._planner_models,
             models=policy.models,
+            loop_planner=MODEL_PLANNER,
         )
 
     def _unlisted_tools(self, granted: Sequence[str] | None) -> dict[str, frozenset[str]]:

@@ -223,6 +223,8 @@ class SubmitResult:
                     if allowed
                     else f"planner {error.get('planner')!r} plans with no model: a run of it cannot name one"
                 )
+                if error.get("at"):
+                    detail = f"the agent at {error['at']}: {detail}"
                 return Refusal(422, "model-not-allowed", detail, error)
             case Submission.UNKNOWN_STAGE:
                 known = ", ".join(error.get("known", ()))
@@ -279,10 +281,11 @@ def refused_submission(refusal: RunRefusal) -> SubmitResult:
             return SubmitResult(Submission.UNKNOWN_PLANNER, error={"planner": planner, "known": list(known)})
         case PlannerUnavailable(planner=planner, reason=reason):
             return SubmitResult(Submission.PLANNER_UNAVAILABLE, error={"planner": planner, "reason": reason})
-        case ModelNotAllowed(model=model, planner=planner, allowed=allowed):
+        case ModelNotAllowed(model=model, planner=planner, allowed=allowed, at=at):
+            where = {"at": at} if at is not None else {}
             return SubmitResult(
                 Submission.MODEL_NOT_ALLOWED,
-                error={"model": model, "planner": planner, "allowed": list(allowed)},
+                error={"model": model, "planner": planner, "allowed": list(allowed), **where},
             )
         case OverLimits(error=exc):
             above = {name: {"requested": asked, "limit": limit} for name, (asked, limit) in exc.above.items()}

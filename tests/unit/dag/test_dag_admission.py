@@ -397,3 +397,53 @@ def test_a_streamed_plan_is_validated_node_by_node_within_the_nodes_the_run_may_
 
     assert third.value.code is PlanErrorCode.TOO_MANY_NODES
     assert third.value.location == "/nodes/2"
+
+
+def loop_agent(node_id: str, model: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"goal": "read the case", "loop": {"max_steps": 2}, "tools": [CASE_TOOL]}
+    if model is not None:
+        body["model"] = model
+    return {"id": node_id, "agent": body}
+
+
+def admit_agents(plan: dict[str, Any], **offered: Any) -> Any:
+    fields: dict[str, Any] = {
+        "planners": MODEL_PLANNERS,
+        "planner_models": {"openai": "gpt-test"},
+        "models": frozenset({"gpt-small"}),
+        "loop_planner": "openai",
+        "agent_levels": 3,
+    }
+    return admit(plan=plan, **{**fields, **offered})
+
+
+def test_an_agent_node_may_name_its_loops_default_model_or_one_its_tenant_lists() -> None:
+    plan = {"nodes": [loop_agent("a", "gpt-test"), loop_agent("b", "gpt-small"), loop_agent("c")]}
+
+    assert isinstance(admit_agents(plan), RunAdmitted)
+
+
+def test_an_agent_node_naming_a_model_outside_its_tenants_policy_is_refused_with_the_run_where_it_is() -> (
+    None
+):
+    inner = {"nodes": [loop_agent("deep", "gpt-big")]}
+    plan = {
+        "nodes": [
+            loop_agent("fine", "gpt-small"),
+            {"id": "outer", "agent": {"goal": "delegate", "plan": inner, "tools": [CASE_TOOL]}},
+        ]
+    }
+
+    refused = admit_agents(plan)
+
+    assert refused == ModelNotAllowed(
+        "gpt-big", "openai", ("gpt-small", "gpt-test"), at="/nodes/1/agent/plan/nodes/0/agent/model"
+    )
+
+
+def test_an_agent_models_planner_not_offered_here_is_left_to_its_childs_admission() -> None:
+    plan = {"nodes": [loop_agent("a", "gpt-big")]}
+
+    assert isinstance(admit_agents(plan, loop_planner=None), RunAdmitted)
+    named = {"nodes": [{"id": "a", "agent": {"goal": "g", "planner": "elsewhere", "model": "gpt-big"}}]}
+    assert isinstance(admit_agents(named), RunAdmitted)
