@@ -21,7 +21,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request
+from actors.cli.approvals import ApiKey, Url
+from actors.cli.attached import waited_for
+from actors.cli.client import DEFAULT_URL, api_request
 from actors.cli.report import console_for, status_exit_code
 
 console = console_for()
@@ -251,17 +253,6 @@ def _print_waits(run_id: str, url: str, api_key: str | None, shown: set[str]) ->
             f"          waits for {escape(what)}{deadline} (see `raydag inbox --run {run_id}`)",
             soft_wrap=True,
         )
-
-
-def waited_for(item: Mapping[str, Any]) -> str:
-    """What a pending decision is, in a few words: the operation and its tool, the round, the question."""
-    if item["kind"] == "operation":
-        return f"operation {item['operation_id']} ({item['tool']}, {item['state']})"
-    if item["kind"] == "review":
-        return f"plan review of round {item['round']}"
-    if item["kind"] == "tool_question":
-        return f"tool question {item['question_id']} ({item['tool']} asks {item['message']!r})"
-    return f"question {item['number']}: {item['question']}"
 
 
 def _event_line(event: Mapping[str, Any]) -> str | None:

@@ -17,13 +17,15 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from actors.cli.approvals import DEFAULT_URL, ApiKey, RunId, Url, api_request, errors
+from actors.cli.approvals import ApiKey, RunId, Url
+from actors.cli.client import DEFAULT_URL, api_request
 from actors.cli.report import EXIT_BAD_INPUT, console_for
 
 questions = typer.Typer(
     help="List and answer what a run's planner and tools asked, through the HTTP API.", no_args_is_help=True
 )
 console = console_for()
+errors = console_for(stderr=True)
 
 
 @questions.command("list")

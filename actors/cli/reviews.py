@@ -14,7 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from actors.cli.approvals import DEFAULT_URL, ApiKey, Note, RunId, Url, api_request
+from actors.cli.approvals import ApiKey, Note, RunId, Url
+from actors.cli.client import DEFAULT_URL, api_request
 from actors.cli.report import console_for
 
 reviews = typer.Typer(
