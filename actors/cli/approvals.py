@@ -29,7 +29,15 @@ ArgsHash = Annotated[
     str, typer.Option("--hash", help="The operation's args_hash, as listed: a decision on exact arguments.")
 ]
 Note = Annotated[str | None, typer.Option(help="Why; recorded with the decision.")]
-Url = Annotated[str, typer.Option(envvar="RAYDAG_URL", help="The raydag API.")]
+Url = Annotated[
+    str | None,
+    typer.Option(
+        envvar="RAYDAG_URL",
+        help="The raydag API. [default: the raydag serving this RAYDAG_HOME (raydag up, raydag serve), else "
+        f"{DEFAULT_URL}]",
+        show_default=False,
+    ),
+]
 ApiKey = Annotated[
     str | None,
     typer.Option(envvar="RAYDAG_API_KEY", help="An API key of the run's tenant.", show_default=False),
@@ -39,7 +47,7 @@ ApiKey = Annotated[
 @approvals.command("list")
 def list_operations(
     run_id: RunId,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the operations as JSON.")] = False,
 ) -> None:
@@ -82,10 +90,18 @@ def _decided(operation: dict[str, Any]) -> None:
 
 
 def _decide(
-    verb: str, run_id: str, operation_id: str, args_hash: str, note: str | None, url: str, key: str | None
+    verb: str,
+    run_id: str,
+    operation_id: str,
+    args_hash: str,
+    note: str | None,
+    url: str | None,
+    key: str | None,
 ) -> None:
     body = {"args_hash": args_hash, "note": note}
-    _decided(api_request("POST", url, f"/runs/{run_id}/operations/{operation_id}/{verb}", key, body))
+    _decided(
+        api_request("POST", url, f"/runs/{run_id}/operations/{operation_id}/{verb}", key, body, decides=True)
+    )
 
 
 @approvals.command()
@@ -94,7 +110,7 @@ def approve(
     operation_id: OperationId,
     args_hash: ArgsHash,
     note: Note = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Approve an operation's exact arguments: the run executes it once."""
@@ -107,7 +123,7 @@ def reject(
     operation_id: OperationId,
     args_hash: ArgsHash,
     note: Note = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Reject an operation: it never executes."""
@@ -121,9 +137,10 @@ def resolve(
     args_hash: ArgsHash,
     outcome: Annotated[str, typer.Option(help="What you found the write did: succeeded or failed.")],
     note: Annotated[str, typer.Option(help="What you checked, and how (required).")],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Settle an operation whose outcome is unknown with what you found."""
     body = {"args_hash": args_hash, "outcome": outcome, "note": note}
-    _decided(api_request("POST", url, f"/runs/{run_id}/operations/{operation_id}/resolve", api_key, body))
+    path = f"/runs/{run_id}/operations/{operation_id}/resolve"
+    _decided(api_request("POST", url, path, api_key, body, decides=True))

@@ -9,14 +9,13 @@ again).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actors.cli.arguments import DEMO_TENANT, attached_resource_key, read_plan, resource_of
-from actors.cli.client import api_request
+from actors.cli.client import api_request, serving_here
 from actors.cli.plain import escape, fail, say
 from actors.cli.report import EXIT_BAD_INPUT, stopped
 
@@ -28,27 +27,6 @@ FIRST_WAIT_S = 30
 client's 60 s read timeout)."""
 POLL_S = 0.25
 """How often a run still going after that is asked about again."""
-
-
-def serving_here(toolsets: Path | None, tenant: str, api_key: str | None) -> tuple[str | None, str | None]:
-    """Where this command's runs are made when no ``--url`` names a raydag: the raydag serving this home with
-    these toolsets (``raydag serve``, ``raydag up``: ``actors.launch.serving``), as ``api_key``, or as
-    ``tenant``'s development key when that raydag takes those; ``(None, api_key)`` when none serves it, and
-    the command runs on its own. Read from the environment alone: the settings cost half a second."""
-    from actors.launch.serving import home_in, key_for, serving_for
-
-    serving = serving_for(os.environ, toolsets)
-    if serving is None:
-        return None, api_key
-    api_key = key_for(serving, tenant, api_key)
-    if api_key is None:
-        fail(
-            f"[red]a raydag serves {escape(str(home_in(os.environ)))} at {escape(serving.url)} with API keys of "
-            "its own:[/red] give --api-key (or RAYDAG_API_KEY) to run there, or stop it (raydag down) to run here",
-            EXIT_BAD_INPUT,
-        )
-    say(f"[dim]made by the raydag at {escape(serving.url)} (raydag down stops it)[/dim]", stderr=True)
-    return serving.url, api_key
 
 
 def run_there(

@@ -132,7 +132,8 @@ def run(words: Sequence[str]) -> bool:
         return False
     url = _given(found, "url", "RAYDAG_URL")
     api_key = _given(found, "api_key", "RAYDAG_API_KEY")
-    from actors.cli.attached import run_there, serving_here
+    from actors.cli.attached import run_there
+    from actors.cli.client import serving_here
 
     if url is None and found.get("attach", True):
         url, api_key = serving_here(toolsets, found.get("tenant", DEMO_TENANT), api_key)

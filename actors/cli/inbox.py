@@ -23,7 +23,7 @@ from rich.table import Table
 
 from actors.cli.approvals import ApiKey, Url
 from actors.cli.attached import waited_for
-from actors.cli.client import DEFAULT_URL, api_request
+from actors.cli.client import api_request
 from actors.cli.report import console_for, status_exit_code
 
 console = console_for()
@@ -93,7 +93,7 @@ def runs(
     created_after: Annotated[str | None, typer.Option(help="Only runs created after this ISO time.")] = None,
     limit: Limit = 20,
     cursor: Cursor = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
@@ -149,7 +149,7 @@ def inbox(
     case_id: CaseId = None,
     limit: Limit = 20,
     cursor: Cursor = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
@@ -158,7 +158,7 @@ def inbox(
     query = _query(
         {"kind": kind or [], "run_id": run or [], "case_id": case_id, "limit": limit, "cursor": cursor}
     )
-    page = api_request("GET", url, f"/decisions{query}", api_key)
+    page = api_request("GET", url, f"/decisions{query}", api_key, decides=True)  # as the decisions it prints
     if as_json:
         _print_json(page)
         return
@@ -220,7 +220,7 @@ def _decision_lines(item: Mapping[str, Any]) -> Iterator[str]:
 
 def watch(
     run_id: Annotated[str, typer.Argument(help="The run to follow.")],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Follow a run until it ends: each node's dispatch and outcome, and what it waits for while it waits.
@@ -240,7 +240,7 @@ def watch(
         time.sleep(WATCH_EVERY_S)
 
 
-def _print_waits(run_id: str, url: str, api_key: str | None, shown: set[str]) -> None:
+def _print_waits(run_id: str, url: str | None, api_key: str | None, shown: set[str]) -> None:
     """What the run waits for now, each named once while the watch lasts."""
     run = api_request("GET", url, f"/runs/{run_id}", api_key)
     for item in run.get("waiting_for") or ():

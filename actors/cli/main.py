@@ -24,9 +24,9 @@ from actors.cli.arguments import (
     resource_of,
     settings_with,
 )
-from actors.cli.attached import continue_there, run_there, serving_here
+from actors.cli.attached import continue_there, run_there
 from actors.cli.background import down, up
-from actors.cli.client import DEFAULT_URL, api_request
+from actors.cli.client import DEFAULT_URL, api_request, serving_here
 from actors.cli.inbox import inbox, runs, watch
 from actors.cli.problems import refusal_of, said_as_configuration_mistake
 from actors.cli.questions import questions
@@ -563,7 +563,7 @@ def prune(
 @app.command()
 def cancel(
     run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Cancel a live run through the HTTP API; cancelling a finished run changes nothing and says so."""
