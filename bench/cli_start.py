@@ -70,6 +70,8 @@ def _elapsed_ms(checkout: Path, args: list[str]) -> float:
 DEV_KEY = "dev-key-tenant-demo"
 """A development key of the demo tenant: what a person on the machine's own ``raydag serve`` uses."""
 RUN_SAMPLES = sized(int(os.environ.get("BENCH_CLI_RUN_SAMPLES", "3")), 1)
+COLD_SAMPLES = sized(int(os.environ.get("BENCH_CLI_COLD_SAMPLES", str(RUN_SAMPLES))), 1)
+"""The cold arm's samples (~15 s each): fewer than the attached arms' when their spread is what is measured."""
 
 
 def _raydag(*args: str, env: dict[str, str]) -> float:
@@ -153,9 +155,8 @@ def _run_arms(checkouts: dict[str, Path]) -> dict[str, list[float]]:
             found[ATTACHED_HOME].append(_raydag("run", "C-102", env=env))
             for arm, checkout in checkouts.items():
                 found.setdefault(f"{ATTACHED_HOME}, {arm}", []).append(_attached_from(checkout, env))
-        for _ in range(
-            RUN_SAMPLES
-        ):  # after them: a cold run's Ray loads both cores for seconds after it ends
+        # The cold arm after them: a cold run's Ray loads both cores for seconds after it ends.
+        for _ in range(COLD_SAMPLES):
             found[COLD].append(_raydag("run", "C-102", "--no-attach", env=env))
     return found
 

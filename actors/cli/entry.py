@@ -191,12 +191,15 @@ def main() -> None:
     lean = LEAN.get(words[0]) if words else None
     if lean is not None and "--help" not in words:
         from actors.cli.problems import said_as_configuration_mistake
-        from actors.launch.shutdown import catch_stop_signals
+        from actors.cli.report import stopped
+        from actors.launch.shutdown import catch_stop_signals, interrupted
 
         catch_stop_signals()  # SIGTERM stops the command as Ctrl-C does, as in main
         try:
             if lean(words[1:]):
                 return
+        except KeyboardInterrupt as stop:  # before its request: nothing was started
+            raise SystemExit(stopped(interrupted(stop))) from None
         except Exception as exc:
             if not said_as_configuration_mistake(exc):
                 raise

@@ -2,12 +2,15 @@
 
 ``raydag serve`` records itself in ``RAYDAG_HOME/serving.json`` once its API answers, and removes the record when
 it starts stopping. ``raydag run``, ``batch``, ``continue`` and ``raydag.start()`` on that home then make their
-runs through its API over loopback, as ``--url`` does, instead of starting a Ray and a PostgreSQL of their own:
-C-102 in 0.65 s instead of 15 (docs/BENCHMARKS.md, "A run from the terminal"). ``raydag up`` starts such a raydag
-in the background and ``raydag down`` stops it.
+runs through its API over loopback, as ``--url`` does, instead of starting a Ray and a PostgreSQL of their own
+(docs/BENCHMARKS.md, "A run from the terminal"); ``runs``, ``inbox``, ``watch``, ``cancel``, ``approvals``,
+``reviews`` and ``questions`` ask it unless told where. ``raydag up`` starts such a raydag in the background and
+``raydag down`` stops it.
 
-The record is a hint, never trusted alone: a command attaches only when the process it names is alive, serves the
-same toolsets, and answers ``/healthz``.
+The record is a hint, never trusted alone: a command attaches only when the record is its user's own and no
+other may write it, the process it names is alive, serves the same toolsets, and answers ``/healthz``. It names
+only public keys (the development keys, the approver's apart), and none for a raydag with keys of its own
+(docs/CLI.md, "Which raydag, and which key").
 """
 
 from __future__ import annotations

@@ -142,7 +142,9 @@ def test_the_commands_that_speak_to_a_raydag_find_the_one_serving_the_home_and_d
         assert sent(dsn, send) == 0
 
         elsewhere = command(home, *words[1:], "--url", f"http://127.0.0.1:{free_port()}", extra=nowhere())
-        assert elsewhere.returncode == 1, elsewhere.stdout + elsewhere.stderr  # --url wins: nothing there
+        # --url wins, and the record's key is not sent there: a key must be given for it.
+        assert elsewhere.returncode == 2, elsewhere.stdout + elsewhere.stderr
+        assert "an API key is needed" in elsewhere.stderr
         assert sent(dsn, send) == 0
         approved = command(home, *words[1:], extra=nowhere(), timeout_s=60)
         assert approved.returncode == 0, approved.stdout + approved.stderr
