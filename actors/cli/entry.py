@@ -12,7 +12,6 @@ typer command's own code (``actors.cli.attached``): the same messages and exit c
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -139,7 +138,7 @@ def run(words: Sequence[str]) -> bool:
         url, api_key = serving_here(toolsets, found.get("tenant", DEMO_TENANT), api_key)
     if url is None:
         return False
-    from actors.cli.report import exit_code, print_report
+    from actors.cli.report import shown
 
     report = run_there(
         url,
@@ -155,11 +154,7 @@ def run(words: Sequence[str]) -> bool:
         stage=found.get("stage", INVESTIGATE),
         model=found.get("model"),
     )
-    if found.get("as_json", False):
-        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
-    else:
-        print_report(report)
-    raise SystemExit(exit_code(report))
+    raise SystemExit(shown(report, as_json=found.get("as_json", False)))
 
 
 def continue_run(words: Sequence[str]) -> bool:

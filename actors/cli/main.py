@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -37,6 +36,7 @@ from actors.cli.report import (
     console_for,
     exit_code,
     print_report,
+    shown,
     status_exit_code,
     stopped,
 )
@@ -237,11 +237,7 @@ def run(
             stage=stage,
             model=model,
         )
-        if as_json:
-            sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
-        else:
-            print_report(report)
-        raise typer.Exit(exit_code(report))
+        raise typer.Exit(shown(report, as_json=as_json))
 
     from actors.launch.local import local_runtime
 
@@ -266,11 +262,7 @@ def run(
             )
     except KeyboardInterrupt as stop:
         raise typer.Exit(stopped(interrupted(stop))) from None
-    if as_json:
-        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
-    else:
-        print_report(report)
-    raise typer.Exit(exit_code(report))
+    raise typer.Exit(shown(report, as_json=as_json))
 
 
 @app.command()

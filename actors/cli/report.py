@@ -32,6 +32,15 @@ def console_for(*, stderr: bool = False) -> Console:
     return Console(stderr=stderr, soft_wrap=not (sys.stderr if stderr else sys.stdout).isatty())
 
 
+def shown(report: dict[str, Any], *, as_json: bool) -> int:
+    """Print the run as ``raydag run`` does (``as_json``: the run and its nodes as JSON); its exit code."""
+    if as_json:
+        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    else:
+        print_report(report)
+    return exit_code(report)
+
+
 def print_report(report: dict[str, Any]) -> None:
     """The plan as a table, the node calls on a timeline, failed or denied nodes, the run's status and result."""
     for line in report_lines(report):
