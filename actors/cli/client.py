@@ -38,6 +38,12 @@ def serving_here(
     if serving is None:
         return None, api_key
     api_key = key_for(serving, tenant, api_key, decides=decides)
+    if api_key is None and decides and serving.development_keys:
+        fail(
+            f"[red]the raydag at {escape(serving.url)} records no approver's key:[/red] it was started before raydag "
+            "recorded one (raydag down, then raydag up, records it); or give --api-key (or RAYDAG_API_KEY)",
+            EXIT_BAD_INPUT,
+        )
     if api_key is None:
         fail(
             f"[red]a raydag serves {escape(str(home_in(os.environ)))} at {escape(serving.url)} with API keys of "

@@ -188,6 +188,24 @@ def test_a_record_another_user_could_write_is_not_attached_to(home: Path) -> Non
     assert "asking the raydag" not in runs.stderr
 
 
+def test_a_decision_on_a_raydag_that_records_no_approver_key_says_how_to_get_one(home: Path) -> None:
+    process, url = healthz_only(home)
+    try:  # a record as a raydag serve from before approver keys wrote it: development keys, no approver's
+        with recorded(
+            home, Serving(url=url, pid=process.pid, toolsets=None, development_keys={"tenant-demo": "k"})
+        ):
+            refused = command(
+                home, "approvals", "approve", "R", "OP", "--hash", "h", extra=nowhere(), timeout_s=60
+            )
+    finally:
+        process.kill()
+        process.wait()
+
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "records no approver's key" in refused.stderr
+    assert "raydag down, then raydag up" in refused.stderr
+
+
 def healthz_only(home: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A process that answers ``/healthz`` on a free port, as a raydag's API does: what a command checks before
     it attaches (the attaching itself is the test above's)."""
