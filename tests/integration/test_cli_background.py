@@ -189,21 +189,24 @@ def test_a_record_another_user_could_write_is_not_attached_to(home: Path) -> Non
 
 
 def test_a_decision_on_a_raydag_that_records_no_approver_key_says_how_to_get_one(home: Path) -> None:
-    process, url = healthz_only(home)
-    try:  # a record as a raydag serve from before approver keys wrote it: development keys, no approver's
-        with recorded(
-            home, Serving(url=url, pid=process.pid, toolsets=None, development_keys={"tenant-demo": "k"})
-        ):
-            refused = command(
-                home, "approvals", "approve", "R", "OP", "--hash", "h", extra=nowhere(), timeout_s=60
-            )
-    finally:
-        process.kill()
-        process.wait()
+    # A record as a raydag serve from before approver keys wrote it: development keys, no approver's.
+    refused = beside_a_stand_in(home, {"tenant-demo": "k"}, "approvals", "approve", "R", "OP", "--hash", "h")
 
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "records no approver's key" in refused.stderr
     assert "raydag down, then raydag up" in refused.stderr
+
+
+def beside_a_stand_in(home: Path, keys: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``raydag ARGS`` while ``home`` records a raydag that takes the development ``keys`` and is ``/healthz``
+    alone (``healthz_only``)."""
+    process, url = healthz_only(home)
+    try:
+        with recorded(home, Serving(url=url, pid=process.pid, toolsets=None, development_keys=keys)):
+            return command(home, *args, extra=nowhere(), timeout_s=60)
+    finally:
+        process.kill()
+        process.wait()
 
 
 def healthz_only(home: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -232,13 +235,7 @@ def healthz_only(home: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def test_a_raydag_that_takes_keys_of_its_own_is_not_attached_to_without_one(home: Path) -> None:
-    process, url = healthz_only(home)
-    try:
-        with recorded(home, Serving(url=url, pid=process.pid, toolsets=None, development_keys={})):
-            refused = command(home, "run", "C-102", extra=nowhere(), timeout_s=60)
-    finally:
-        process.kill()
-        process.wait()
+    refused = beside_a_stand_in(home, {}, "run", "C-102")
 
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "with API keys of its own" in refused.stderr
