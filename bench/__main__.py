@@ -28,6 +28,7 @@ BENCHMARKS = {
     "waiting": "bench.waiting",
     "cli": "bench.cli_start",
     "long-tasks": "bench.long_tasks",
+    "agents": "bench.agents",
 }
 """Each benchmark's module; imported only when it runs, after ``--smoke`` has chosen its sizes."""
 

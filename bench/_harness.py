@@ -66,10 +66,14 @@ from dag.refs import resolve_pointer
 from dag.tokens import TaskTokens
 from mcp_server.config import ToolServerConfig
 from mcp_server.server import MCP_PATH, ToolServer
+from planner.base import Planner
+from planner.openai_planner import OpenAIPlanner, OpenAISettings
+from planner.registry import MODEL_PLANNER
 from tests.caseops import prepare_caseops_database
 
-LIMITS = Budgets(max_nodes=2_000, max_fanout=2_000, max_parallel=64, deadline_s=600)
-"""The server's limits for benchmark runs: room for the widest DAG (the default ``max_parallel`` is 16)."""
+LIMITS = Budgets(max_nodes=2_000, max_fanout=2_000, max_parallel=64, deadline_s=600, max_replans=20)
+"""The server's limits for benchmark runs: room for the widest DAG (the default ``max_parallel`` is 16) and for
+a model-planned run's rounds (``bench.agents``)."""
 PRINCIPAL = Principal(tenant_id=TENANT, subject="bench", scopes=frozenset({SCOPE}))
 
 
@@ -196,19 +200,28 @@ def _reset_peak_rss() -> None:
 class BenchSupervisor:
     """What ``RunSupervisor`` hosts, with the benchmark's tool catalogue and planner, plus instruments."""
 
-    def __init__(self, dsn: str, mcp_url: str, key: bytes) -> None:
+    def __init__(self, dsn: str, mcp_url: str, key: bytes, model_url: str | None = None) -> None:
         self._dsn = dsn
         self._mcp_url = mcp_url
         self._key = key
+        self._model_url = model_url
         self._services: dict[str, RunService] = {}
         self._reader: Any = None
+
+    def _planners(self) -> dict[str, Planner]:
+        """The join-only planner; with a model endpoint, the model planner (``openai``) over it too."""
+        planners: dict[str, Planner] = {"bench": JoinOnlyPlanner()}
+        if self._model_url is not None:
+            settings = OpenAISettings(api_key="sk-bench", base_url=self._model_url, model="gpt-bench")
+            planners[MODEL_PLANNER] = OpenAIPlanner(settings)
+        return planners
 
     async def _service(self, executor: str) -> RunService:
         if executor not in self._services:
             deps = RunDeps(
                 executor=EXECUTORS[executor](),
                 catalogue=CATALOGUE,
-                planners={"bench": JoinOnlyPlanner()},
+                planners=self._planners(),
                 endpoint=ToolEndpoint(
                     url=self._mcp_url, tokens=TaskTokens(key=self._key, audience=self._mcp_url)
                 ),
@@ -226,7 +239,6 @@ class BenchSupervisor:
     async def run(
         self, plan: dict[str, Any], max_parallel: int | None = None, executor: str = "mcp"
     ) -> RunTimes:
-        service = await self._service(executor)
         budgets = BudgetRequest(max_parallel=max_parallel) if max_parallel else None
         request = RunRequest(
             principal=PRINCIPAL, resource={"case_id": CASE_ID}, planner="bench", plan=plan, budgets=budgets
@@ -235,15 +247,21 @@ class BenchSupervisor:
         rss_before = _proc_status("VmRSS")
         cpu_before = time.process_time()
         started = time.perf_counter()
+        run_id = await self.submit_and_wait(request, executor)
+        e2e_ms = (time.perf_counter() - started) * 1000
+        cpu_s = time.process_time() - cpu_before
+        peak_growth_mb = (_proc_status("VmHWM") - rss_before) / 1024
+        return await self._times(run_id, e2e_ms, cpu_s, peak_growth_mb)
+
+    async def submit_and_wait(self, request: RunRequest, executor: str = "callers") -> str:
+        """Run ``request`` to its end; its id."""
+        service = await self._service(executor)
         submitted = await service.submit(request)
         if submitted.outcome is not Submission.CREATED or submitted.run_id is None:
             raise RuntimeError(f"benchmark run not created: {submitted}")
         if not await service.wait(submitted.run_id, timeout_s=600):
             raise RuntimeError(f"run {submitted.run_id} did not finish in 600 s")
-        e2e_ms = (time.perf_counter() - started) * 1000
-        cpu_s = time.process_time() - cpu_before
-        peak_growth_mb = (_proc_status("VmHWM") - rss_before) / 1024
-        return await self._times(submitted.run_id, e2e_ms, cpu_s, peak_growth_mb)
+        return submitted.run_id
 
     async def _times(self, run_id: str, e2e_ms: float, cpu_s: float, peak_growth_mb: float) -> RunTimes:
         key = uuid.UUID(run_id)
@@ -395,8 +413,9 @@ class _GraphState(TypedDict):
 
 
 @contextmanager
-def bench_runtime() -> Iterator[Bench]:
-    """A fresh database, the tool server process, a local Ray (8 logical CPUs) and the supervisor actor."""
+def bench_runtime(model_url: str | None = None) -> Iterator[Bench]:
+    """A fresh database, the tool server process, a local Ray (8 logical CPUs) and the supervisor actor (with
+    the model planner over ``model_url``, if given)."""
     with ExitStack() as stack:
         dsn = stack.enter_context(fresh_database())
         key = secrets.token_bytes(32)
@@ -406,7 +425,7 @@ def bench_runtime() -> Iterator[Bench]:
         supervisor: Any = (
             ray.remote(BenchSupervisor)
             .options(num_cpus=0, max_concurrency=1000, name="raydag-bench-supervisor")
-            .remote(dsn, mcp_url, key)
+            .remote(dsn, mcp_url, key, model_url)
         )
         stack.callback(ray.kill, supervisor)
         cpu = CpuMeter(dsn.rsplit("/", 1)[1].split("?")[0], tool_server_pid)

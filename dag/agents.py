@@ -43,6 +43,8 @@ class AgentRefusal(StrEnum):
     TOOL_NOT_OFFERED = "AGENT_TOOL_NOT_OFFERED"
     TOO_DEEP = "AGENT_TOO_DEEP"
     NOTHING_LEFT = "AGENT_BUDGET_EXHAUSTED"
+    MODEL_NOT_ALLOWED = "AGENT_MODEL_NOT_ALLOWED"
+    """The node names a model its child's planner may not ask for its tenant (``dag.admission.model_refusal``)."""
 
 
 class AgentRefused(RaydagError):
@@ -52,6 +54,10 @@ class AgentRefused(RaydagError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+    def node_error(self) -> NodeError:
+        """How the agent node fails: its code, of the kind that says who must act."""
+        return NodeError(kind=_ERROR_KIND[self.code], code=self.code.value, message=self.message)
 
 
 def child_tools(offered: Collection[str], asked: Sequence[str] | None) -> frozenset[str]:
@@ -108,6 +114,11 @@ def carve(budgets: Budgets, spent: Spent, asked: BudgetRequest | None, *, plans:
         ceiling = max(left[name], 0) if name in CARVED else getattr(budgets, name)
         value = min(requested.get(name, ceiling), ceiling)
         given[name] = int(value) if isinstance(getattr(budgets, name), int) else float(value)
+    # What it asked for may be nothing: a model child given no tokens or cost would pay its first call, then stop.
+    unaffordable = [name for name in needed if given[name] <= 0]
+    if unaffordable:
+        detail = ", ".join(f"{name} {given[name]:g}" for name in unaffordable)
+        raise AgentRefused(AgentRefusal.NOTHING_LEFT, f"the agent is given nothing to start with: {detail}")
     return Budgets.model_validate(given)
 
 
@@ -155,6 +166,7 @@ _ERROR_KIND = {
     AgentRefusal.TOOL_NOT_OFFERED: ErrorKind.AUTHORIZATION,
     AgentRefusal.TOO_DEEP: ErrorKind.CONTRACT,
     AgentRefusal.NOTHING_LEFT: ErrorKind.CONTRACT,
+    AgentRefusal.MODEL_NOT_ALLOWED: ErrorKind.AUTHORIZATION,
 }
 
 
@@ -182,7 +194,7 @@ def start_agent(
             cost_usd=state.cost_usd,
             active_s=state.active_s(at),
         )
-        budgets = carve(state.budgets, spent, agent.budgets, plans=agent.planner is not None)
+        budgets = carve(state.budgets, spent, agent.budgets, plans=agent.planned)
     except AgentRefused as exc:
-        return NodeError(kind=_ERROR_KIND[exc.code], code=exc.code.value, message=exc.message)
+        return exc.node_error()
     return StartAgent(ready, agent, budgets, tools, depth)

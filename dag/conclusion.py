@@ -91,6 +91,9 @@ def conclude(state: RunState, decision: JoinDecision) -> Conclusion:
 
     Failure is not evidence: while calls of the run have no answer, no verdict may stand — the run stops
     naming what is missing, and keeps no result. A replan of a round that drained may still ask again.
+
+    A loop agent's child run (``RunState.max_steps``) is bounded by its steps in place of ``max_replans``: a
+    replan asked for at its last step stops it ``STEP_LIMIT``.
     """
     problem = unrecordable(decision)
     if problem is not None:
@@ -123,11 +126,15 @@ def conclude(state: RunState, decision: JoinDecision) -> Conclusion:
         case Replan():
             try:
                 state.budgets.check_stale(stale_replans=state.rounds_without_new_evidence())
-                state.budgets.check_replan(replans=state.round)
+                if state.max_steps is None:
+                    state.budgets.check_replan(replans=state.round)
             except BudgetExceeded as exc:
                 return Finish(
                     RunStatus.STOPPED, STOP_REASON_OF_BUDGET[exc.budget], f"{decision.reason}: {exc}"
                 )
+            if state.max_steps is not None and state.round >= state.max_steps:
+                detail = f"the loop took its {state.max_steps} steps without a final answer"
+                return Finish(RunStatus.STOPPED, StopReason.STEP_LIMIT, f"{decision.reason[:500]}: {detail}")
             return NextRound(decision.reason)
         case _:
             assert_never(decision)

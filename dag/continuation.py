@@ -3,8 +3,9 @@
 A continuation is a run of its own over the earlier run's tenant, principal, resource, stage, planner and
 pinned tool definitions; only its goal, an answer and its budgets (within the limits) may be new. It carries
 over, in its ``run_continued`` event, the reads that succeeded in the earlier runs of the chain (reused by
-the fingerprint gate, never called again) and the writes it takes over by id (a succeeded one is never
-executed again, an unknown one is reconciled first). The earlier run's record is not touched.
+the fingerprint gate, never called again), the agent nodes whose child runs completed (their outcome reused,
+no child run started again) and the writes it takes over by id (a succeeded one is never executed again, an
+unknown one is reconciled first). The earlier run's record is not touched.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def continue_refusal(status: RunStatus) -> ContinueRefusal | None:
 
 
 def carried_outputs(state: RunState, is_read: Callable[[str], bool]) -> tuple[CarriedOutput, ...]:
-    """Every read that succeeded in ``state``'s run or in the runs it continues, once per fingerprint (the
+    """Every read that succeeded in ``state``'s run or in the runs it continues, and every agent node whose
+    child run completed (its output names that child and holds its bounded result), once per fingerprint (the
     oldest): what a continuation of it reuses. ``is_read(tool)``: whether the tool only reads (a write's
     outcome is carried by its operation, not by its output)."""
     carried = dict(state.carried)
@@ -58,7 +60,7 @@ def carried_outputs(state: RunState, is_read: Callable[[str], bool]) -> tuple[Ca
             and node.fingerprint is not None
             and node.args is not None
             and node.fingerprint not in carried
-            and is_read(node.tool)
+            and (is_read(node.tool) or node.child_run_id is not None)
         ):
             carried[node.fingerprint] = CarriedOutput(
                 fingerprint=node.fingerprint,

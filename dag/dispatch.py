@@ -188,6 +188,10 @@ def dispatch(
                 ready = resolved
                 agent = state.spec_of(state.nodes[ready.node_id]).agent
                 if agent is not None:
+                    carried = state.carried.get(ready.fingerprint)
+                    if carried is not None:  # its child run completed in a run this one continues
+                        steps.append(ReuseOutput(ready, carried.node_id, carried.run_id))
+                        continue
                     offered = effective_tools(authority, catalogue)
                     moment = at if at is not None else datetime.now(UTC)
                     started = start_agent(state, ready, agent, offered, depth_limit=agent_depth, at=moment)

@@ -87,6 +87,8 @@ class ParentLink(BaseModel):
     node_id: str
     depth: int = Field(ge=1)
     inputs: dict[str, JsonValue] = Field(default_factory=dict)
+    max_steps: int | None = Field(default=None, ge=1)
+    """The child is a loop agent's: its model's rounds (steps), at most this many (``None``: not a loop)."""
 
 
 class RunCreated(_Event):
@@ -365,7 +367,8 @@ class QuestionAnswered(_Event):
 
 
 class CarriedOutput(BaseModel):
-    """A read that succeeded in an earlier run of a continued chain: its output is reused, not called again."""
+    """A read that succeeded in an earlier run of a continued chain, or an agent node whose child run completed
+    there (``tool`` empty; its output names the child run): its output is reused, not called (or run) again."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -54,24 +54,55 @@ GOAL_CAP = 4_000
 """The longest goal an agent node may give its child run, in characters (a run's own goal has the same cap)."""
 
 
+MODEL_NAME_CAP = 200
+"""The longest model name an agent node may ask for, as a run's ``model`` in ``POST /runs``."""
+STEPS_CAP = 64
+"""The most steps any loop agent may be given: each is a round of its model (a proposal and a judgement)."""
+
+
+class AgentLoop(BaseModel):
+    """A bounded model loop: at each step the model sees the goal, the inputs and the observations so far, and
+    proposes the next calls, or answers. A loop still without an answer after ``max_steps`` steps stops
+    (``STEP_LIMIT``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_steps: int = Field(ge=1, le=STEPS_CAP)
+
+
 class AgentSpec(BaseModel):
     """An agent node's body: a child run with its own ``goal``, whose DAG is ``plan`` (given inline, validated
-    like any plan) or is planned by the named ``planner``; ``tools`` narrows the parent's tools (``None``: the
-    parent's own), ``budgets`` asks for budgets carved from what the parent has left (``dag.agents.carve``)."""
+    like any plan), is planned by the named ``planner``, or is a ``loop`` of the deployment's model planner;
+    ``model`` names the model a planned child asks (its tenant's policy decides whether it may); ``tools``
+    narrows the parent's tools (``None``: the parent's own), ``budgets`` asks for budgets carved from what the
+    parent has left (``dag.agents.carve``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     goal: str = Field(min_length=1, max_length=GOAL_CAP)
     plan: Plan | None = None
     planner: str | None = Field(default=None, min_length=1, max_length=64)
+    loop: AgentLoop | None = None
+    model: str | None = Field(default=None, min_length=1, max_length=MODEL_NAME_CAP)
     tools: tuple[str, ...] | None = None
     budgets: BudgetRequest | None = None
 
     @model_validator(mode="after")
     def _one_body(self) -> AgentSpec:
-        if (self.plan is None) == (self.planner is None):
-            raise ValueError("an agent names exactly one of plan (a child DAG given inline) or planner")
+        if sum(body is not None for body in (self.plan, self.planner, self.loop)) != 1:
+            raise ValueError(
+                "an agent names exactly one of plan (a child DAG given inline), planner or loop (a model loop)"
+            )
+        if self.model is not None and self.plan is not None:
+            raise ValueError("an agent with an inline plan asks no model: model goes with planner or loop")
+        if self.loop is not None and self.budgets is not None and self.budgets.max_replans is not None:
+            raise ValueError("a loop agent's rounds are its loop.max_steps: it takes no budgets.max_replans")
         return self
+
+    @property
+    def planned(self) -> bool:
+        """Whether the child's DAG is written by a planner (a model's, for a loop) rather than given inline."""
+        return self.plan is None
 
 
 class PlanNode(BaseModel):

@@ -202,6 +202,12 @@ class RunState:
         return self.parent.depth if self.parent is not None else 0
 
     @property
+    def max_steps(self) -> int | None:
+        """The steps (rounds) a loop agent's child run may take; ``None``: not a loop, ``max_replans`` bounds
+        its rounds."""
+        return self.parent.max_steps if self.parent is not None else None
+
+    @property
     def deadline(self) -> datetime:
         """When the run's own work must have ended: ``deadline_s`` after its start, plus the time it was
         parked (while parked, it has none: nothing is driven)."""

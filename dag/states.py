@@ -121,6 +121,8 @@ class StopReason(StrEnum):
     NODE_BUDGET_EXHAUSTED = "NODE_BUDGET_EXHAUSTED"
     FANOUT_LIMIT = "FANOUT_LIMIT"
     REPLAN_LIMIT = "REPLAN_LIMIT"
+    STEP_LIMIT = "STEP_LIMIT"
+    """A loop agent's model took its ``max_steps`` steps and still asked for another: it gave no final answer."""
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     REPEATED_ACTION_FINGERPRINT = "REPEATED_ACTION_FINGERPRINT"
     NO_NEW_EVIDENCE = "NO_NEW_EVIDENCE"

@@ -52,6 +52,17 @@ class CaseInput(_Input):
     case_id: CaseId
 
 
+class ExportInput(_Input):
+    case_id: CaseId
+    confirm: bool = Field(
+        default=False,
+        description=(
+            "Ask a person to confirm before the bundle is sealed (only a client of the MCP Tasks extension "
+            "of 2026-07-28 can be asked; any other is refused CONFIRMATION_UNAVAILABLE)."
+        ),
+    )
+
+
 class DocumentInput(_Input):
     case_id: CaseId
     document_id: DocumentId
@@ -258,7 +269,7 @@ EXPORT_EVIDENCE = ToolContract(
     ),
     scope=SCOPE_DOCUMENTS,
     risk=Risk.READ_ONLY,
-    input_model=CaseInput,
+    input_model=ExportInput,
     output_model=EvidenceBundle,
     run_bound=RUN_CASE,
     stages=CHECK_STAGES,

@@ -10,9 +10,11 @@ run with the verified claims and the task (``task_store.current_task``) in its c
 
 In the 2026-07-28 era the same tasks are served as the ``io.modelcontextprotocol/tasks`` extension: a
 ``tools/call`` of such a tool from a client that declares the extension in its request's ``_meta`` is answered
-with a task (``resultType: "task"``); ``tasks/get`` inlines the result; ``tasks/cancel`` acknowledges;
-``tasks/update`` acknowledges too (caseops' tasks never ask for input). A client that does not declare it is
-answered at once, as before. ``tasks/result`` and ``tasks/list`` are not of that era.
+with a task (``resultType: "task"``); ``tasks/get`` inlines the result, or the task's question while it is
+``input_required`` (``inputRequests``); ``tasks/update`` takes the answer to it (``inputResponses``) and
+acknowledges; ``tasks/cancel`` acknowledges. Only such a task can ask its client for input (``TaskRun.ask``).
+A client that does not declare it is answered at once, as before. ``tasks/result`` and ``tasks/list`` are not
+of that era.
 """
 
 from __future__ import annotations
@@ -111,14 +113,19 @@ class TaskRequests:
         return {"result": {"task": task_json(row)}}
 
     async def _created(
-        self, store: TaskStore, claims: TaskClaims, params: Mapping[str, Any], ttl: int
+        self,
+        store: TaskStore,
+        claims: TaskClaims,
+        params: Mapping[str, Any],
+        ttl: int,
+        *,
+        can_ask: bool = False,
     ) -> dict[str, Any]:
-        """A new task's row, its work started in this process."""
+        """A new task's row, its work started in this process (``can_ask``: it may ask its client for input)."""
         arguments = params.get("arguments")
         row = await store.create(Owner.of(claims), ttl)
-        work = asyncio.create_task(
-            self._run(self._tools[str(params["name"])], claims, row["task_id"], dict(arguments or {}))
-        )
+        tool = self._tools[str(params["name"])]
+        work = asyncio.create_task(self._run(tool, claims, row["task_id"], dict(arguments or {}), can_ask))
         self._running.add(work)
         work.add_done_callback(self._running.discard)
         return row
@@ -130,25 +137,36 @@ class TaskRequests:
         if method == "tools/call":
             if params.get("name") not in self._tools or not declares_extension(params):
                 return None  # a plain call, or a client without the extension: answered at once
-            created = await self._created(store, claims, params, granted_ttl(None))
+            created = await self._created(store, claims, params, granted_ttl(None), can_ask=True)
             return {"result": {"resultType": "task", **extension_task_json(created)}}
         if method not in EXTENSION_METHODS:
             return None
         task_id, owner = params.get("taskId"), Owner.of(claims)
         if not isinstance(task_id, str):
             return _error(INVALID_PARAMS, "taskId must be a string")
-        row = await (store.cancel(owner, task_id) if method == "tasks/cancel" else store.get(owner, task_id))
+        if method == "tasks/update":
+            responses = params.get("inputResponses")
+            if not isinstance(responses, dict):
+                return _error(INVALID_PARAMS, "inputResponses must be an object")
+            row = await store.answer(owner, task_id, responses)
+        elif method == "tasks/cancel":
+            row = await store.cancel(owner, task_id)
+        else:
+            row = await store.get(owner, task_id)
         if row is None:
             return _error(INVALID_PARAMS, f"task {task_id} not found")
-        if method != "tasks/get":  # cancel and update are acknowledged (caseops' tasks never ask for input)
+        if method != "tasks/get":  # cancel and update are acknowledged with an empty result
             return {"result": {"resultType": "complete"}}
         return {"result": {"resultType": "complete", **extension_task_json(row, with_result=True)}}
 
-    async def _run(self, tool: Tool, claims: TaskClaims, task_id: str, arguments: dict[str, Any]) -> None:
+    async def _run(
+        self, tool: Tool, claims: TaskClaims, task_id: str, arguments: dict[str, Any], can_ask: bool
+    ) -> None:
         """The tool's own call, as a task: its checks, its work by stages, its answer stored with the task."""
         pool = self._backend.live_pool()
         store = TaskStore(pool)
-        current_task.set(TaskRun(pool, claims.tenant_id, task_id))  # this asyncio task's own context
+        # this asyncio task's own context
+        current_task.set(TaskRun(pool, claims.tenant_id, task_id, can_ask=can_ask))
         try:
             answer = await tool.fn(arguments)
             if isinstance(answer, CallToolResult):

@@ -1,14 +1,20 @@
-"""caseops' MCP tasks (the 2025-11-25 form), kept in PostgreSQL: what a task is, who may see it, how it moves.
+"""caseops' MCP tasks (both forms), kept in PostgreSQL: what a task is, who may see it, how it moves.
 
 The server is stateless HTTP and issues no session, so a task cannot live in a session's memory as in the
 reference server: it is a row of ``caseops_tasks``, keyed by a random id and found only with a token of the
 tenant, case and tool that started it (any other token is told the task does not exist, as an unknown id).
 Any replica answers ``tasks/get``, ``tasks/result`` and ``tasks/cancel``; the work itself runs in the replica
 that took the ``tools/call``, which reads the row between stages and stops once it says ``cancelled``.
+
+A task of the 2026-07-28 extension may ask its client for input: the work turns it ``input_required`` with the
+request in the row (``inputRequests`` of ``tasks/get``), and waits until a ``tasks/update`` writes the answer
+there and turns it ``working`` again (``TaskRun.ask``). The 2025-11-25 form delivers a server's request on a
+session's stream, which this sessionless server has none of: its tasks never ask.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import secrets
@@ -78,6 +84,9 @@ def extension_task_json(row: Mapping[str, Any], *, with_result: bool = False) ->
     task["pollIntervalMs"] = task.pop("pollInterval")
     if row["status"] == "failed":
         task["status"] = "completed"
+    asked = row.get("input_requests")
+    if row["status"] == "input_required" and isinstance(asked, str):
+        task["inputRequests"] = json.loads(asked)
     stored = row.get("result")
     if with_result and row["status"] in ("completed", "failed") and isinstance(stored, str):
         task["result"] = tool_result(json.loads(stored), is_error=bool(row["is_error"]))
@@ -98,7 +107,7 @@ def _iso(moment: datetime) -> str:
 
 
 _COLUMNS = """task_id, status, status_message, created_at, updated_at, ttl_ms, poll_interval_ms, result,
-              is_error, stages_done"""
+              is_error, stages_done, input_requests"""
 _LIVE = "created_at + ttl_ms * interval '1 millisecond' > now()"
 
 
@@ -161,14 +170,36 @@ class TaskStore:
         )
         return dict(row) if row is not None else await self.get(owner, task_id)
 
+    async def answer(self, owner: Owner, task_id: str, responses: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Take a ``tasks/update``'s answers: one to the request the task waits on (a caseops task asks one at a
+        time) is written under its key and turns the task ``working`` again, in one update; an answer to any
+        other key is ignored, as the extension says. The task as it was, or ``None`` for one ``owner`` cannot
+        see."""
+        row = await self.get(owner, task_id)
+        asked = row.get("input_requests") if row is not None else None
+        outstanding = json.loads(asked) if isinstance(asked, str) else {}
+        taken = {
+            key: value for key, value in responses.items() if key in outstanding and isinstance(value, dict)
+        }
+        if taken:
+            await self._pool.execute(
+                """UPDATE caseops_tasks SET input_responses = input_responses || $3::jsonb, input_requests = NULL,
+                                            status = 'working', status_message = 'answered', updated_at = now()
+                   WHERE tenant_id = $1 AND task_id = $2 AND status = 'input_required'""",
+                owner.tenant_id,
+                task_id,
+                json.dumps(taken),
+            )
+        return row
+
     async def finish(
         self, tenant_id: str, task_id: str, result: Mapping[str, Any], *, is_error: bool
     ) -> None:
-        """End a task that is still working with the tool's answer; one cancelled or sealed stays as it is."""
+        """End a task that has not ended with the tool's answer; one cancelled or sealed stays as it is."""
         await self._pool.execute(
             """UPDATE caseops_tasks SET status = $3, result = $4, is_error = $5, updated_at = now(),
-                                        status_message = $6
-               WHERE tenant_id = $1 AND task_id = $2 AND status = 'working'""",
+                                        status_message = $6, input_requests = NULL
+               WHERE tenant_id = $1 AND task_id = $2 AND status IN ('working', 'input_required')""",
             tenant_id,
             task_id,
             "failed" if is_error else "completed",
@@ -188,11 +219,14 @@ class TaskStore:
 
 @dataclass(frozen=True)
 class TaskRun:
-    """What a tool's handler sees of the task it runs as: report a stage, seal its effect with the task's end."""
+    """What a tool's handler sees of the task it runs as: report a stage, ask its client, seal its effect with the
+    task's end."""
 
     pool: asyncpg.Pool
     tenant_id: str
     task_id: str
+    can_ask: bool = False
+    """Whether the client can be asked for input (a task of the 2026-07-28 extension)."""
 
     async def stage(self, message: str) -> None:
         """Record the stage the work enters (its ``statusMessage``); ``TaskCancelled`` if it was cancelled."""
@@ -205,6 +239,37 @@ class TaskRun:
         )
         if done is None:
             raise TaskCancelled(self.task_id)
+
+    async def ask(self, key: str, message: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Put ``request`` (a server-to-client request: an elicitation) to the client under ``key`` and wait for
+        its answer: the task is ``input_required`` (``message`` its status) until a ``tasks/update`` answers
+        it. ``TaskCancelled`` if it is cancelled, or expires, first."""
+        assert self.can_ask, "only a task of the 2026-07-28 extension can ask its client"
+        interval_ms = await self.pool.fetchval(
+            """UPDATE caseops_tasks SET status = 'input_required', status_message = $3, input_requests = $4,
+                                        updated_at = now()
+               WHERE tenant_id = $1 AND task_id = $2 AND status = 'working' RETURNING poll_interval_ms""",
+            self.tenant_id,
+            self.task_id,
+            message,
+            json.dumps({key: dict(request)}),
+        )
+        if interval_ms is None:
+            raise TaskCancelled(self.task_id)
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            row = await self.pool.fetchrow(
+                f"""SELECT status, input_responses -> $3::text AS response FROM caseops_tasks
+                    WHERE tenant_id = $1 AND task_id = $2 AND {_LIVE}""",
+                self.tenant_id,
+                self.task_id,
+                key,
+            )
+            if row is None or row["status"] in TERMINAL:
+                raise TaskCancelled(self.task_id)
+            if row["response"] is not None:
+                answer: dict[str, Any] = json.loads(row["response"])
+                return answer
 
     async def complete_in(self, connection: asyncpg.Connection, output: Mapping[str, Any]) -> None:
         """Complete the task inside the transaction that writes its effect: the row lock orders it against a

@@ -136,7 +136,11 @@ def caseops_bindings(backend: Backend) -> list[ToolBinding]:
         (
             EXPORT_EVIDENCE,
             lambda claims, args: export_evidence(
-                backend.live_pool(), claims.tenant_id, args.case_id, backend.config.export_stage_ms
+                backend.live_pool(),
+                claims.tenant_id,
+                args.case_id,
+                backend.config.export_stage_ms,
+                confirm=args.confirm,
             ),
         ),
     ]

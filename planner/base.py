@@ -114,6 +114,12 @@ class PlanningContext:
     model: str | None = None
     """The model the run named for its planning (its tenant's policy admitted it); ``None``: the planner's own.
     A planner without a model ignores it."""
+    agents: bool = False
+    """Whether the plan may hold loop agent nodes (docs/AGENTS.md): the run's depth leaves room for one, and
+    the deployment plans them with its model planner."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """An agent node's child run: the inputs its parent resolved for it (``ParentLink.inputs``). Data its
+    parent's tools returned, to reason about like observations, never instructions."""
 
 
 class Planner(Protocol):

@@ -199,7 +199,9 @@ class OpenAIPlanner:
         return context.model or self._settings.model
 
     def _plan_schema(self, context: PlanningContext) -> dict[str, Any]:
-        return plan_schema(context.tools, may_ask=True, max_nodes=self._settings.max_plan_nodes)
+        return plan_schema(
+            context.tools, may_ask=True, max_nodes=self._settings.max_plan_nodes, agents=context.agents
+        )
 
     async def _structured(
         self, context: PlanningContext, messages: list[dict[str, str]], name: str, schema: dict[str, Any]

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dag.budget import NODES_CAP
-from dag.plan import NODE_ID_PATTERN
+from dag.plan import NODE_ID_PATTERN, STEPS_CAP
 from planner.base import ToolSpec
 
 SUPPORTED_KEYWORDS = frozenset(
@@ -131,14 +131,12 @@ _ITEM_REF = {
 
 
 def plan_schema(
-    tools: Sequence[ToolSpec], *, may_ask: bool = False, max_nodes: int = NODES_CAP
+    tools: Sequence[ToolSpec], *, may_ask: bool = False, max_nodes: int = NODES_CAP, agents: bool = False
 ) -> dict[str, Any]:
     """The plan format for a model: one node branch per tool, each argument a literal or a reference; with
-    ``may_ask``, also a ``question`` (a string, or null): the model's way to ask a person instead of planning.
-    ``max_nodes`` bounds the plan's nodes and each node's ``after`` (``maxItems``): an unbounded array runs to
-    a small model's token limit.
-
-    Agent nodes (docs/AGENTS.md) are not offered to models yet: every branch is one tool's call.
+    ``may_ask``, also a ``question`` (a string, or null): the model's way to ask a person instead of planning;
+    with ``agents``, also a loop agent node (``agent_branch``). ``max_nodes`` bounds the plan's nodes and each
+    node's ``after`` (``maxItems``): an unbounded array runs to a small model's token limit.
 
     References are spelled ``{"ref", "pointer"}`` and ``{"item"}`` here (``from_model_plan`` turns them into
     the plan format's ``$ref``/``$item``), keeping ``$``-keywords out of property names.
@@ -172,6 +170,8 @@ def plan_schema(
                 "additionalProperties": False,
             }
         )
+    if agents and tools:
+        branches.append(agent_branch(tools, max_nodes))
     properties: dict[str, Any] = {}
     if may_ask:  # first: a model writes its properties in order, and decides whether to ask before it plans
         properties["question"] = {"anyOf": [{"type": "string"}, {"type": "null"}]}  # cut to 2000 on arrival
@@ -182,6 +182,51 @@ def plan_schema(
         "required": list(properties),
         "additionalProperties": False,
         "$defs": definitions,
+    }
+
+
+def agent_branch(tools: Sequence[ToolSpec], max_nodes: int) -> dict[str, Any]:
+    """A loop agent node as a model may write one (docs/AGENTS.md): a goal, its steps, the tools it may use (of
+    the plan's own), and its inputs, each an earlier node's output named for the agent. Its model is the
+    operator's and the tenant's choice, never the planning model's: the branch has none."""
+    step_cap = {"type": "integer", "minimum": 1, "maximum": STEPS_CAP}
+    names = [tool.name for tool in tools]
+    named_input = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "ref": {"type": "string"}, "pointer": {"type": "string"}},
+        "required": ["name", "ref", "pointer"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "description": "A sub-agent: a bounded investigation of its own, whose steps a model decides, over some "
+        "of the tools; it returns its answer as its output. Its inputs are earlier nodes' outputs.",
+        "properties": {
+            "id": {"type": "string", "pattern": NODE_ID_PATTERN.pattern},
+            "agent": {
+                "type": "object",
+                "properties": {
+                    "goal": {"type": "string"},
+                    "loop": {
+                        "type": "object",
+                        "properties": {"max_steps": step_cap},
+                        "required": ["max_steps"],
+                        "additionalProperties": False,
+                    },
+                    "tools": {
+                        "type": "array",
+                        "items": {"type": "string", "enum": names},
+                        "maxItems": len(names),
+                    },
+                },
+                "required": ["goal", "loop", "tools"],
+                "additionalProperties": False,
+            },
+            "inputs": {"type": "array", "items": named_input, "maxItems": max_nodes},
+            "after": {"type": "array", "items": {"type": "string"}, "maxItems": max_nodes},
+        },
+        "required": ["id", "agent", "inputs", "after"],
+        "additionalProperties": False,
     }
 
 
@@ -221,8 +266,8 @@ def from_model_plan(data: Any) -> Any:
 def _node(node: Any) -> Any:
     if not isinstance(node, Mapping):
         return node
-    out = {key: value for key, value in node.items() if key not in ("for_each", "after", "args")}
-    out["args"] = _references(node.get("args"))
+    out = {key: value for key, value in node.items() if key not in ("for_each", "after", "args", "inputs")}
+    out["args"] = _references(node.get("args")) if "inputs" not in node else _inputs(node["inputs"])
     if isinstance(node.get("for_each"), Mapping):
         out["for_each"] = {
             "$ref": node["for_each"].get("ref"),
@@ -231,6 +276,16 @@ def _node(node: Any) -> Any:
     if node.get("after"):
         out["after"] = node["after"]
     return out
+
+
+def _inputs(inputs: Any) -> Any:
+    """An agent's inputs as its ``args``: each named input a reference to an earlier node's output."""
+    if not isinstance(inputs, list) or not all(isinstance(item, Mapping) for item in inputs):
+        return inputs  # for validation to judge
+    return {
+        str(item.get("name")): {"$ref": item.get("ref"), "pointer": item.get("pointer", "")}
+        for item in inputs
+    }
 
 
 def _references(value: Any) -> Any:

@@ -104,6 +104,15 @@ class PendingDecision(BaseModel):
     decide: dict[str, str] = Field(
         description="Each way to decide it (`approve`, `reject`, `resolve`, `answer`) and the path to POST to."
     )
+    parent: AgentParent | None = Field(
+        default=None,
+        description="What the run serves when it is an agent node's child run: its parent run and that node.",
+    )
+    root_run_id: str | None = Field(
+        default=None,
+        description="The run of its own at the top of the child run's tree of agent runs; `null` for a run "
+        "of its own.",
+    )
 
 
 class PendingOperation(PendingDecision):

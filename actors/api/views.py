@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from actors.api.schemas import (
+    AgentParent,
     AttemptView,
     ErrorView,
     EventView,
@@ -33,7 +34,7 @@ from actors.api.schemas import (
 )
 from actors.run.approvals import decidable
 from actors.store.database import create_pool
-from actors.store.listing import Pending
+from actors.store.listing import Lineage, Pending
 from actors.store.operations import Operation, Sharer, Transition
 from actors.store.questions import Question
 from actors.store.reviews import Review
@@ -145,8 +146,16 @@ def node_view(
         children=list(node.children) if node.children is not None else None,
         history=[attempt_view(row) for row in history or []],
         task=_task(node.task),
-        child_run_id=node.child_run_id,
+        child_run_id=node.child_run_id or _reused_child(node),
     )
+
+
+def _reused_child(node: NodeState) -> str | None:
+    """The child run an agent node reused from the run its run continues (its output names it)."""
+    if node.reused_from_run is None or node.tool or not isinstance(node.output, Mapping):
+        return None
+    child = node.output.get("run_id")
+    return child if isinstance(child, str) else None
 
 
 def _task(task: Mapping[str, Any] | None) -> TaskView | None:
@@ -285,6 +294,12 @@ def tool_question_view(question: ToolQuestion) -> ToolQuestionView:
     )
 
 
+def _lineage_parent(lineage: Lineage) -> AgentParent | None:
+    if lineage.parent_run_id is None or lineage.parent_node_id is None:
+        return None
+    return AgentParent(run_id=lineage.parent_run_id, node_id=lineage.parent_node_id)
+
+
 def pending_view(pending: Pending, principal: Principal, policy: TenantPolicy) -> PendingItem:
     """A decision that waits for a person, as ``principal`` is shown it: whether it may decide it, and how."""
     row = pending.row
@@ -295,6 +310,8 @@ def pending_view(pending: Pending, principal: Principal, policy: TenantPolicy) -
         "created_at": iso(row.created_at),
         "expires_at": iso(pending.deadline),
         "decidable": decidable(row, principal, policy, pending.sharers),
+        "parent": _lineage_parent(pending.lineage),
+        "root_run_id": pending.lineage.root_run_id,
     }
     match row:
         case Operation():

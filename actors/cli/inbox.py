@@ -14,6 +14,7 @@ import shlex
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -126,6 +127,13 @@ def runs(
             run["run_id"], status_text, escape(_resource(run["resource"])), _when(run["created_at"])
         )
     console.print(table)
+    for run in page["items"]:  # the tree of agent runs, each id whole (a table column would fold them)
+        if run.get("parent"):
+            parent = run["parent"]
+            console.print(
+                f"{run['run_id']} is a child run of {parent['run_id']} (node {escape(parent['node_id'])})",
+                soft_wrap=True,
+            )
     filters = {
         "--status": status,
         "--case-id": case_id,
@@ -211,6 +219,14 @@ def _decision_lines(item: Mapping[str, Any]) -> Iterator[str]:
         yield f"  asks      {escape(item['question'])}"
         commands = [f"raydag questions answer {run_id} {item['number']} --answer TEXT"]
     yield f"  run       {run_id} ({escape(_resource(item['resource']))}), asked by {escape(item['requested_by'])}"
+    parent = item.get("parent")
+    if parent:  # a child run's decision: what it serves
+        root = (
+            f", under run {item['root_run_id']}"
+            if item.get("root_run_id") not in (None, parent["run_id"])
+            else ""
+        )
+        yield f"  serves    run {parent['run_id']}, its agent node {escape(parent['node_id'])}{root}"
     if not item["decidable"]:
         yield "  [yellow]not yours to decide[/yellow] (your key lacks the scope, or you asked for the run)"
         return
@@ -218,29 +234,56 @@ def _decision_lines(item: Mapping[str, Any]) -> Iterator[str]:
         yield f"  [green]$[/green] {escape(command)}"
 
 
+@dataclass
+class _Followed:
+    """A run ``watch`` follows: the watched run, or a child run of one of its agent nodes (``path``: the agent
+    nodes from the watched run down to it, whose lines it is printed under, indented)."""
+
+    run_id: str
+    path: tuple[str, ...] = ()
+    seen: int = 0
+    ended: bool = False
+
+    @property
+    def prefix(self) -> str:
+        return escape(f"{'    ' * len(self.path)}[{'/'.join(self.path)}] ") if self.path else ""
+
+
 def watch(
     run_id: Annotated[str, typer.Argument(help="The run to follow.")],
     url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
-    """Follow a run until it ends: each node's dispatch and outcome, and what it waits for while it waits.
-    Exits as ``raydag run`` does: 0 completed, 3 needs a person, 1 otherwise."""
-    seen, shown = 0, set[str]()
+    """Follow a run until it ends: each node's dispatch and outcome, and what it waits for while it waits; an
+    agent node's child run is followed too, its lines nested under the node, to any depth. Exits as ``raydag
+    run`` does: 0 completed, 3 needs a person, 1 otherwise."""
+    followed, shown = [_Followed(run_id)], set[str]()
     while True:
-        events = api_request("GET", url, f"/runs/{run_id}/events?after={seen}", api_key)
-        for event in events:
-            seen = event["seq"]
-            line = _event_line(event)
-            if line:
-                console.print(f"{_when(event['recorded_at'])[11:]}  {line}", soft_wrap=True)
-            if event["kind"] in {"run_waiting", "run_parked"}:
-                _print_waits(run_id, url, api_key, shown)
-        if events and events[-1]["kind"] == "run_finished":
-            raise typer.Exit(status_exit_code(events[-1]["status"]))
+        ended: str | None = None
+        for run in followed:  # a child named here is followed in the same pass
+            if run.ended:
+                continue
+            events = api_request("GET", url, f"/runs/{run.run_id}/events?after={run.seen}", api_key)
+            for event in events:
+                run.seen = event["seq"]
+                line = _event_line(event)
+                if line:
+                    console.print(f"{_when(event['recorded_at'])[11:]}  {run.prefix}{line}", soft_wrap=True)
+                if event["kind"] == "agent_started":
+                    followed.append(_Followed(event["child_run_id"], (*run.path, event["node_id"])))
+                if event["kind"] in {"run_waiting", "run_parked"}:
+                    _print_waits(run.run_id, url, api_key, shown, run.prefix)
+                if event["kind"] == "run_finished":
+                    run.ended = True
+                    ended = event["status"] if not run.path else ended
+        if ended is not None:
+            raise typer.Exit(status_exit_code(ended))
         time.sleep(WATCH_EVERY_S)
 
 
-def _print_waits(run_id: str, url: str | None, api_key: str | None, shown: set[str]) -> None:
+def _print_waits(
+    run_id: str, url: str | None, api_key: str | None, shown: set[str], prefix: str = ""
+) -> None:
     """What the run waits for now, each named once while the watch lasts."""
     run = api_request("GET", url, f"/runs/{run_id}", api_key)
     for item in run.get("waiting_for") or ():
@@ -250,7 +293,7 @@ def _print_waits(run_id: str, url: str | None, api_key: str | None, shown: set[s
         shown.add(what)
         deadline = f", decide by {_when(item['expires_at'])}" if item["expires_at"] else ""
         console.print(
-            f"          waits for {escape(what)}{deadline} (see `raydag inbox --run {run_id}`)",
+            f"          {prefix}waits for {escape(what)}{deadline} (see `raydag inbox --run {run_id}`)",
             soft_wrap=True,
         )
 
@@ -265,7 +308,8 @@ def _event_line(event: Mapping[str, Any]) -> str | None:
         return f"plan accepted: {len(event.get('plan', {}).get('nodes', []))} nodes"
     if kind == "node_dispatched":
         attempt = event.get("attempt", 1)
-        return f"{node}  {event['tool']} started" + (f" (attempt {attempt})" if attempt > 1 else "")
+        what = event["tool"] or "agent"  # an agent node calls no tool: its child run follows
+        return f"{node}  {what} started" + (f" (attempt {attempt})" if attempt > 1 else "")
     if kind == "node_succeeded":
         return f"{node}  succeeded"
     if kind == "node_failed":
@@ -287,6 +331,10 @@ def _event_line(event: Mapping[str, Any]) -> str | None:
         return f"{node}  retry scheduled"
     if kind == "node_reused":
         return f"{node}  reused from the run it continues"
+    if kind == "agent_started":
+        return f"{node}  agent: child run {event['child_run_id']} (followed below)"
+    if kind == "agent_ended":
+        return f"{node}  child run {event['child_run_id']} ended {event['status']}"
     if kind == "run_waiting":
         return f"[yellow]waiting for a person[/yellow]: {escape(event.get('reason', ''))}"
     if kind == "plan_review_requested":

@@ -79,6 +79,14 @@ def report_lines(report: dict[str, Any]) -> Iterator[str]:
         yield escape(json.dumps(run["result"], ensure_ascii=False, indent=2))
 
 
+def agent_body(agent: Mapping[str, Any]) -> str:
+    """What an agent node runs (its stored ``AgentSpec``), in a few words: a model loop, a named planner's plan,
+    or a plan of its own."""
+    if agent.get("loop") is not None:
+        return f"a model loop of at most {agent['loop']['max_steps']} steps"
+    return str(agent.get("planner") or "its own plan")
+
+
 def _plan_row(node: Mapping[str, Any]) -> tuple[str, str, str]:
     """A stored plan node (validated when it was accepted: ``Plan.as_json``) as the plan table's row: its id,
     what it calls, and the nodes it waits for in the order ``PlanNode.dependencies`` gives them."""
@@ -91,7 +99,7 @@ def _plan_row(node: Mapping[str, Any]) -> tuple[str, str, str]:
             waits[reference.node] = None
     waits.update(dict.fromkeys(node.get("after") or ()))
     agent = node.get("agent")
-    what = node.get("tool", "") if agent is None else f"agent: {agent.get('planner') or 'its own plan'}"
+    what = node.get("tool", "") if agent is None else f"agent: {agent_body(agent)}"
     fan = f" (for each of {for_each['$ref']}{for_each.get('pointer', '')})" if for_each else ""
     return node["id"], what + fan, ", ".join(waits) or "—"
 

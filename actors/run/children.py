@@ -20,7 +20,7 @@ from actors.run.intake import Intake, NewRun
 from actors.run.recorder import now
 from actors.run.submission import Cancellation, Submission, SubmitResult
 from actors.store.runs import RunStore
-from dag.agents import StartAgent, bounded_result
+from dag.agents import AgentRefusal, AgentRefused, StartAgent, bounded_result
 from dag.events import AgentEnded, ErrorKind, NodeError, ParentLink
 from dag.run_state import RunState, fold
 from dag.states import RunStatus
@@ -136,7 +136,14 @@ class ChildRuns:
         """Admit and create the child run; the node's error if it may not start."""
         if isinstance(start, NodeError):
             return start
-        link = ParentLink(run_id=parent.run_id, node_id=node_id, depth=start.depth, inputs=start.ready.args)
+        loop = start.agent.loop
+        link = ParentLink(
+            run_id=parent.run_id,
+            node_id=node_id,
+            depth=start.depth,
+            inputs=start.ready.args,
+            max_steps=loop.max_steps if loop is not None else None,
+        )
         admitted = await self._intake.new_child(parent, child_run_id, link, start, trace)
         if isinstance(admitted, SubmitResult):
             return _refusal(admitted)
@@ -153,6 +160,7 @@ class ChildRuns:
 def _refusal(result: SubmitResult) -> NodeError:
     refusal = result.refusal()
     detail = f"{refusal.problem}: {refusal.detail}" if refusal is not None else result.outcome.value
-    return NodeError(
-        kind=ErrorKind.CONTRACT, code=AGENT_REFUSED, message=f"the child run was refused: {detail}"[:1000]
-    )
+    message = f"the child run was refused: {detail}"[:1000]
+    if result.outcome is Submission.MODEL_NOT_ALLOWED:  # refused before any model was asked
+        return AgentRefused(AgentRefusal.MODEL_NOT_ALLOWED, message).node_error()
+    return NodeError(kind=ErrorKind.CONTRACT, code=AGENT_REFUSED, message=message)

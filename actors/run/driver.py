@@ -59,6 +59,7 @@ from planner.base import (
     ToolSpec,
     Uncalled,
 )
+from planner.registry import MODEL_PLANNER
 from planner.stream import MalformedStream
 
 log = logging.getLogger(__name__)
@@ -514,6 +515,8 @@ class RunDriver:
             uncalled=uncalled(state),
             answers=state.answers,
             model=state.model,
+            agents=(self._deps.agent_levels(state.depth) or 0) >= 1 and MODEL_PLANNER in self._deps.planners,
+            inputs=state.parent.inputs if state.parent is not None else {},
         )
 
 

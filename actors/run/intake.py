@@ -27,6 +27,7 @@ from dag.plan import Plan
 from dag.policy import Principal, TenantPolicy
 from dag.run_state import RunState
 from planner.base import default_model, required_tools
+from planner.registry import MODEL_PLANNER
 
 if TYPE_CHECKING:
     from actors.calls.call import ToolOutcome
@@ -174,17 +175,19 @@ class Intake:
     ) -> NewRun | SubmitResult:
         """An agent node's child run admitted as any run is (``admit``, ``check_resource``): with its parent's
         principal, tenant, resource and stage, never anything of the model's; its tools the node's narrowed
-        ones, its budgets those carved for it, its id the one its parent recorded. Or the refusal."""
+        ones, its budgets those carved for it, its id the one its parent recorded; a loop planned by the
+        deployment's model planner, with the node's model if it names one (its tenant's policy decides). Or
+        the refusal."""
         agent = start.agent
         admitted = await self._admitted(
             parent.principal,
             _Asked(
-                planner=agent.planner,
+                planner=MODEL_PLANNER if agent.loop is not None else agent.planner,
                 plan=agent.plan.to_json() if agent.plan is not None else None,
                 resource=parent.resource,
                 budgets=BudgetRequest.model_validate(start.budgets.model_dump()),
                 stage=parent.stage,
-                model=None,
+                model=agent.model,
                 goal=agent.goal,
                 review=False,
                 trace=trace,

@@ -113,12 +113,12 @@ class Operate:
         call: CallTool,
         waiting: Waiting,
         follow: FollowTask | None = None,
-        handover: asyncio.Event | None = None,
+        let_go: asyncio.Event | None = None,
     ) -> ToolOutcome:
         """The write node's outcome, once its operation has one. ``follow`` follows a task its call started
-        (a tool that runs as an MCP task): without it, such a call's outcome is unknown. ``handover`` is set
-        when the supervisor hands the run over: a write whose task is on its row is then left executing, for
-        the supervisor that resumes the run to follow."""
+        (a tool that runs as an MCP task): without it, such a call's outcome is unknown. ``let_go`` is set
+        when the run goes on elsewhere (the supervisor hands it over, or lost its lease): a write whose task is
+        on its row is then left executing, for the run's owner to follow."""
         spec = contract.operation
         assert spec is not None, "only a write tool with an operation declared is driven here"
         started = now()
@@ -160,7 +160,7 @@ class Operate:
                         moved = await self._await_decision(row, run_id)
                     case OperationState.APPROVED:
                         waiting(op_id, None)
-                        moved = await self._execute(row, spec, call, follow, handover)
+                        moved = await self._execute(row, spec, call, follow, let_go)
                     case OperationState.EXECUTING if row.task is not None and follow is not None:
                         moved = await self._settle_by_task(row, follow)  # its task says how it ends
                     case OperationState.EXECUTING:  # found executing, by a caller that is not this one
@@ -262,7 +262,7 @@ class Operate:
         spec: OperationSpec,
         call: CallTool,
         follow: FollowTask | None,
-        handover: asyncio.Event | None = None,
+        let_go: asyncio.Event | None = None,
     ) -> Operation | None:
         """Claim the one execution right, call the tool once, and record what its outcome means (a call that
         runs as a task: once the task ended, its handle recorded on the row before it is followed)."""
@@ -281,7 +281,7 @@ class Operate:
             if outcome.task is not None and follow is not None:
                 outcome = await self._followed(row.operation_id, outcome.task, outcome, follow)
         except asyncio.CancelledError:  # the run stopped with the write out: nobody can say what it did
-            await asyncio.shield(self._abandoned(row.operation_id, handover))
+            await asyncio.shield(self._abandoned(row.operation_id, let_go))
             raise
         target = outcome_state(outcome.error)
         note = None if outcome.error is None else f"{outcome.error.code}: {outcome.error.message}"[:500]
@@ -317,11 +317,11 @@ class Operate:
                 return outcome
             outcome = await follow(task, after_s)
 
-    async def _abandoned(self, op_id: str, handover: asyncio.Event | None) -> None:
-        """The write's caller was cut short: its outcome is unknown, unless the run is being handed over and
-        the write runs as a task already on its row (the task is its receipt, and the supervisor that resumes
-        the run follows it)."""
-        if handover is not None and handover.is_set():
+    async def _abandoned(self, op_id: str, let_go: asyncio.Event | None) -> None:
+        """The write's caller was cut short: its outcome is unknown, unless the run goes on elsewhere (handed
+        over, its lease lost) and the write runs as a task already on its row (the task is its receipt, and the
+        run's owner follows it)."""
+        if let_go is not None and let_go.is_set():
             current = await self.store.get(op_id)
             if current is not None and current.task is not None:
                 return

@@ -31,13 +31,13 @@ class PendingWrites:
     them whether it may park, what to expire when it stops, and whether a write's wait stopped it."""
 
     def __init__(
-        self, run: RunRecorder, operate: Operate | None, handover: asyncio.Event | None = None
+        self, run: RunRecorder, operate: Operate | None, let_go: asyncio.Event | None = None
     ) -> None:
         """``operate`` drives a write node through its operation's row (``None``: no ledger, so no write is
-        called); ``handover`` is set when the supervisor hands the run over."""
+        called); ``let_go`` is set when the round lets the run go on elsewhere (a handover, a lost lease)."""
         self._run = run
         self._operate = operate
-        self._handover = handover
+        self._let_go = let_go
         self._waiting: dict[str, Wait] = {}
         """Operations of this round waiting, and on what (``actors.run.operate``)."""
         self._waiting_nodes: dict[str, str] = {}
@@ -84,7 +84,7 @@ class PendingWrites:
             call=call,
             waiting=lambda operation_id, wait: self._waits(node_id, operation_id, wait),
             follow=follow,
-            handover=self._handover,
+            let_go=self._let_go,
         )
 
     def take_up(self, node_id: str) -> None:

@@ -22,12 +22,13 @@ from opentelemetry.trace import Status, StatusCode
 from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.children import ChildRuns
-from actors.run.context import HandedOver, Interruption
+from actors.run.context import HandedOver, Interruption, Parked
 from actors.run.deps import RunDeps
 from actors.run.operate import CallTool, Operate
 from actors.run.pending_writes import PendingWrites
 from actors.run.recorder import RunRecorder, now
 from actors.run.tool_questions import ToolQuestionGate
+from actors.store.ownership import LeaseLost
 from dag.agents import StartAgent, start_agent
 from dag.contracts import ToolContract
 from dag.dispatch import (
@@ -104,7 +105,12 @@ class RoundExecution:
         """What each agent node's child run spent, recorded with the node's outcome."""
         self._deps = deps
         self._handover = handover if handover is not None else asyncio.Event()
-        self._writes = PendingWrites(run, operate, self._handover)
+        self._let_go = asyncio.Event()
+        """Set once the round stops driving the run while the run goes on elsewhere: the supervisor hands it
+        over, or another took its lease (its driver cancelled, or an append refused). The tasks it follows,
+        their questions, its writes' tasks and its child runs are then let go as recorded, for the run's owner
+        to take up; only the run's own stop (an ``Interruption``: cancelled, its deadline) stops them."""
+        self._writes = PendingWrites(run, operate, self._let_go)
         """The round's writes that have not ended: the run's status, parking and expiry follow them."""
         self._plan_changed = plan_changed
         self._cancel = cancel
@@ -114,10 +120,11 @@ class RoundExecution:
         """The span of each node's attempt in flight, ended when its outcome is recorded."""
         self._questions = questions
         self._asking: set[str] = set()
-        """Nodes whose task's question waits for a person: a handover leaves them waiting, as a write's."""
+        """Nodes whose task's question waits for a person: letting the run go leaves them waiting, as a
+        write's."""
         self._following: set[str] = set()
-        """Nodes whose task is being followed (a read's, or a write's through its operation): a handover lets
-        them go, and never stops their task."""
+        """Nodes whose task is being followed (a read's, or a write's through its operation): letting the run
+        go lets them go, and never stops their task."""
         self._sent: dict[str, ToolCall] = {}
         """The call of each read node in flight: a task it started is followed with it."""
         self._followed_with: dict[str, ToolCall] = {}
@@ -172,6 +179,7 @@ class RoundExecution:
                     await self._writes.expire(None)
                     return Interruption(StopReason.CANCELLED, "the run was cancelled")
                 if self._handover.is_set():
+                    self._let_go.set()
                     await self._record_landed()
                     await self._land_in_flight()
                     await self._run.flush()
@@ -234,6 +242,9 @@ class RoundExecution:
                 held = self._run.staged_for()
                 if held is not None and held >= HELD_AT_MOST_S:
                     await self._run.flush()
+        except (asyncio.CancelledError, LeaseLost, HandedOver, Parked):
+            self._let_go.set()  # the run goes on elsewhere (or later), and so does what it waits on
+            raise
         finally:
             cancelled.cancel()
             handover.cancel()
@@ -284,6 +295,7 @@ class RoundExecution:
     async def _park(self) -> None:
         """Let the waits go and park the run (``RunParked``): it holds nothing while people decide, and is
         woken by a decision or its first wait's deadline. Raises ``Parked``."""
+        self._let_go.set()
         self._writes.let_go()
         tasks = list(self._calls)
         for task in tasks:
@@ -368,15 +380,15 @@ class RoundExecution:
 
     async def _followed(self, call: ToolCall, contract: ToolContract, after_s: float = 0.0) -> ToolOutcome:
         """One exchange following ``call``'s task, after ``after_s`` (its last follower died). Cancelled
-        because the run stops, the follower asks the server to stop the task; cancelled by a handover, it is
-        let go quietly (its handle is recorded, and the supervisor that resumes the run follows the same
-        task)."""
+        because the run stops, the follower asks the server to stop the task; cancelled as the run is let go
+        (a handover, a lost lease), it is let go quietly (its handle is recorded, and the run's owner follows
+        the same task)."""
         self._following.add(call.node_id)
         exchange = asyncio.ensure_future(self._follow_after(after_s, call, contract))
         try:
             return await asyncio.shield(exchange)
         except asyncio.CancelledError:
-            if not self._handover.is_set():
+            if not self._let_go.is_set():
                 exchange.cancel()
             raise
         finally:
@@ -397,13 +409,14 @@ class RoundExecution:
 
     async def _follow_after(self, after_s: float, call: ToolCall, contract: ToolContract) -> ToolOutcome:
         """Follow ``call``'s task once ``after_s`` has passed (its follower's caller restarts meanwhile);
-        stopped before then, the server is still asked to stop the task."""
+        stopped before then by the run's stop, the server is still asked to stop the task."""
         if after_s > 0:
             try:
                 await asyncio.sleep(after_s)
             except asyncio.CancelledError:
                 self._followed_with.pop(call.node_id, None)
-                await self._guarded(self._fresh(replace(call, stop=True), contract), contract)
+                if not self._let_go.is_set():
+                    await self._guarded(self._fresh(replace(call, stop=True), contract), contract)
                 raise
         self._followed_with.pop(call.node_id, None)  # handed to the executor: stopped by it if cancelled now
         return await self._guarded(self._fresh(call, contract), contract)
@@ -430,7 +443,7 @@ class RoundExecution:
             return await follow(call.task, {"action": "decline"})
         self._asking.add(call.node_id)
         try:
-            return await self._questions.settle(self._run, call, follow, handover=self._handover)
+            return await self._questions.settle(self._run, call, follow, let_go=self._let_go)
         finally:
             self._asking.discard(call.node_id)
 
@@ -499,8 +512,11 @@ class RoundExecution:
                             source_run_id=step.source_run_id,
                         )
                     )
-                    if step.source_run_id is not None:  # an earlier run's output: this run sees it only now
-                        self._observe(state.carried[ready.fingerprint].output)
+                    carried = state.carried.get(ready.fingerprint) if step.source_run_id is not None else None
+                    if (
+                        carried is not None and carried.tool
+                    ):  # an earlier run's read: this run sees it only now
+                        self._observe(carried.output)  # (a child run's result is data, never observed)
                 case Call():
                     events.append(_dispatched(step, at))
                     calls.append((self._call_for(state, step), deps.catalogue[step.tool], step))
@@ -572,8 +588,8 @@ class RoundExecution:
         self, node_id: str, child_run_id: str, start: StartAgent | NodeError, trace: Mapping[str, str]
     ) -> ToolOutcome:
         """The agent node's outcome: its child run's bounded result, or its failure. Cancelled because the
-        parent stops, it cancels its child; cancelled by a handover, it lets the child go on (the supervisor
-        that resumes the parent attaches to it)."""
+        parent stops, it cancels its child; cancelled as the parent is let go (a handover, a lost lease), it
+        lets the child go on (the supervisor that resumes the parent attaches to it)."""
         if self._children is None:
             error = NodeError(
                 kind=ErrorKind.CONTRACT,
@@ -585,7 +601,7 @@ class RoundExecution:
         try:
             end = await children.run(self._run.state, node_id, child_run_id, start, trace=dict(trace))
         except asyncio.CancelledError:
-            if not self._handover.is_set():
+            if not self._let_go.is_set():
                 children.cancel_soon(child_run_id)
             raise
         if end.ended is not None:

@@ -52,13 +52,14 @@ class ToolQuestionGate:
         self._decisions = decisions
 
     async def settle(
-        self, run: RunRecorder, call: ToolCall, follow: Follow, *, handover: asyncio.Event
+        self, run: RunRecorder, call: ToolCall, follow: Follow, *, let_go: asyncio.Event
     ) -> ToolOutcome:
         """The outcome of following ``call``'s task on once a person decided its question (or it expired, or
         the server withdrew it): a pending outcome with the task's new handle, or the task's result.
 
-        Cancelled, the question is abandoned (expired, ``cancel`` sent, the task stopped), unless ``handover``
-        is set: then it stays as it is, and the supervisor that resumes the run waits on it."""
+        Cancelled, the question is abandoned (expired, ``cancel`` sent, the task stopped), unless ``let_go`` is
+        set (the run goes on elsewhere: handed over, or its lease lost): then it stays as it is, and the run's
+        owner waits on it."""
         task = call.task
         assert task is not None, "only a task's question is settled here"
         asked = task.question
@@ -97,14 +98,14 @@ class ToolQuestionGate:
                         async with asyncio.timeout(max(0.0, min(ASK_SERVER_EVERY_S, left_s))):
                             await woken.wait()
                     if not woken.is_set() and now() < question.expires_at:
-                        # shielded: a follow cut short stops the task, and a handover must not
+                        # shielded: a follow cut short stops the task, and letting the run go must not
                         outcome = await asyncio.shield(follow(task, None))
                         if not _still_asks(outcome, task):
                             await self._decided(question, ToolQuestionState.WITHDRAWN)
                             return outcome
                     question = await self._read(question)
         except asyncio.CancelledError:
-            if not handover.is_set():
+            if not let_go.is_set():
                 self._abandon(question, task, follow)
             raise
         return await follow(task, reply_of(question.state, question.content))

@@ -57,6 +57,16 @@ class PendingKey:
 
 
 @dataclass(frozen=True)
+class Lineage:
+    """Where a run sits among agent runs: the agent node it is the child run of (``None``: a run of its own),
+    and the run of its own at the top of its tree (``None`` too for a run of its own)."""
+
+    parent_run_id: str | None
+    parent_node_id: str | None
+    root_run_id: str | None
+
+
+@dataclass(frozen=True)
 class Pending:
     """A decision that waits for a person: the row (an operation awaiting approval or whose outcome is
     unknown, a plan awaiting review, a planner's or a tool's question awaiting its answer) and its run's
@@ -70,6 +80,8 @@ class Pending:
     deadline: datetime | None
     """By when it must be decided: none for an unknown outcome, which a person may resolve at any time."""
     key: str
+    lineage: Lineage
+    """Whom the decision's run serves, when it is an agent node's child run."""
 
     @property
     def position(self) -> PendingKey:
@@ -117,28 +129,39 @@ class _Where:
         return " AND ".join(self._conditions) or "true"
 
 
+def _lineage(run_id: str) -> str:
+    """The columns naming the parent (run and node) and the root of the run ``run_id`` names (a column)."""
+    return f"""(SELECT x.parent_run_id FROM runs x WHERE x.run_id = {run_id}) AS lineage_parent_run_id,
+        (SELECT x.parent_node_id FROM runs x WHERE x.run_id = {run_id}) AS lineage_parent_node_id,
+        (WITH RECURSIVE up(run_id, parent_run_id) AS (
+             SELECT x.run_id, x.parent_run_id FROM runs x WHERE x.run_id = {run_id}
+             UNION ALL SELECT x.run_id, x.parent_run_id FROM runs x JOIN up ON x.run_id = up.parent_run_id)
+         SELECT up.run_id FROM up WHERE up.parent_run_id IS NULL AND up.run_id <> {run_id})
+        AS lineage_root_run_id"""
+
+
 _PENDING: Mapping[str, str] = {
-    "operation": """
-        SELECT o.*, r.resource AS run_resource, 'o:' || o.operation_id::text AS key,
+    "operation": f"""
+        SELECT o.*, r.resource AS run_resource, 'o:' || o.operation_id::text AS key, {_lineage("o.run_id")},
                ARRAY(SELECT s.subject FROM operation_runs s WHERE s.operation_id = o.operation_id) AS sharers,
                CASE WHEN o.state = 'unknown' THEN NULL ELSE o.expires_at END AS deadline
         FROM operations o JOIN operation_runs s ON s.operation_id = o.operation_id JOIN runs r ON r.run_id = s.run_id
         WHERE o.tenant_id = r.tenant_id AND (o.state = 'unknown' OR (o.state = 'awaiting_approval'
               AND r.finished_at IS NULL AND s.left_at IS NULL AND (o.expires_at IS NULL OR o.expires_at > now())))""",
-    "review": """
-        SELECT p.*, r.resource AS run_resource, p.expires_at AS deadline,
+    "review": f"""
+        SELECT p.*, r.resource AS run_resource, {_lineage("p.run_id")}, p.expires_at AS deadline,
                'r:' || p.run_id::text || ':' || lpad(p.round::text, 10, '0') || ':' || p.plan_hash AS key
         FROM plan_reviews p JOIN runs r ON r.run_id = p.run_id
         WHERE p.tenant_id = r.tenant_id AND p.state = 'awaiting' AND p.expires_at > now()
               AND r.finished_at IS NULL""",
-    "question": """
-        SELECT q.*, r.resource AS run_resource, q.expires_at AS deadline,
+    "question": f"""
+        SELECT q.*, r.resource AS run_resource, {_lineage("q.run_id")}, q.expires_at AS deadline,
                'q:' || q.run_id::text || ':' || lpad(q.number::text, 10, '0') AS key
         FROM questions q JOIN runs r ON r.run_id = q.run_id
         WHERE q.tenant_id = r.tenant_id AND q.state = 'awaiting' AND q.expires_at > now()
               AND r.finished_at IS NULL""",
-    "tool_question": """
-        SELECT t.*, r.resource AS run_resource, t.expires_at AS deadline,
+    "tool_question": f"""
+        SELECT t.*, r.resource AS run_resource, {_lineage("t.run_id")}, t.expires_at AS deadline,
                't:' || t.run_id::text || ':' || t.question_id::text AS key
         FROM tool_questions t JOIN runs r ON r.run_id = t.run_id
         WHERE t.tenant_id = r.tenant_id AND t.state = 'awaiting' AND t.expires_at > now()
@@ -227,6 +250,11 @@ class Listing:
                     sharers=frozenset(row.get("sharers") or ()),
                     deadline=row["deadline"],
                     key=row["key"],
+                    lineage=Lineage(
+                        _id_or_none(row["lineage_parent_run_id"]),
+                        row["lineage_parent_node_id"],
+                        _id_or_none(row["lineage_root_run_id"]),
+                    ),
                 ),
             )
         return list(found.values())
@@ -239,3 +267,7 @@ class Listing:
             what=what,
         )
         return rows
+
+
+def _id_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -46,6 +46,7 @@ from mcp_server.server import MCP_PATH, ToolServer
 from tests.caseops import prepare_caseops_database
 from tests.conftest import REPO, TEST_HOME
 from tests.loopback import free_port, wait_until_ok
+from tests.mock_openai import MockModel
 
 DEMO_KEY = "dev-key-tenant-demo"
 OTHER_KEY = "dev-key-tenant-other"
@@ -198,6 +199,14 @@ def supervisor_for(
         **{"toolsets": shipped_toolsets(tool_server.url), **config},
     )
     return get_or_create_supervisor(settings, name=name, detached=False)
+
+
+@pytest.fixture
+def model() -> Iterator[MockModel]:
+    """The mock Responses endpoint on a free loopback port, scripted by the test."""
+    mock = MockModel().start()
+    yield mock
+    mock.stop()
 
 
 @pytest.fixture

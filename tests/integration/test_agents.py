@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.api.views import load_state
-from actors.run.submission import Cancellation, RunRequest, Submission
+from actors.api.views import load_state, node_view
+from actors.run.submission import Cancellation, ContinueRequest, RunRequest, Submission
 from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
 from dag.policy import Principal
-from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
+from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
 from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
 from tests.planners import INJECTION
 
@@ -26,6 +26,7 @@ NO_DOCUMENTS = Principal("tenant-demo", "limited", frozenset({SCOPE_CASES, SCOPE
 CASE = "caseops_get_case_snapshot"
 POLICY = "caseops_get_policy_requirements"
 DOCUMENTS = "caseops_list_unclassified_documents"
+RESOLVE = "caseops_resolve_document_alias"
 CASE_ID = "C-102"
 LATENCY_MS = 600
 
@@ -302,6 +303,54 @@ async def test_a_supervisor_killed_mid_child_resumes_with_the_same_child_and_rep
     for node_id in succeeded_before:
         assert calls[node_id] == 1, calls
     assert set(calls) == {"case", "policy", "docs"}
+
+
+async def test_a_continued_parent_reuses_the_child_run_that_completed_and_calls_none_of_its_tools_again(
+    supervisor: Any, tool_server: RunningToolServer, store: RunStore
+) -> None:
+    # The parent stops on its node budget after its agent node's child completed: its three nodes and the
+    # child's one fit in four, the documents its last node resolves do not.
+    resolve = {
+        "id": "resolve",
+        "tool": RESOLVE,
+        "for_each": {"$ref": "docs", "pointer": "/documents"},
+        "args": {"case_id": CASE_ID, "document_id": {"$item": "/document_id"}},
+    }
+    plan = {
+        "nodes": [
+            agent("research", "read the policy", read("policy", POLICY)),
+            read("docs", DOCUMENTS, after=["research"]),
+            resolve,
+        ]
+    }
+    first = await submitted_run(supervisor, plan, budgets=BudgetRequest(max_nodes=4))
+    await until(store, first, finished)
+    stopped = await row(store, first)
+    assert (stopped["status"], stopped["stop_reason"]) == ("stopped", "NODE_BUDGET_EXHAUSTED"), stopped[
+        "detail"
+    ]
+    [child_id] = [str(child) for child in stopped["children"]]
+    policy_calls = tool_server.server.calls.get(POLICY, 0)
+
+    continued = await supervisor.continue_run.remote(
+        ContinueRequest(principal=PRINCIPAL, run_id=first, budgets=BudgetRequest(max_nodes=64))
+    )
+    assert continued.outcome is Submission.CREATED, continued
+    second = str(continued.run_id)
+    events = await until(store, second, finished)
+
+    done = await row(store, second)
+    assert done["status"] == "completed", done["detail"]
+    assert not of_kind(events, "agent_started")  # no child run started again
+    assert done["children"] == []
+    assert tool_server.server.calls.get(POLICY, 0) == policy_calls  # the child's tool was not called again
+    assert answered(tool_server, child_id) == {"policy": 1}
+    state = await load_state(store, second)
+    research = state.nodes["research"]
+    assert (research.status.value, research.reused_from_run) == ("reused", first)
+    assert research.output["run_id"] == child_id
+    assert node_view(research, CASEOPS_TOOLS).child_run_id == child_id  # the API names the child it reused
+    assert research.output["result"] == (await row(store, child_id))["result"]
 
 
 async def test_an_instruction_in_a_childs_result_is_data_and_changes_no_gate_of_its_parent(

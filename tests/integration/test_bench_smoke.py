@@ -33,6 +33,7 @@ TABLES = {
     "effects": ["A write beside a read", "Appends per run, by arm"],
     "waiting": ["Runs waiting for a person"],
     "long-tasks": ["Long tool calls"],
+    "agents": ["Sub-agents:"],
     "cli": ["The command's start", "`raydag run C-102`: attached"],
     "scale": [
         "Scale: supervisors side by side",

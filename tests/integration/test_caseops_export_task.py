@@ -2,8 +2,10 @@
 listing, capability, stages, result, cancel, another tenant's token) and in the 2026-07-28 form (the
 ``io.modelcontextprotocol/tasks`` extension: advertised, declared per request, result inlined, cancel); and in a
 run beside fast reads (the shipped toolsets pin caseops to 2026-07-28), its progress in the run's log, a
-cancelled run stopping the export at the server, a supervisor killed mid-task following the same task. Counted
-in the server's own tables, never in raydag's records."""
+cancelled run stopping the export at the server, a supervisor killed mid-task following the same task, one that
+lost the run's lease leaving the task to the run's new owner; an export that must be confirmed asking in the
+extension's form (and refused where nobody can be asked). Counted in the server's own tables, never in
+raydag's records."""
 
 from __future__ import annotations
 
@@ -330,3 +332,169 @@ async def test_a_supervisor_killed_mid_export_follows_the_same_task_without_a_se
     assert len({update["task_id"] for update in updates}) == 1
     assert await tasks_since(dsn, "C-104", since) == 1  # the export was started once, counted at the server
     assert await exports_of(dsn, updates[0]["task_id"]) == 1
+
+
+async def test_a_supervisor_that_loses_the_lease_mid_export_leaves_the_task_to_the_runs_new_owner(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+) -> None:
+    """A supervisor whose lease another took (its renewals late: a pause, a partition) stops driving the run,
+    and must not stop its task: the run's new owner follows that same task to its end. Only the run's own stop
+    cancels a task. The server's own row says whether it was cancelled, and how many exports were started."""
+    import ray
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        since = await connection.fetchval("SELECT now()")
+    finally:
+        await connection.close()
+    first = supervisor_for(dsn, tool_server, token_key, name, lease_s=3.0)
+    second = supervisor_for(dsn, tool_server, token_key, f"{name}-next", lease_s=3.0)
+    try:
+        await second.contracts.remote()
+        run_id = await submitted(first, "C-104")
+        events = await until(store, run_id, lambda events: len(task_updates(events)) >= 1)
+        task_id = task_updates(events)[0]["task_id"]
+        connection = await asyncpg.connect(dsn)
+        try:  # the lease is the second's now, as a takeover of a lapsed lease leaves it
+            await connection.execute(
+                "UPDATE runs SET owner = $1 WHERE run_id = $2", f"{name}-next", uuid.UUID(run_id)
+            )
+        finally:
+            await connection.close()
+        events = await until(store, run_id, finished, timeout_s=120)
+        row = await stopped(dsn, task_id)
+    finally:
+        ray.kill(first)
+        ray.kill(second)
+
+    assert events[-1].status == "completed", events[-1]
+    [recovered] = [event for event in events if event.kind == "run_recovered"]
+    assert recovered.owner == f"{name}-next"
+    assert {update["task_id"] for update in task_updates(events)} == {task_id}
+    assert (row["status"], row["status_message"]) == ("completed", "completed")  # never cancelled
+    assert await tasks_since(dsn, "C-104", since) == 1  # the export was started once, counted at the server
+    assert await exports_of(dsn, task_id) == 1
+
+
+async def asked_task(server: RunningToolServer, token: str, task_id: str) -> dict[str, Any]:
+    """The extension's task once it asks (``input_required``), as ``tasks/get`` shows it."""
+    for _ in range(600):
+        task = (await rpc(server, token, "tasks/get", modern({"taskId": task_id}), era="2026-07-28"))[
+            "result"
+        ]
+        if task["status"] != "working":
+            return dict(task)
+        await asyncio.sleep(task["pollIntervalMs"] / 1000)
+    raise AssertionError(f"task {task_id} never asked")
+
+
+@pytest.mark.parametrize("confirmed", [True, False], ids=["sealed", "declined"])
+async def test_an_export_that_must_be_confirmed_asks_under_the_extension_and_seals_only_on_a_yes(
+    tool_server: RunningToolServer, dsn: str, confirmed: bool
+) -> None:
+    era = "2026-07-28"
+    token = tool_server.token(EXPORT)
+    call = {"name": EXPORT, "arguments": {"case_id": "C-102", "confirm": True}}
+    task_id = (await rpc(tool_server, token, "tools/call", modern(call), era=era))["result"]["taskId"]
+    task = await asked_task(tool_server, token, task_id)
+    assert task["status"] == "input_required"
+    [(key, request)] = task["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["mode"] == "form"
+    assert "C-102" in request["params"]["message"]
+    assert request["params"]["requestedSchema"]["required"] == ["seal"]
+    assert await exports_of(dsn, task_id) == 0  # nothing sealed while it asks
+
+    unknown = {
+        "taskId": task_id,
+        "inputResponses": {"other": {"action": "accept", "content": {"seal": True}}},
+    }
+    assert (await rpc(tool_server, token, "tasks/update", modern(unknown), era=era))["result"] == {
+        "resultType": "complete"
+    }
+    still = (await rpc(tool_server, token, "tasks/get", modern({"taskId": task_id}), era=era))["result"]
+    assert still["status"] == "input_required"  # an answer to a key it did not ask is ignored
+    reply = {"action": "accept", "content": {"seal": True}} if confirmed else {"action": "decline"}
+    update = {"taskId": task_id, "inputResponses": {key: reply}}
+    assert (await rpc(tool_server, token, "tasks/update", modern(update), era=era))["result"] == {
+        "resultType": "complete"
+    }
+    row = await stopped(dsn, task_id)
+    ended = (await rpc(tool_server, token, "tasks/get", modern({"taskId": task_id}), era=era))["result"]
+
+    assert ended["status"] == "completed"
+    assert ended["result"]["isError"] is not confirmed
+    if confirmed:
+        assert ended["result"]["structuredContent"]["export_id"] == task_id
+    else:
+        assert ended["result"]["structuredContent"]["error"]["code"] == "EXPORT_NOT_CONFIRMED"
+    assert await exports_of(dsn, task_id) == int(confirmed)
+    assert json.loads(row["input_responses"]) == {key: reply}  # the server's own record of the answer
+
+
+async def test_an_export_that_must_be_confirmed_is_refused_where_nobody_can_be_asked(
+    tool_server: RunningToolServer, dsn: str
+) -> None:
+    """The 2025-11-25 form delivers a server's request on a session's stream, which caseops has none of; a plain
+    call has no task to ask in: refused at once, nothing sealed unasked."""
+    token = tool_server.token(EXPORT)
+    arguments = {"case_id": "C-102", "confirm": True}
+    created = await rpc(
+        tool_server, token, "tools/call", {"name": EXPORT, "arguments": arguments, "task": {"ttl": 60000}}
+    )
+    task_id = created["result"]["task"]["taskId"]
+    row = await stopped(dsn, task_id)
+    plain = await rpc(
+        tool_server,
+        tool_server.token(EXPORT),
+        "tools/call",
+        modern({"name": EXPORT, "arguments": arguments}, declared=False),
+        era="2026-07-28",
+    )
+
+    assert (row["status"], row["is_error"]) == ("failed", True)
+    assert json.loads(row["result"])["error"]["code"] == "CONFIRMATION_UNAVAILABLE"
+    assert row["stages_done"] == 0
+    assert plain["result"]["isError"] is True
+    assert plain["result"]["structuredContent"]["error"]["code"] == "CONFIRMATION_UNAVAILABLE"
+    assert await exports_of(dsn, task_id) == 0
+
+
+def negotiating_toolsets(url: str) -> Any:
+    """The shipped caseops toolset with ``protocol: auto`` instead of its pin to 2026-07-28."""
+    from pathlib import Path
+
+    import mcp_server
+    from actors.toolsets import parse_toolsets
+
+    text = (Path(mcp_server.__file__).parent / "caseops.yaml").read_text()
+    assert "protocol: 2026-07-28" in text
+    return parse_toolsets(
+        text.replace("protocol: 2026-07-28", "protocol: auto"), "caseops-auto.yaml", {"RAYDAG_MCP_URL": url}
+    )
+
+
+async def test_a_server_of_the_auto_era_that_offers_the_extension_runs_its_task_in_the_2026_07_28_form(
+    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore, name: str
+) -> None:
+    """``auto`` negotiates: caseops advertises the Tasks extension in ``server/discover``, so its export is
+    started and followed in the extension's form (server-everything, which refuses ``server/discover``, keeps
+    the 2025-11-25 form: ``test_mcp_tasks.py``). The server's table holds one task, completed."""
+    import ray
+
+    supervisor = supervisor_for(
+        dsn, tool_server, token_key, name, toolsets=negotiating_toolsets(tool_server.url)
+    )
+    try:
+        run_id = await submitted(supervisor, "C-102")
+        events = await until(store, run_id, finished, timeout_s=90)
+    finally:
+        ray.kill(supervisor)
+
+    assert events[-1].status == "completed", events[-1]
+    updates = task_updates(events)
+    assert {update["protocol"] for update in updates} == {"2026-07-28"}
+    [task_id] = {update["task_id"] for update in updates}
+    row = await stopped(dsn, task_id)
+    assert row["status"] == "completed"
+    assert await exports_of(dsn, task_id) == 1

@@ -138,7 +138,11 @@ async def test_tools_list_publishes_every_contract_with_strict_schemas_and_hones
     assert set(listed) == set(CASEOPS_TOOLS)
     for name, tool in listed.items():
         assert tool.input_schema["additionalProperties"] is False
-        assert tool.input_schema["required"] == list(CASEOPS_TOOLS[name].input_model.model_fields)
+        fields = CASEOPS_TOOLS[name].input_model.model_fields
+        assert tool.input_schema["required"] == [
+            field for field, info in fields.items() if info.is_required()
+        ]
+        assert set(tool.input_schema["properties"]) == set(fields)
         assert tool.input_schema["properties"]["case_id"]["pattern"].startswith("^")
         assert tool.input_schema["properties"]["case_id"]["maxLength"] == 64
         assert tool.output_schema is not None

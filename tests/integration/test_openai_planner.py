@@ -34,25 +34,26 @@ MODEL_PLAN = {**C102_PLAN, "question": None}
 PRINCIPAL = Principal("tenant-demo", "adjuster-7", frozenset(ALL_SCOPES))
 
 
-@pytest.fixture
-def model() -> Iterator[MockModel]:
-    mock = MockModel().start()
-    yield mock
-    mock.stop()
-
-
 def model_supervisor(
-    dsn: str, tools: RunningToolServer, key: bytes, model: MockModel, *, streaming: bool = False
+    dsn: str,
+    tools: RunningToolServer,
+    key: bytes,
+    model: MockModel,
+    *,
+    streaming: bool = False,
+    answer_model: str | None = "mcp_server.planner:DocumentCheckResult",
+    **config: Any,
 ) -> Any:
+    """A supervisor whose model planner asks ``model`` as ``gpt-test`` (``config``: SupervisorConfig fields)."""
     settings = OpenAISettings(
         api_key="sk-test-not-a-real-key",
         base_url=model.url,
         model="gpt-test",
         streaming=streaming,
         max_retries=2,
-        answer_model="mcp_server.planner:DocumentCheckResult",
+        answer_model=answer_model,
     )
-    return supervisor_for(dsn, tools, key, f"openai-{uuid.uuid4().hex[:8]}", openai=settings)
+    return supervisor_for(dsn, tools, key, f"openai-{uuid.uuid4().hex[:8]}", openai=settings, **config)
 
 
 async def run(supervisor: Any, store: RunStore, case_id: str = "C-102", **request: Any) -> Any:

@@ -49,6 +49,22 @@ ACT = {"case_id": "C-103", "stage": "act"}
 per case across runs, so on the session's ledger a test acts on a case of its own (``act_on_a_copy``)."""
 
 
+def draft_then_send(case: str) -> list[dict[str, Any]]:
+    """Plan nodes that draft a request for C-103's missing certificate (on ``case``) and send it."""
+    return [
+        {
+            "id": "draft",
+            "tool": DRAFT,
+            "args": {"case_id": case, "missing_document_codes": ["ACCIDENT_CERTIFICATE"]},
+        },
+        {
+            "id": "send",
+            "tool": SEND,
+            "args": {"case_id": case, "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
+        },
+    ]
+
+
 def act_on_a_copy(*dsns: str) -> dict[str, str]:
     """A run that may act on a new copy of C-103 (in each of ``dsns``): a send no other test made."""
     return {"case_id": asyncio.run(copy_case(*dsns)), "stage": "act"}
@@ -613,16 +629,7 @@ def test_while_a_write_waits_for_a_person_the_rest_of_the_dag_goes_on(client: ht
     case = act["case_id"]
     plan = {
         "nodes": [
-            {
-                "id": "draft",
-                "tool": DRAFT,
-                "args": {"case_id": case, "missing_document_codes": ["ACCIDENT_CERTIFICATE"]},
-            },
-            {
-                "id": "send",
-                "tool": SEND,
-                "args": {"case_id": case, "draft_id": {"$ref": "draft", "pointer": "/draft_id"}},
-            },
+            *draft_then_send(case),
             {"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": case}},
             {"id": "policy", "tool": "caseops_get_policy_requirements", "args": {"case_id": case}},
         ]

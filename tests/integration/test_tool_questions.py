@@ -6,12 +6,14 @@ What the tool was sent is read at the wire (a proxy in front of the server), nev
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -276,6 +278,99 @@ def test_a_supervisor_killed_while_a_tools_question_waits_resumes_waiting_on_the
     assert f"# Research Report: {topic} (technical)" in text
     assert proxy.tools[RESEARCH] == before + 1  # the recovered run followed the same task: one call
     assert [question["state"] for question in listed] == ["answered"]
+
+
+# ---------------------------------------------------------------- the 2026-07-28 form, against caseops
+
+EXPORT = "caseops_export_evidence"
+
+
+@pytest.fixture
+def caseops_api(
+    ray_cluster: None,
+    scratch_dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    serve_api: Any,  # noqa: F811
+) -> str:
+    """An API of the test's own over the shipped toolsets: caseops, pinned to 2026-07-28, whose export runs as a
+    task of the ``io.modelcontextprotocol/tasks`` extension and, with ``confirm``, asks for the seal."""
+    return str(serve_api(api_config(scratch_dsn, tool_server.url, token_key)))
+
+
+def confirmed_export_run(client: httpx.Client, case_id: str = "C-102") -> str:
+    """A run of an export that asks for confirmation, beside an independent read of the case."""
+    plan = {
+        "nodes": [
+            {"id": "export", "tool": EXPORT, "args": {"case_id": case_id, "confirm": True}},
+            {"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": case_id}},
+        ]
+    }
+    body = {"plan": plan, "resource": {"case_id": case_id}}
+    created = client.post("/runs", json=body, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    run_id: str = created.json()["run_id"]
+    return run_id
+
+
+async def caseops_task(dsn: str, task_id: str) -> dict[str, Any]:
+    """The export's task as caseops' own table records it, once its work stopped."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        for _ in range(600):
+            row = await connection.fetchrow("SELECT * FROM caseops_tasks WHERE task_id = $1", task_id)
+            if row is not None and row["stopped_at"] is not None:
+                exports = await connection.fetchval(
+                    "SELECT count(*) FROM evidence_exports WHERE export_id = $1", task_id
+                )
+                return {**dict(row), "exports": exports}
+            await asyncio.sleep(0.05)
+    finally:
+        await connection.close()
+    raise AssertionError(f"the work of {task_id} never stopped")
+
+
+@pytest.mark.parametrize("decision", ["answer", "decline"])
+def test_a_question_in_the_2026_07_28_form_is_put_to_a_person_and_the_answer_reaches_the_server(
+    caseops_api: str, dsn: str, decision: str
+) -> None:
+    """caseops' export with ``confirm`` turns ``input_required`` and asks for the seal in ``inputRequests``
+    (``tasks/get``); the question waits in the inbox while the other branch goes on; the person's answer goes
+    back in ``tasks/update``. A yes seals the bundle; a no fails the node with the tool's own code. Counted in
+    caseops' own tables: one task, the answer it was given, one bundle or none."""
+    with httpx.Client(base_url=caseops_api, timeout=30) as client:
+        run_id = confirmed_export_run(client)
+        item = asked(client, run_id)
+        assert (item["server"], item["tool"], item["node_id"]) == ("caseops", EXPORT, "export")
+        assert "C-102" in item["message"]  # the server's own words
+        assert set(item["requested_schema"]["properties"]) == {"seal"}
+        assert node(client, run_id, "case")["status"] == "succeeded"  # the other branch went on
+        task = node(client, run_id, "export")["task"]
+        assert task["status"] == "input_required"
+        route = f"/runs/{run_id}/tool-questions/{item['question_id']}"
+        wrong = client.post(f"{route}/answer", json={"content": {"seal": "yes"}}, headers=auth(APPROVER_KEY))
+        assert problem(wrong) == (422, "tool-answer-invalid")
+        if decision == "answer":
+            decided = client.post(
+                f"{route}/answer", json={"content": {"seal": True}}, headers=auth(APPROVER_KEY)
+            )
+        else:
+            decided = client.post(f"{route}/decline", headers=auth(APPROVER_KEY))
+        assert decided.status_code == 200, decided.text
+        run = wait_for(client, run_id, finished, within_s=90)
+        exported = node(client, run_id, "export")
+    row = asyncio.run(caseops_task(dsn, task["task_id"]))
+
+    sent = {"action": "accept", "content": {"seal": True}} if decision == "answer" else {"action": "decline"}
+    assert json.loads(row["input_responses"]) == {"seal": sent}  # what the server was told, in its own table
+    if decision == "answer":
+        assert run["status"] == "completed", run
+        assert exported["status"] == "succeeded"
+        assert (row["status"], row["exports"]) == ("completed", 1)
+    else:
+        assert exported["status"] == "failed"
+        assert exported["error"]["code"] == "EXPORT_NOT_CONFIRMED"  # the tool's own code: caseops decided
+        assert (row["status"], row["exports"]) == ("failed", 0)
 
 
 def events_of(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ receiver in the test.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,12 +30,19 @@ from starlette.routing import Route
 from actors.calls.call import ExecutorKind
 from actors.launch.background_server import BackgroundServer
 from actors.launch.settings import shipped_toolsets
+from actors.run.submission import RunRequest, Submission
+from actors.store.runs import RunStore
 from actors.supervisor import NAMESPACE, RunSupervisor
 from dag.budget import Budgets
+from dag.policy import Principal
+from dag.states import RunStatus
+from mcp_server.contracts import ALL_SCOPES
 from mcp_server.server import MCP_PATH
 from tests.c102 import C102_RESULT
-from tests.integration.conftest import DEMO_KEY, TEST_API_KEYS, auth
+from tests.integration.conftest import DEMO_KEY, TEST_API_KEYS, RunningToolServer, auth
 from tests.loopback import wait_until_ok
+
+PRINCIPAL_ALL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,15 @@ class OtlpReceiver:
                         )
                     )
         return Response(status_code=200, media_type="application/x-protobuf")
+
+
+def ancestors_in(by_id: dict[str, Span], span: Span) -> list[Span]:
+    """The spans above ``span`` among ``by_id``, its parent first."""
+    chain = []
+    while span.parent_id in by_id:
+        span = by_id[span.parent_id]
+        chain.append(span)
+    return chain
 
 
 def _value(value: Any) -> Any:
@@ -211,11 +228,7 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
         return by_id[span.parent_id]
 
     def ancestors(span: Span) -> list[Span]:
-        chain = []
-        while span.parent_id in by_id:
-            span = by_id[span.parent_id]
-            chain.append(span)
-        return chain
+        return ancestors_in(by_id, span)
 
     def only(name: str) -> Span:
         found = [span for span in spans if span.name == name]
@@ -261,3 +274,116 @@ def test_a_c102_run_is_one_trace_from_the_request_to_the_mcp_server(
         for value in span.attributes.values():
             assert "C-102" not in str(value)
             assert "Bearer" not in str(value)
+
+
+async def test_each_child_runs_spans_sit_under_its_parents_agent_node_span_in_one_trace(
+    ray_cluster: None,
+    dsn: str,
+    token_key: bytes,
+    tool_server: RunningToolServer,
+    store: RunStore,
+    receiver: OtlpReceiver,
+) -> None:
+    import ray
+
+    from actors.supervisor import SupervisorConfig
+
+    name = f"raydag-traced-agents-{uuid.uuid4().hex[:8]}"
+    otel = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_SERVICE_NAME": "raydag-under-test",
+    }
+    config = SupervisorConfig(
+        dsn=dsn,
+        mcp_url=tool_server.url,
+        token_key=token_key,
+        limits=Budgets(),
+        toolsets=shipped_toolsets(tool_server.url),
+    )
+    supervisor = (
+        ray.remote(RunSupervisor)
+        .options(
+            name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=100, runtime_env={"env_vars": otel}
+        )
+        .remote(config)
+    )
+    trace_id = uuid.uuid4().hex
+    caller_span = uuid.uuid4().hex[:16]
+    case = {"id": "case", "tool": "caseops_get_case_snapshot", "args": {"case_id": "C-102"}}
+    inner = {"id": "inner", "agent": {"goal": "read the case", "plan": {"nodes": [case]}}}
+    outer = {"id": "outer", "agent": {"goal": "delegate", "plan": {"nodes": [inner]}}}
+    try:
+        submitted = await supervisor.submit.remote(
+            RunRequest(
+                principal=PRINCIPAL_ALL,
+                resource={"case_id": "C-102"},
+                plan={"nodes": [outer]},
+                trace={"traceparent": f"00-{trace_id}-{caller_span}-01"},
+            )
+        )
+        assert submitted.outcome is Submission.CREATED, submitted
+        root = str(submitted.run_id)
+        deadline = time.monotonic() + 120  # a bound against hanging, not a timing claim
+        while (status := await store.run_status(root)) is None or not RunStatus(status).terminal:
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.1)
+        assert status == "completed"
+        (middle,) = [str(child) for child in (await store.run_row(PRINCIPAL_ALL, root) or {})["children"]]
+        (leaf,) = [str(child) for child in (await store.run_row(PRINCIPAL_ALL, middle) or {})["children"]]
+
+        def run_span(run_id: str) -> Span | None:
+            return next(
+                (
+                    span
+                    for span in receiver.spans
+                    if span.name == "run"
+                    and span.attributes.get("raydag.run_id") == run_id
+                    and "raydag.status" in span.attributes
+                ),
+                None,
+            )
+
+        deadline = time.monotonic() + 30
+        while not all(run_span(run) for run in (root, middle, leaf)) or not any(
+            span.name == "tool call caseops_get_case_snapshot" for span in receiver.spans
+        ):  # the actor and its workers export in batches
+            assert time.monotonic() < deadline, sorted({span.name for span in receiver.spans})
+            await asyncio.sleep(0.1)
+    finally:
+        ray.kill(supervisor)
+
+    spans = [span for span in receiver.spans if span.trace_id == trace_id]
+    by_id = {span.span_id: span for span in spans}
+
+    def ancestors(span: Span) -> list[Span]:
+        return ancestors_in(by_id, span)
+
+    def agent_node(run_id: str, node_id: str) -> Span:
+        (found,) = [
+            span
+            for span in spans
+            if span.name == f"node {node_id}" and span.attributes.get("raydag.run_id") == run_id
+        ]
+        return found
+
+    runs: dict[str, Span] = {}
+    for run_id in (root, middle, leaf):
+        found = run_span(run_id)
+        assert found is not None, run_id
+        runs[run_id] = found
+    assert {span.trace_id for span in runs.values()} == {trace_id}
+    assert runs[root].parent_id == caller_span
+    outer_node = agent_node(root, "outer")
+    inner_node = agent_node(middle, "inner")
+    assert outer_node.attributes["raydag.child_run_id"] == middle
+    assert inner_node.attributes["raydag.child_run_id"] == leaf
+    # Each child run's span is a child of its parent's agent node span, which sits under the parent's run.
+    assert runs[middle].parent_id == outer_node.span_id
+    assert runs[root] in ancestors(outer_node)
+    assert runs[leaf].parent_id == inner_node.span_id
+    assert runs[middle] in ancestors(inner_node)
+    call = next(span for span in spans if span.name == "tool call caseops_get_case_snapshot")
+    assert [span.name for span in ancestors(call)][:2] == ["node case", "round 1"]
+    assert runs[leaf] in ancestors(call)
+    assert runs[root] in ancestors(call)  # the grandchild's call is in the one trace, under the root run

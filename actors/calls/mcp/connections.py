@@ -60,6 +60,7 @@ from actors.calls.mcp.stateless_post import open_session, post_tool_call
 from actors.calls.mcp.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
 from actors.calls.mcp.tasks import (
     FOLLOW_S,
+    NEGOTIATED,
     TASKS_PROTOCOL,
     TaskLost,
     TasksNotOffered,
@@ -331,13 +332,14 @@ class McpConnections:
         self, spec: HttpServer | StdioServer, call: ToolCall
     ) -> TaskHandle | CallToolResult:
         """``call`` started as a task in a session of its own (``actors.calls.mcp.tasks``): in the form of
-        Tasks of the server's era (a server pinned to 2026-07-28 speaks the extension)."""
+        Tasks of the server's era (a server pinned to 2026-07-28 speaks the extension; one of ``auto`` does if
+        it advertises it)."""
         if not isinstance(spec, HttpServer):
             raise TasksNotOffered(
                 f"{call.tool} runs as a task, and raydag follows tasks over Streamable HTTP only"
             )
         bound = _read_at_most()
-        protocol = MODERN_PROTOCOL if spec.protocol == MODERN_PROTOCOL else TASKS_PROTOCOL
+        protocol = spec.protocol if spec.protocol in (MODERN_PROTOCOL, NEGOTIATED) else TASKS_PROTOCOL
         session = await open_task_session(self._http_for(spec), spec.url, max_bytes=bound, protocol=protocol)
         return await start_task(session, spec.name, call.tool, call.args, call.meta, max_bytes=bound)
 

@@ -38,12 +38,14 @@ from mcp_types import CallToolResult
 from actors.calls.call import MODERN_PROTOCOL, TaskHandle
 from actors.calls.mcp import task_extension as extension
 from actors.calls.mcp.session import CLIENT_INFO
-from actors.calls.mcp.stateless_post import MalformedAnswer, rpc_answer
+from actors.calls.mcp.stateless_post import MalformedAnswer, Refused, rpc_answer
 from dag.storable import storable_text, unfit_values
 from dag.tool_questions import MAX_SCHEMA_BYTES, MAX_SERVER_MESSAGE_CHARS
 
 TASKS_PROTOCOL = "2025-11-25"
 """The protocol version a task session is opened in: the era whose Tasks servers speak today."""
+NEGOTIATED = "auto"
+"""A server of either era: its tasks take the extension's form if it offers it, else the 2025-11-25 one."""
 SESSION_HEADER = "mcp-session-id"
 TASK_TTL_MS = 24 * 3600 * 1000
 """The lifetime raydag asks for a task (a server may grant less): a day, as long as a run may wait."""
@@ -114,16 +116,26 @@ async def open_task_session(
     http: httpx2.AsyncClient, url: str, *, max_bytes: int, protocol: str = TASKS_PROTOCOL
 ) -> TaskSession:
     """A new session of the server at ``url`` for one task: initialized, its tasks for ``tools/call`` checked.
-    In the 2026-07-28 era there is no session to open: ``server/discover`` must advertise the extension.
+    In the 2026-07-28 era there is no session to open: ``server/discover`` must advertise the extension. A
+    server of the ``auto`` era (``NEGOTIATED``) gets the newer form when its ``server/discover`` advertises the
+    extension, and the 2025-11-25 one when it refuses ``server/discover`` or offers no extension (as the SDK's
+    client falls back to the handshake).
 
     The client declares form elicitation, the one kind of question raydag puts to a person: a task may ask
     mid-way (``input_required``), and its question waits in the run's inbox (``actors.run.tool_questions``).
     Sampling and URL elicitation are not declared; a server that asks for them anyway is refused."""
-    if protocol == MODERN_PROTOCOL:
+    if protocol in (MODERN_PROTOCOL, NEGOTIATED):
         stateless = TaskSession(http, url, None, MODERN_PROTOCOL)
-        if not extension.offers_tasks(await stateless.request("server/discover", {}, max_bytes=max_bytes)):
+        try:
+            discovered = await stateless.request("server/discover", {}, max_bytes=max_bytes)
+        except (MCPError, Refused):
+            if protocol == MODERN_PROTOCOL:
+                raise
+            discovered = {}  # a server of the handshake era
+        if extension.offers_tasks(discovered):
+            return stateless
+        if protocol == MODERN_PROTOCOL:
             raise TasksNotOffered(f"the server does not offer the {extension.EXTENSION} extension")
-        return stateless
     opening = TaskSession(http, url, None)
     params = {
         "protocolVersion": TASKS_PROTOCOL,

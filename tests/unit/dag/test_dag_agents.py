@@ -38,7 +38,7 @@ from dag.events import (
 )
 from dag.fingerprint import action_fingerprint
 from dag.health import ToolHealth
-from dag.plan import Plan
+from dag.plan import STEPS_CAP, Plan
 from dag.policy import effective_tools
 from dag.run_state import RunState, fold
 from dag.scheduler import Frontier
@@ -102,7 +102,24 @@ def test_an_agent_node_with_an_inline_plan_round_trips_through_json() -> None:
         ({"id": "a", "agent": {"goal": "g"}}, "exactly one of plan"),
         ({"id": "a", "agent": {"goal": "g", "planner": "p", "plan": {"nodes": []}}}, "exactly one of plan"),
         ({"id": "a", "agent": {"goal": "", "planner": "p"}}, "at least 1 character"),
-        ({"id": "a", "agent": {"goal": "g", "planner": "p", "model": "x"}}, "Extra inputs"),
+        ({"id": "a", "agent": {"goal": "g", "planner": "p", "temperature": 1}}, "Extra inputs"),
+        (
+            {"id": "a", "agent": {"goal": "g", "planner": "p", "loop": {"max_steps": 3}}},
+            "exactly one of plan",
+        ),
+        ({"id": "a", "agent": {"goal": "g", "loop": {}}}, "/nodes/0/agent/loop/max_steps"),
+        ({"id": "a", "agent": {"goal": "g", "loop": {"max_steps": 0}}}, "greater than or equal to 1"),
+        (
+            {"id": "a", "agent": {"goal": "g", "loop": {"max_steps": STEPS_CAP + 1}}},
+            "less than or equal to 64",
+        ),
+        ({"id": "a", "agent": {"goal": "g", "loop": {"max_steps": 2, "until": "done"}}}, "Extra inputs"),
+        ({"id": "a", "agent": {"goal": "g", **inline(call("x")), "model": "m"}}, "asks no model"),
+        ({"id": "a", "agent": {"goal": "g", "loop": {"max_steps": 2}, "model": ""}}, "at least 1 character"),
+        (
+            {"id": "a", "agent": {"goal": "g", "loop": {"max_steps": 2}, "budgets": {"max_replans": 5}}},
+            "takes no budgets.max_replans",
+        ),
         (
             {"id": "a", "agent": {"goal": "g", "planner": "p"}, "for_each": {"$ref": "b"}},
             "may not have for_each",
@@ -114,6 +131,34 @@ def test_a_malformed_agent_node_is_a_malformed_plan_naming_why(node: dict[str, A
         Plan.parse({"nodes": [node]})
     assert caught.value.code is PlanErrorCode.MALFORMED_PLAN
     assert says in caught.value.message
+
+
+def test_a_loop_agent_node_with_its_model_round_trips_and_is_planned() -> None:
+    body = {
+        "loop": {"max_steps": 5},
+        "model": "gpt-light",
+        "tools": [CASE_TOOL],
+        "budgets": {"max_tokens": 9},
+    }
+    plan = parsed(call("case"), agent("research", body, args={"case": {"$ref": "case"}}))
+    research = plan.node("research").agent
+    assert research is not None
+    assert (research.loop is not None and research.loop.max_steps, research.model, research.planned) == (
+        5,
+        "gpt-light",
+        True,
+    )
+    assert Plan.parse(plan.to_json()) == plan
+    assert plan.tools_named() == (CASE_TOOL,)
+    assert validate_plan(plan, CASEOPS_TOOLS, max_nodes=64, agent_levels=1) is plan
+    inline_agent = parsed(agent("given", inline(call("x")))).node("given").agent
+    assert inline_agent is not None
+    assert not inline_agent.planned
+
+
+def test_a_loop_agent_asking_for_a_tool_outside_the_catalogue_is_refused_where_it_asks() -> None:
+    error = refused(agent("research", {"loop": {"max_steps": 2}, "tools": ["delete_everything"]}))
+    assert (error.code, error.location) == (PlanErrorCode.UNKNOWN_TOOL, "/nodes/0/agent/tools/0")
 
 
 # ---------------------------------------------------------------- validation
@@ -180,6 +225,14 @@ def test_a_childs_tools_are_the_parents_narrowed_by_the_node() -> None:
     assert "'z'" in caught.value.message
 
 
+@pytest.mark.parametrize("code", list(AgentRefusal))
+def test_every_refusal_fails_its_node_with_its_code_and_a_kind_that_says_who_acts(code: AgentRefusal) -> None:
+    error = AgentRefused(code, "why").node_error()
+    assert (error.code, error.message) == (code.value, "why")
+    outside_the_plan = (AgentRefusal.TOOL_NOT_OFFERED, AgentRefusal.MODEL_NOT_ALLOWED)
+    assert (error.kind is ErrorKind.AUTHORIZATION) == (code in outside_the_plan)
+
+
 def test_depth_beyond_the_limit_is_refused() -> None:
     check_depth(3, 3)
     with pytest.raises(AgentRefused) as caught:
@@ -223,6 +276,21 @@ def test_a_child_that_cannot_afford_to_start_is_refused(spent: Spent, plans: boo
         carve(PARENT, spent, None, plans=plans)
     assert caught.value.code is AgentRefusal.NOTHING_LEFT
     assert names in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("asked", "names"),
+    [(BudgetRequest(max_tokens=0), "max_tokens 0"), (BudgetRequest(max_cost_usd=0.0), "max_cost_usd 0")],
+)
+def test_a_model_child_given_nothing_for_its_first_model_call_is_refused(
+    asked: BudgetRequest, names: str
+) -> None:
+    spent = Spent(nodes=0, tokens=0, cost_usd=0.0, active_s=0.0)
+    with pytest.raises(AgentRefused) as caught:
+        carve(PARENT, spent, asked, plans=True)
+    assert caught.value.code is AgentRefusal.NOTHING_LEFT
+    assert names in caught.value.message
+    assert carve(PARENT, spent, asked, plans=False).max_nodes == 20  # a given plan asks no model
 
 
 def test_a_given_plan_needs_no_tokens_left() -> None:
@@ -337,6 +405,22 @@ def test_an_agent_the_parent_cannot_afford_fails_before_its_child_exists() -> No
     (step,) = steps(state)
     assert isinstance(step, Fail)
     assert step.error.code == AgentRefusal.NOTHING_LEFT.value
+
+
+def test_a_loop_agent_whose_parent_has_no_tokens_left_fails_before_its_first_model_call() -> None:
+    loop = agent("research", {"loop": {"max_steps": 3}})
+    spent = ModelUsed(at=AT, purpose="plan", model="m", input_tokens=600, output_tokens=400)
+    state = state_of(loop, budgets=Budgets(max_tokens=1_000), more=(spent,))
+    (step,) = steps(state)
+    assert isinstance(step, Fail)
+    assert (step.error.code, "max_tokens 0 left" in step.error.message) == (
+        AgentRefusal.NOTHING_LEFT.value,
+        True,
+    )
+    given = agent("given", inline(call("inner")))  # a given plan asks no model: it may still start
+    assert [
+        type(step) for step in steps(state_of(given, budgets=Budgets(max_tokens=1_000), more=(spent,)))
+    ] == [StartAgent]
 
 
 def test_an_agent_nodes_fingerprint_is_its_body_and_inputs_never_a_tools() -> None:

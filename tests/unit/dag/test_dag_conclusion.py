@@ -32,6 +32,7 @@ from dag.events import (
     JoinStarted,
     ModelUsed,
     NodeReused,
+    ParentLink,
     PlanAccepted,
     PlanningStarted,
     RunEvent,
@@ -107,6 +108,41 @@ def test_a_replan_past_max_replans_stops_the_run_on_the_replan_limit() -> None:
     assert conclusion == Finish(
         RunStatus.STOPPED, StopReason.REPLAN_LIMIT, "again: budget max_replans exhausted: 1 > 0"
     )
+
+
+def looping(max_steps: int, rounds: int, budgets: Budgets | None = None) -> RunState:
+    """A loop agent's child run of ``max_steps`` steps joining its ``rounds``-th, each round a new read."""
+    created = run_created(budgets=budgets).model_copy(
+        update={"parent": ParentLink(run_id="run-0", node_id="research", depth=1, max_steps=max_steps)}
+    )
+    events: list[RunEvent] = [created]
+    for number in range(1, rounds + 1):
+        node = {"id": "case", "tool": CASE_TOOL, "args": {"case_id": CASE_ID, "note": number}}
+        node_id = "case" if number == 1 else f"r{number}.case"
+        events += [
+            PlanningStarted(at=AT, round=number),
+            PlanAccepted(at=AT, round=number, plan={"nodes": [node]}),
+            *ran(node_id, CASE_TOOL, node["args"], CASE_OUTPUT),
+            JoinStarted(at=AT, round=number),
+        ]
+    return fold(events)
+
+
+def test_a_loop_asking_for_another_step_after_its_last_stops_on_the_step_limit() -> None:
+    assert conclude(looping(3, 2), Replan("one more")) == NextRound("one more")
+    conclusion = conclude(looping(3, 3), Replan("one more"))
+
+    assert conclusion == Finish(
+        RunStatus.STOPPED,
+        StopReason.STEP_LIMIT,
+        "one more: the loop took its 3 steps without a final answer",
+    )
+    assert conclude(looping(3, 3), CITED) == Finish(RunStatus.COMPLETED, result=ANSWER)
+
+
+def test_a_loops_steps_bound_its_rounds_in_place_of_max_replans() -> None:
+    assert conclude(looping(5, 4, Budgets(max_replans=1)), Replan("go on")) == NextRound("go on")
+    assert conclude(looping(1, 1), Replan("go on")).stop_reason is StopReason.STEP_LIMIT  # type: ignore[union-attr]
 
 
 def test_a_replan_after_a_round_without_new_evidence_stops_on_no_new_evidence() -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from dag_run_builders import AT, CASE_ID, CASE_OUTPUT, CASE_TOOL, dispatched, failed, run_created, succeeded
+from test_dag_agents import steps
 
+from dag.agents import StartAgent
 from dag.budget import BudgetAboveLimit, BudgetRequest, Budgets
 from dag.continuation import (
     ContinueRefusal,
@@ -20,10 +22,13 @@ from dag.continuation import (
     continued_budgets,
     stopped_on,
 )
+from dag.dispatch import ReuseOutput
 from dag.errors import EventRefused
 from dag.events import (
+    AgentStarted,
     CarriedAnswer,
     CarriedOutput,
+    NodeDispatched,
     NodeReused,
     PlanAccepted,
     PlanningStarted,
@@ -315,3 +320,65 @@ def test_within_the_continuation_its_own_succeeded_call_still_comes_first() -> N
     )
 
     assert gate(state, FINGERPRINT, dispatching=NOTHING, decided={}) == Reuse("case")
+
+
+# ---------------------------------------------------------------- agent nodes
+
+
+RESEARCH = {
+    "id": "research",
+    "agent": {"goal": "read the case", "plan": plan_of(("inner", CASE_TOOL, CASE_ARGS))},
+}
+CHILD = "22222222-2222-2222-2222-222222222222"
+CHILD_OUTPUT = {"run_id": CHILD, "result": {"outputs": {"inner": CASE_OUTPUT}}, "truncated": False}
+
+
+def with_agent(*more: RunEvent, first: RunEvent | None = None) -> RunState:
+    events = [run_created(), *([first] if first else []), PlanningStarted(at=AT, round=1)]
+    return fold([*events, PlanAccepted(at=AT, round=1, plan={"nodes": [RESEARCH]}), *more])
+
+
+def agent_ran(child_succeeded: bool) -> tuple[RunState, str]:
+    """A run whose agent node ran its child run to success (or failure); and the node's fingerprint."""
+    (start,) = steps(with_agent())
+    assert isinstance(start, StartAgent)
+    ready = start.ready
+    outcome: RunEvent = (
+        succeeded("research", CHILD_OUTPUT) if child_succeeded else failed("research", "STOPPED")
+    )
+    state = with_agent(
+        NodeDispatched(
+            at=AT,
+            node_id="research",
+            tool="",
+            args=ready.args,
+            fingerprint=ready.fingerprint,
+            attempt=1,
+            decision=start.decision,
+        ),
+        AgentStarted(at=AT, node_id="research", child_run_id=CHILD),
+        outcome,
+        finished(),
+    )
+    return state, ready.fingerprint
+
+
+def test_an_agent_node_whose_child_completed_is_carried_with_its_child_run_and_result() -> None:
+    state, fingerprint = agent_ran(child_succeeded=True)
+    (carried,) = carried_outputs(state, lambda tool: tool == CASE_TOOL)  # an agent node's tool is no read
+    assert (carried.fingerprint, carried.tool, carried.node_id) == (fingerprint, "", "research")
+    assert carried.output == CHILD_OUTPUT
+    failed_state, _ = agent_ran(child_succeeded=False)
+    assert carried_outputs(failed_state, lambda tool: tool == CASE_TOOL) == ()
+
+
+def test_a_continuation_reuses_the_carried_agent_node_instead_of_starting_a_child() -> None:
+    state, _ = agent_ran(child_succeeded=True)
+    continuation = with_agent(first=continued(*carried_outputs(state, is_read)))
+    (step,) = steps(continuation)
+    assert isinstance(step, ReuseOutput)
+    assert (step.ready.node_id, step.source_node_id, step.source_run_id) == (
+        "research",
+        "research",
+        state.run_id,
+    )

@@ -8,7 +8,7 @@ import random
 import time
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -307,6 +307,65 @@ async def test_a_task_whose_followers_always_die_ends_as_the_calls_runtime_failu
     assert len(executor.calls) == 4  # the call, then its task followed after two deaths, the third final
     executor.assert_done()
     assert_log_rebuilds(sink, created, final)
+
+
+class Door(asyncio.Event):
+    """A gate that says when a call reached it (``reached``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = asyncio.Event()
+
+    async def wait(self) -> Literal[True]:
+        self.reached.set()
+        return await super().wait()
+
+
+async def followed_task(
+    cancel: asyncio.Event | None = None,
+) -> tuple[ScriptedExecutor, Door, asyncio.Task[Any]]:
+    """A run driven until its one call started a task whose follow is out, held at the door (the task runs
+    on); once there, the executor's ``settled`` says when the follow ends, answered or cut short."""
+    door = Door()
+    handle = TaskHandle(server="caseops", task_id="task-1", status="working")
+    catalogue = {**CASEOPS_TOOLS, CASE_TOOL: dataclasses.replace(CASEOPS_TOOLS[CASE_TOOL], task=True)}
+    started = ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=handle)
+    _, executor, _, run = snapshot_run(
+        Scripted(started), Scripted(ok(CASE_OUTPUT), gate=door), catalogue=catalogue
+    )
+    driving = asyncio.create_task(drive(run, run_created(planner="scripted"), cancel))
+    await asyncio.wait_for(door.reached.wait(), WAIT_S)
+    executor.settled["case"].clear()
+    return executor, door, driving
+
+
+async def test_a_driver_cancelled_from_outside_lets_its_followed_task_go_unstopped() -> None:
+    # A supervisor that lost the run's lease cancels its driver: the run's new owner follows the same task,
+    # so the follow in flight must not be cancelled (a cancelled follow asks the server to stop the task).
+    executor, door, driving = await followed_task()
+
+    driving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await driving
+    for _ in range(20):  # every cancellation the driver's end set off has run its course
+        await asyncio.sleep(0)
+    door.set()
+    await asyncio.wait_for(executor.settled["case"].wait(), WAIT_S)
+
+    assert executor.cancelled == []  # the follow was let go, never cut short: it ran to its answer
+    assert not any(call.stop for call in executor.calls)
+
+
+async def test_a_cancelled_run_cuts_its_tasks_follow_short_so_that_the_task_is_stopped() -> None:
+    cancel = asyncio.Event()
+    executor, _, driving = await followed_task(cancel)
+
+    cancel.set()
+    final = await driving
+    await asyncio.wait_for(executor.settled["case"].wait(), WAIT_S)
+
+    assert (final.status, final.stop_reason) == (RunStatus.CANCELLED, StopReason.CANCELLED)
+    assert executor.cancelled == ["case"]  # the executor stops the task of a follow it is cancelled in
 
 
 class SlowRetry(RetryPolicy):
