@@ -46,10 +46,20 @@ def _commands(url: str) -> dict[str, list[str]]:
     }
 
 
+def _launcher(checkout: Path) -> str:
+    """Python code that runs ``checkout``'s ``raydag`` as its console script does: the entry point its
+    ``pyproject.toml`` names (``actors.cli.main:main`` before the command had a lean one)."""
+    import tomllib
+
+    entry = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["scripts"]["raydag"]
+    module, function = entry.split(":")
+    return f"import sys; from {module} import {function} as main; sys.argv[0] = 'raydag'; sys.exit(main())"
+
+
 def _elapsed_ms(checkout: Path, args: list[str]) -> float:
     """One run of the command from ``checkout`` (its code first on the path), in ms of wall time."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    code = "import sys; from actors.cli.main import main; sys.argv[0] = 'raydag'; main()"
+    code = _launcher(checkout)
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-c", code, *args], cwd=checkout, env=env, capture_output=True, check=False
@@ -60,6 +70,8 @@ def _elapsed_ms(checkout: Path, args: list[str]) -> float:
 DEV_KEY = "dev-key-tenant-demo"
 """A development key of the demo tenant: what a person on the machine's own ``raydag serve`` uses."""
 RUN_SAMPLES = sized(int(os.environ.get("BENCH_CLI_RUN_SAMPLES", "3")), 1)
+COLD_SAMPLES = sized(int(os.environ.get("BENCH_CLI_COLD_SAMPLES", str(RUN_SAMPLES))), 1)
+"""The cold arm's samples (~15 s each): fewer than the attached arms' when their spread is what is measured."""
 
 
 def _raydag(*args: str, env: dict[str, str]) -> float:
@@ -81,7 +93,7 @@ def _raydag(*args: str, env: dict[str, str]) -> float:
 def _attached_from(checkout: Path, env: dict[str, str]) -> float:
     """``raydag run C-102`` of ``checkout``'s code (first on the path, as ``_elapsed_ms`` runs it), found in
     the home of ``env``, in ms of wall time; it must succeed."""
-    code = "import sys; from actors.cli.main import main; sys.argv[0] = 'raydag'; main()"
+    code = _launcher(checkout)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", code, "run", "C-102"],
@@ -104,9 +116,9 @@ COLD = "cold (--no-attach: starts Ray and the rest)"
 
 def _run_arms(checkouts: dict[str, Path]) -> dict[str, list[float]]:
     """``raydag run C-102`` attached to a ``raydag serve`` that is up, named (``--url``) or found in the
-    home it serves, against the same command cold (``--no-attach``: it starts Ray, the tool server and its
-    supervisor, and stops them), alternating, on one database; and, found in the home, each of ``checkouts``
-    (this one and the commit before, when ``BENCH_CLI_BEFORE`` names it), one after the other."""
+    home it serves, and found in the home with each of ``checkouts``' code (this one and the commit before,
+    when ``BENCH_CLI_BEFORE`` names it), alternating sample by sample; then the same command cold
+    (``--no-attach``: it starts Ray, the tool server and its supervisor, and stops them), on one database."""
     import httpx
 
     from bench._harness import fresh_database
@@ -138,11 +150,13 @@ def _run_arms(checkouts: dict[str, Path]) -> dict[str, list[float]]:
             if time.monotonic() > deadline or serving.poll() is not None:
                 raise RuntimeError("raydag serve did not become ready")
             time.sleep(0.5)
-        for _ in range(RUN_SAMPLES):
+        for _ in range(RUN_SAMPLES):  # the attached arms alternate, sample by sample
             found[ATTACHED_URL].append(_raydag("run", "C-102", "--url", url, "--api-key", DEV_KEY, env=env))
             found[ATTACHED_HOME].append(_raydag("run", "C-102", env=env))
             for arm, checkout in checkouts.items():
                 found.setdefault(f"{ATTACHED_HOME}, {arm}", []).append(_attached_from(checkout, env))
+        # The cold arm after them: a cold run's Ray loads both cores for seconds after it ends.
+        for _ in range(COLD_SAMPLES):
             found[COLD].append(_raydag("run", "C-102", "--no-attach", env=env))
     return found
 

@@ -22,7 +22,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request
+from actors.cli.approvals import ApiKey, Url
+from actors.cli.attached import waited_for
+from actors.cli.client import api_request
 from actors.cli.report import console_for, status_exit_code
 
 console = console_for()
@@ -92,7 +94,7 @@ def runs(
     created_after: Annotated[str | None, typer.Option(help="Only runs created after this ISO time.")] = None,
     limit: Limit = 20,
     cursor: Cursor = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
@@ -155,7 +157,7 @@ def inbox(
     case_id: CaseId = None,
     limit: Limit = 20,
     cursor: Cursor = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
@@ -164,7 +166,7 @@ def inbox(
     query = _query(
         {"kind": kind or [], "run_id": run or [], "case_id": case_id, "limit": limit, "cursor": cursor}
     )
-    page = api_request("GET", url, f"/decisions{query}", api_key)
+    page = api_request("GET", url, f"/decisions{query}", api_key, decides=True)  # as the decisions it prints
     if as_json:
         _print_json(page)
         return
@@ -249,7 +251,7 @@ class _Followed:
 
 def watch(
     run_id: Annotated[str, typer.Argument(help="The run to follow.")],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Follow a run until it ends: each node's dispatch and outcome, and what it waits for while it waits; an
@@ -279,7 +281,9 @@ def watch(
         time.sleep(WATCH_EVERY_S)
 
 
-def _print_waits(run_id: str, url: str, api_key: str | None, shown: set[str], prefix: str = "") -> None:
+def _print_waits(
+    run_id: str, url: str | None, api_key: str | None, shown: set[str], prefix: str = ""
+) -> None:
     """What the run waits for now, each named once while the watch lasts."""
     run = api_request("GET", url, f"/runs/{run_id}", api_key)
     for item in run.get("waiting_for") or ():
@@ -292,17 +296,6 @@ def _print_waits(run_id: str, url: str, api_key: str | None, shown: set[str], pr
             f"          {prefix}waits for {escape(what)}{deadline} (see `raydag inbox --run {run_id}`)",
             soft_wrap=True,
         )
-
-
-def waited_for(item: Mapping[str, Any]) -> str:
-    """What a pending decision is, in a few words: the operation and its tool, the round, the question."""
-    if item["kind"] == "operation":
-        return f"operation {item['operation_id']} ({item['tool']}, {item['state']})"
-    if item["kind"] == "review":
-        return f"plan review of round {item['round']}"
-    if item["kind"] == "tool_question":
-        return f"tool question {item['question_id']} ({item['tool']} asks {item['message']!r})"
-    return f"question {item['number']}: {item['question']}"
 
 
 def _event_line(event: Mapping[str, Any]) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -14,10 +13,21 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
-from actors.cli.approvals import DEFAULT_URL, ApiKey, Url, api_request, approvals
+from actors.cli.approvals import ApiKey, Url, approvals
+from actors.cli.arguments import (
+    DEMO_TENANT,
+    INVESTIGATE,
+    attached_resource_key,
+    read_plan,
+    resource_key,
+    resource_of,
+    settings_with,
+)
+from actors.cli.attached import continue_there, run_there
 from actors.cli.background import down, up
+from actors.cli.client import DEFAULT_URL, api_request, serving_here
 from actors.cli.inbox import inbox, runs, watch
-from actors.cli.problems import refusal_of
+from actors.cli.problems import refusal_of, said_as_configuration_mistake
 from actors.cli.questions import questions
 from actors.cli.report import (
     EXIT_BAD_INPUT,
@@ -26,10 +36,12 @@ from actors.cli.report import (
     console_for,
     exit_code,
     print_report,
+    shown,
     status_exit_code,
+    stopped,
 )
 from actors.cli.reviews import reviews
-from actors.launch.shutdown import Interrupted, catch_stop_signals, interrupted, stopping
+from actors.launch.shutdown import catch_stop_signals, interrupted, stopping
 
 if TYPE_CHECKING:
     from actors.cli.batch import BatchInterrupted, CaseResult
@@ -53,20 +65,6 @@ app.add_typer(questions, name="questions")
 
 console = console_for()
 errors = console_for(stderr=True)
-
-INVESTIGATE = "investigate"
-"""The stage a run has unless it names one: ``dag.contracts.INVESTIGATE``, written out so that the command's
-start does not import the core's contracts (``tests/unit/actors/cli/test_main_imports.py`` holds them equal).
-"""
-
-TOOLSETS_ENV = "RAYDAG_TOOLSETS"
-"""``actors.toolsets.TOOLSETS_ENV``, and the shipped toolsets' one resource key: written out for the same reason
-(the same test holds them equal)."""
-SHIPPED_RESOURCE_KEY = "case_id"
-
-DEMO_TENANT = "tenant-demo"
-"""The tenant of the demo data and of the development keys; a command's default."""
-
 
 ToolsetsOption = Annotated[
     Path | None,
@@ -117,21 +115,6 @@ ReviewOption = Annotated[
 ]
 
 
-def _settings(toolsets: Path | None = None) -> Settings:
-    """The settings, with ``--toolsets`` (if given) as ``RAYDAG_TOOLSETS``. A setting raydag cannot run with
-    (``ConfigurationError``), or a malformed toolsets file (``ToolsetsInvalid``: its file, line and field), is
-    raised here, before anything starts, and said in a line by ``main``."""
-    from actors.launch.local import PLACEHOLDER_URL
-    from actors.launch.settings import load_settings
-
-    if toolsets is not None:  # the environment carries it to everything started from here (Serve, Ray)
-        os.environ[TOOLSETS_ENV] = str(toolsets.resolve())
-
-    settings = load_settings()
-    settings.toolset_declarations(settings.mcp_url or PLACEHOLDER_URL)
-    return settings
-
-
 @app.command()
 def demo(
     act: Annotated[
@@ -151,7 +134,7 @@ def demo(
     from actors.launch.local import local_runtime
 
     started = time.perf_counter()
-    settings = _settings()
+    settings = settings_with()
     try:
         with ExitStack() as stack:
             with console.status("starting PostgreSQL, the MCP tool server and Ray…"):
@@ -173,12 +156,12 @@ def demo(
                 stage=demo.act.stage if act and demo.act else INVESTIGATE,
                 on_wait=approver,
             )
-            print_report(console, report)
+            print_report(report)
             if approver is not None:
                 print_writes(console, approver.writes(report["run"]["run_id"]))
             console.print(f"[dim]demo wall time {time.perf_counter() - started:.1f}s[/dim]")
     except KeyboardInterrupt as stop:
-        raise typer.Exit(_stopped(interrupted(stop))) from None
+        raise typer.Exit(stopped(interrupted(stop))) from None
     raise typer.Exit(exit_code(report))
 
 
@@ -238,9 +221,9 @@ def run(
     """Run one case (or any resource) to completion and print its result (usable as a `ray job submit`
     entrypoint)."""
     if url is None and attach:
-        url, api_key = _serving_here(toolsets, tenant, api_key)
+        url, api_key = serving_here(toolsets, tenant, api_key)
     if url is not None:
-        report = _run_attached(
+        report = run_there(
             url,
             api_key,
             case_id=case_id,
@@ -254,17 +237,13 @@ def run(
             stage=stage,
             model=model,
         )
-        if as_json:
-            sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
-        else:
-            print_report(console, report)
-        raise typer.Exit(exit_code(report))
+        raise typer.Exit(shown(report, as_json=as_json))
 
     from actors.launch.local import local_runtime
 
-    settings = _settings(toolsets)
-    about = _resource_of(case_id, resource or [], key=_resource_key(settings), planned=plan is not None)
-    proposal = _read_plan(plan) if plan is not None else None
+    settings = settings_with(toolsets)
+    about = resource_of(case_id, resource or [], key=resource_key(settings), planned=plan is not None)
+    proposal = read_plan(plan) if plan is not None else None
     if proposal is not None:
         _refuse_a_wrong_plan(proposal, settings, resource=about, tenant=tenant)
     try:
@@ -282,12 +261,8 @@ def run(
                 model=model,
             )
     except KeyboardInterrupt as stop:
-        raise typer.Exit(_stopped(interrupted(stop))) from None
-    if as_json:
-        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
-    else:
-        print_report(console, report)
-    raise typer.Exit(exit_code(report))
+        raise typer.Exit(stopped(interrupted(stop))) from None
+    raise typer.Exit(shown(report, as_json=as_json))
 
 
 @app.command()
@@ -334,15 +309,15 @@ def batch(
     from actors.cli.batch import BatchFileInvalid, BatchInterrupted, read_cases
 
     if url is None and attach:
-        url, api_key = _serving_here(toolsets, tenant, api_key)
+        url, api_key = serving_here(toolsets, tenant, api_key)
 
     try:
         cases = read_cases(file)
     except BatchFileInvalid as exc:
         errors.print(f"[red]invalid batch file:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    settings = _settings(toolsets) if url is None else None
-    key = _resource_key(settings) if settings is not None else _attached_resource_key(toolsets)
+    settings = settings_with(toolsets) if url is None else None
+    key = resource_key(settings) if settings is not None else attached_resource_key(toolsets)
     if key is None:
         errors.print(
             "[red]a batch needs toolsets that bind one resource key, which each line is a value of[/red]"
@@ -495,7 +470,7 @@ def _batch_ended(
     totals = ", ".join(f"{count} {status}" for status, count in content["totals"]["by_status"].items())
     console.print(f"{len(results)} cases in {seconds:.1f}s: {totals}; report written to {path}")
     if stop is not None:
-        raise typer.Exit(_stopped(stop))
+        raise typer.Exit(stopped(stop))
     codes = {status_exit_code(result.status) for result in results}
     raise typer.Exit(next((code for code in (EXIT_RUN_FAILED, EXIT_NEEDS_HUMAN) if code in codes), 0))
 
@@ -521,7 +496,7 @@ def seed(
     if (file is None) == (not demo_data):
         errors.print("give a FILE or --demo (one of them)")
         raise typer.Exit(EXIT_BAD_INPUT)
-    settings = _settings()
+    settings = settings_with()
     hosting = hosted(settings.toolset_declarations(PLACEHOLDER_URL))
     loader = hosting.seed if hosting is not None else None
     if hosting is None or loader is None:
@@ -570,7 +545,7 @@ def prune(
         finally:
             await pool.close()
 
-    with database(_settings()) as dsn:
+    with database(settings_with()) as dsn:
         import asyncio
 
         runs, events = asyncio.run(run(dsn))
@@ -580,7 +555,7 @@ def prune(
 @app.command()
 def cancel(
     run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Cancel a live run through the HTTP API; cancelling a finished run changes nothing and says so."""
@@ -620,23 +595,7 @@ def continue_run(
 ) -> None:
     """Continue a stopped run through the HTTP API: a new run over the same resource that reuses every read
     that succeeded and never executes a write twice (docs/PEOPLE.md)."""
-    budgets: dict[str, Any] = {}
-    for item in budget or ():
-        name, _, value = item.partition("=")
-        try:
-            budgets[name.strip()] = json.loads(value)
-        except ValueError:
-            errors.print(f"[red]--budget {escape(item)}:[/red] give NAME=NUMBER, e.g. deadline_s=600")
-            raise typer.Exit(EXIT_BAD_INPUT) from None
-    body = {
-        key: value
-        for key, value in {"goal": goal, "answer": answer, "budgets": budgets or None}.items()
-        if value is not None
-    }
-    if url is None:  # the raydag serving this home, as raydag run finds it
-        url, api_key = _serving_here(None, DEMO_TENANT, api_key)
-    continued = api_request("POST", url or DEFAULT_URL, f"/runs/{run_id}/continue", api_key, body)
-    console.print(f"run {continued['run_id']} continues run {run_id} ({continued['status']})")
+    continue_there(run_id, goal=goal, answer=answer, budgets=budget or [], url=url, api_key=api_key)
 
 
 @app.command()
@@ -646,7 +605,7 @@ def serve(toolsets: ToolsetsOption = None) -> None:
     from actors.launch.ports import PortShared, PortTaken
     from actors.launch.servers import run_api
 
-    settings = _settings(toolsets)
+    settings = settings_with(toolsets)
     try:
         run_api(
             settings,
@@ -677,7 +636,7 @@ def mcp(
     from actors.launch.ports import PortTaken
     from actors.launch.servers import NothingHosted, hosted_server, hosting_of, serve_tool_server
 
-    settings = _settings()
+    settings = settings_with()
     try:
         hosting = hosting_of(settings)
     except NothingHosted as exc:
@@ -723,21 +682,6 @@ app.command()(inbox)
 app.command()(watch)
 
 
-def _read_plan(path: Path) -> dict[str, Any]:
-    """A plan file's JSON object; anything else ends the command (exit 2) naming the file and the problem.
-    The plan itself is admitted by the supervisor, as a plan posted to the API is (``_refuse_a_wrong_plan``
-    first)."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        errors.print(f"[red]cannot read the plan {escape(str(path))}:[/red] {escape(str(exc))}")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    if not isinstance(document, dict):
-        errors.print(f"[red]the plan {escape(str(path))} is not a JSON object[/red]")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    return document
-
-
 def _refuse_a_wrong_plan(
     plan: Mapping[str, Any], settings: Settings, *, resource: Mapping[str, str], tenant: str
 ) -> None:
@@ -754,116 +698,6 @@ def _refuse_a_wrong_plan(
     if refusal is not None:
         errors.print(refusal.text)
         raise typer.Exit(refusal.exit_code)
-
-
-def _serving_here(toolsets: Path | None, tenant: str, api_key: str | None) -> tuple[str | None, str | None]:
-    """Where this command's runs are made when no ``--url`` names a raydag: the raydag serving this home with
-    these toolsets (``raydag serve``, ``raydag up``: ``actors.launch.serving``), as ``api_key``, or as
-    ``tenant``'s development key when that raydag takes those; ``(None, api_key)`` when none serves it, and
-    the command runs on its own. Read from the environment alone: the settings cost half a second."""
-    from actors.launch.serving import home_in, key_for, serving_for
-
-    serving = serving_for(os.environ, toolsets)
-    if serving is None:
-        return None, api_key
-    api_key = key_for(serving, tenant, api_key)
-    if api_key is None:
-        errors.print(
-            f"[red]a raydag serves {escape(str(home_in(os.environ)))} at {escape(serving.url)} with API keys of "
-            "its own:[/red] give --api-key (or RAYDAG_API_KEY) to run there, or stop it (raydag down) to run here"
-        )
-        raise typer.Exit(EXIT_BAD_INPUT)
-    errors.print(f"[dim]made by the raydag at {escape(serving.url)} (raydag down stops it)[/dim]")
-    return serving.url, api_key
-
-
-def _run_attached(
-    url: str,
-    api_key: str | None,
-    *,
-    case_id: str | None,
-    pairs: list[str],
-    toolsets: Path | None,
-    goal: str | None,
-    key: str | None,
-    planner: str | None,
-    plan: Path | None,
-    review: bool,
-    stage: str,
-    model: str | None = None,
-) -> dict[str, Any]:
-    """``raydag run --url``: the run made by the raydag at ``url`` (``actors/cli/attached.py``), its resource
-    read as a cold run reads it (a bare value: ``_attached_resource_key``)."""
-    from actors.cli.attached import run_attached
-
-    resource_key = _attached_resource_key(toolsets) if case_id is not None else None
-    about = _resource_of(case_id, pairs, key=resource_key, planned=plan is not None)
-    body = {
-        "resource": about or None,
-        "goal": goal,
-        "planner": planner,
-        "plan": _read_plan(plan) if plan is not None else None,
-        "stage": stage,
-        "review": "plan" if review else None,
-        "model": model,
-    }
-    try:
-        return run_attached(
-            url,
-            api_key,
-            {name: value for name, value in body.items() if value is not None},
-            idempotency_key=key,
-        )
-    except KeyboardInterrupt as stop:
-        raise typer.Exit(_stopped(interrupted(stop))) from None
-
-
-def _attached_resource_key(toolsets: Path | None) -> str | None:
-    """What a bare value stands for in a run made by the raydag at ``--url``: the resource key of the toolsets
-    named here (``--toolsets``, ``RAYDAG_TOOLSETS``: read for that alone, the raydag there runs its own), else
-    the shipped toolsets' ``case_id``, read from no file (which would cost the command's start its settings)."""
-    if toolsets is None and not os.environ.get(TOOLSETS_ENV):
-        return SHIPPED_RESOURCE_KEY
-    return _resource_key(_settings(toolsets))
-
-
-def _resource_key(settings: Settings) -> str | None:
-    """The one resource key the toolsets bind tools to (the shipped ones: ``case_id``), which a bare value on
-    the command line stands for; ``None`` when they bind none or several."""
-    from actors.launch.local import PLACEHOLDER_URL
-
-    keys = settings.toolset_declarations(PLACEHOLDER_URL).resource_keys
-    return next(iter(keys)) if len(keys) == 1 else None
-
-
-def _resource_of(
-    value: str | None, pairs: list[str], *, key: str | None, planned: bool = False
-) -> dict[str, str]:
-    """The run's resource from the bare value (``key``'s) and ``--resource key=value`` options; exits on a
-    bad one."""
-    resource: dict[str, str] = {}
-    for pair in pairs:
-        name, equals, given = pair.partition("=")
-        if not equals or not name or name in resource:
-            errors.print(f"[red]--resource {escape(repr(pair))}:[/red] give each key once, as key=value")
-            raise typer.Exit(EXIT_BAD_INPUT)
-        resource[name] = given
-    if value is not None:
-        if key is None:
-            errors.print(
-                f"[red]{escape(repr(value))}:[/red] the toolsets bind no single resource key it could be: "
-                "give --resource key=value"
-            )
-            raise typer.Exit(EXIT_BAD_INPUT)
-        if resource.setdefault(key, value) != value:
-            errors.print(
-                f"[red]{escape(repr(value))} and --resource {key}={escape(repr(resource[key]))} disagree[/red]"
-            )
-            raise typer.Exit(EXIT_BAD_INPUT)
-    if not resource and not planned:  # a plan of one's own may use tools that bind nothing to a resource
-        errors.print("[red]name what the run is about:[/red] a value (a case id), or --resource key=value")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    return resource
 
 
 def _run_case(
@@ -917,12 +751,6 @@ def _run_case(
 
 class RunUnfinished(Exception):
     """Raised in a worker thread waiting on a run once the program is stopping (SIGINT, SIGTERM)."""
-
-
-def _stopped(stop: Interrupted) -> int:
-    """Say that a signal stopped the command, and return its exit code: 128 + the signal, never success."""
-    errors.print(f"stopped by {stop.name}; nothing it started is left running (exit {stop.exit_code})")
-    return stop.exit_code
 
 
 def _operator(tenant: str, toolsets: Toolsets) -> Principal:
@@ -996,15 +824,6 @@ def main() -> None:
     try:
         app()
     except Exception as exc:
-        # Imported here, not with the commands: what a command that only speaks HTTP never loads (settings,
-        # toolsets, the MCP SDK) costs it nothing. Either module is loaded already if it raised.
-        from actors.launch.settings import ConfigurationError
-        from actors.toolsets import ToolsetsInvalid
-
-        if isinstance(exc, ConfigurationError):
-            errors.print(f"[red]configuration error:[/red] {escape(str(exc))}")
-        elif isinstance(exc, ToolsetsInvalid):
-            errors.print(f"[red]invalid toolsets file:[/red] {escape(str(exc))}")
-        else:
+        if not said_as_configuration_mistake(exc):
             raise
         sys.exit(EXIT_BAD_INPUT)

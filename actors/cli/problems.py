@@ -8,9 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-from rich.text import Text
-
+from actors.cli.plain import escape, plain, say
 from actors.cli.report import EXIT_BAD_INPUT, EXIT_RUN_FAILED
 
 if TYPE_CHECKING:
@@ -36,7 +34,7 @@ class Refused:
     @property
     def line(self) -> str:
         """All of it on one plain line, for a table's cell or a report."""
-        return "; ".join((Text.from_markup(self.headline).plain, *self.members))
+        return "; ".join((plain(self.headline), *self.members))
 
 
 def problem(answer: Mapping[str, Any], *, status: int, retry: bool) -> Refused:
@@ -105,3 +103,20 @@ def _value(value: Any, detail: str) -> str:
 
 def _nested(value: Any, detail: str) -> str:
     return f"({_value(value, detail)})" if isinstance(value, Mapping | list | tuple) else str(value)
+
+
+def said_as_configuration_mistake(exc: Exception) -> bool:
+    """Whether ``exc`` is a configuration mistake (a setting, the toolsets file, a database that does not
+    answer), said here in one line naming what to fix; the command then exits 2."""
+    # Imported here: a command that only speaks HTTP never loads the settings or the toolsets (nor the MCP SDK
+    # they import), and either module is loaded already if it raised.
+    from actors.launch.settings import ConfigurationError
+    from actors.toolsets import ToolsetsInvalid
+
+    if isinstance(exc, ConfigurationError):
+        say(f"[red]configuration error:[/red] {escape(str(exc))}", stderr=True)
+    elif isinstance(exc, ToolsetsInvalid):
+        say(f"[red]invalid toolsets file:[/red] {escape(str(exc))}", stderr=True)
+    else:
+        return False
+    return True

@@ -17,19 +17,21 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from actors.cli.approvals import DEFAULT_URL, ApiKey, RunId, Url, api_request, errors
+from actors.cli.approvals import ApiKey, RunId, Url
+from actors.cli.client import api_request
 from actors.cli.report import EXIT_BAD_INPUT, console_for
 
 questions = typer.Typer(
     help="List and answer what a run's planner and tools asked, through the HTTP API.", no_args_is_help=True
 )
 console = console_for()
+errors = console_for(stderr=True)
 
 
 @questions.command("list")
 def list_questions(
     run_id: RunId,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the questions as JSON.")] = False,
 ) -> None:
@@ -67,12 +69,12 @@ def answer(
     run_id: RunId,
     number: Annotated[int, typer.Argument(min=1, help="The question's number, as listed.")],
     text: Annotated[str, typer.Option("--answer", help="What the planner is told.")],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Answer the planner's question: it plans again, shown the answer and who gave it."""
     answered: dict[str, Any] = api_request(
-        "POST", url, f"/runs/{run_id}/questions/{number}/answer", api_key, {"answer": text}
+        "POST", url, f"/runs/{run_id}/questions/{number}/answer", api_key, {"answer": text}, decides=True
     )
     console.print(f"question {answered['number']} is {answered['state']}, by {answered['answered_by']}")
 
@@ -85,7 +87,7 @@ def answer_tool(
         str,
         typer.Option("--content", help="The answer: a JSON object fitting the schema the tool asked for."),
     ],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Answer a tool's question: the answer is sent to the tool, and its call goes on."""
@@ -98,7 +100,12 @@ def answer_tool(
         errors.print("[red]--content must be a JSON object[/red], as the tool's schema asks", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT)
     answered: dict[str, Any] = api_request(
-        "POST", url, f"/runs/{run_id}/tool-questions/{question_id}/answer", api_key, {"content": parsed}
+        "POST",
+        url,
+        f"/runs/{run_id}/tool-questions/{question_id}/answer",
+        api_key,
+        {"content": parsed},
+        decides=True,
     )
     console.print(
         f"tool question {answered['question_id']} is {answered['state']}, by {answered['decided_by']}"
@@ -109,12 +116,12 @@ def answer_tool(
 def decline_tool(
     run_id: RunId,
     question_id: Annotated[str, typer.Argument(help="The tool question's id, as `raydag inbox` lists it.")],
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Decline a tool's question: the tool is told no answer will come, and decides what follows."""
     declined: dict[str, Any] = api_request(
-        "POST", url, f"/runs/{run_id}/tool-questions/{question_id}/decline", api_key
+        "POST", url, f"/runs/{run_id}/tool-questions/{question_id}/decline", api_key, decides=True
     )
     console.print(
         f"tool question {declined['question_id']} is {declined['state']}, by {declined['decided_by']}"

@@ -14,7 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from actors.cli.approvals import DEFAULT_URL, ApiKey, Note, RunId, Url, api_request
+from actors.cli.approvals import ApiKey, Note, RunId, Url
+from actors.cli.client import api_request
 from actors.cli.report import console_for
 
 reviews = typer.Typer(
@@ -31,7 +32,7 @@ PlanHash = Annotated[
 @reviews.command("list")
 def list_reviews(
     run_id: RunId,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the reviews, plans included, as JSON.")
@@ -55,11 +56,17 @@ def list_reviews(
 
 
 def _decide(
-    verb: str, run_id: str, round_number: int, plan_hash: str, note: str | None, url: str, key: str | None
+    verb: str,
+    run_id: str,
+    round_number: int,
+    plan_hash: str,
+    note: str | None,
+    url: str | None,
+    key: str | None,
 ) -> None:
     body = {"plan_hash": plan_hash, "note": note}
     review: dict[str, Any] = api_request(
-        "POST", url, f"/runs/{run_id}/reviews/{round_number}/{verb}", key, body
+        "POST", url, f"/runs/{run_id}/reviews/{round_number}/{verb}", key, body, decides=True
     )
     console.print(f"round {review['round']}'s plan is {review['state']}, by {review['decided_by']}")
 
@@ -70,7 +77,7 @@ def approve(
     round_number: Round,
     plan_hash: PlanHash,
     note: Note = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Approve a round's exact plan: the run dispatches it."""
@@ -83,7 +90,7 @@ def reject(
     round_number: Round,
     plan_hash: PlanHash,
     note: Note = None,
-    url: Url = DEFAULT_URL,
+    url: Url = None,
     api_key: ApiKey = None,
 ) -> None:
     """Reject a round's plan: nothing of it runs, and the run stops PLAN_REJECTED."""

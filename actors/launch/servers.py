@@ -75,10 +75,17 @@ def serving_of(settings: Settings) -> Serving:
         url=serving_url(settings.host, settings.port),
         pid=os.getpid(),
         toolsets=str(settings.toolsets.resolve()) if settings.toolsets is not None else None,
-        development_keys={grant.tenant_id: key for key, grant in DEV_API_KEYS.items() if not grant.decides}
-        if settings.api_keys is None
-        else {},
+        development_keys=_development_keys(settings, decides=False),
+        approver_keys=_development_keys(settings, decides=True),
     )
+
+
+def _development_keys(settings: Settings, *, decides: bool) -> dict[str, str]:
+    """The development keys the raydag takes (none with ``RAYDAG_API_KEYS``), each tenant's, an approver's
+    (``decides``) or not."""
+    if settings.api_keys is not None:
+        return {}
+    return {grant.tenant_id: key for key, grant in DEV_API_KEYS.items() if grant.decides == decides}
 
 
 def run_api(

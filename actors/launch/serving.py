@@ -2,12 +2,15 @@
 
 ``raydag serve`` records itself in ``RAYDAG_HOME/serving.json`` once its API answers, and removes the record when
 it starts stopping. ``raydag run``, ``batch``, ``continue`` and ``raydag.start()`` on that home then make their
-runs through its API over loopback, as ``--url`` does, instead of starting a Ray and a PostgreSQL of their own:
-C-102 in 0.65 s instead of 15 (docs/BENCHMARKS.md, "A run from the terminal"). ``raydag up`` starts such a raydag
-in the background and ``raydag down`` stops it.
+runs through its API over loopback, as ``--url`` does, instead of starting a Ray and a PostgreSQL of their own
+(docs/BENCHMARKS.md, "A run from the terminal"); ``runs``, ``inbox``, ``watch``, ``cancel``, ``approvals``,
+``reviews`` and ``questions`` ask it unless told where. ``raydag up`` starts such a raydag in the background and
+``raydag down`` stops it.
 
-The record is a hint, never trusted alone: a command attaches only when the process it names is alive, serves the
-same toolsets, and answers ``/healthz``.
+The record is a hint, never trusted alone: a command attaches only when the record is its user's own and no
+other may write it, the process it names is alive, serves the same toolsets, and answers ``/healthz``. It names
+only public keys (the development keys, the approver's apart), and none for a raydag with keys of its own
+(docs/CLI.md, "Which raydag, and which key").
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 DEFAULT_HOME = Path("~/.raydag")
@@ -40,6 +43,10 @@ class Serving:
     development_keys: dict[str, str]
     """The development API key it takes for each tenant (none with ``RAYDAG_API_KEYS``): public keys, taken on
     loopback only."""
+    approver_keys: dict[str, str] = field(default_factory=dict)
+    """The development approver's key for each tenant (``dev-key-approver``; none with ``RAYDAG_API_KEYS``):
+    what the commands that decide for a person use on this raydag when no ``--api-key`` is given. Public too:
+    the record holds no secret. A raydag with keys of its own records none, and a person gives theirs."""
 
 
 def serving_url(host: str, port: int) -> str:
@@ -71,10 +78,12 @@ def recorded(home: Path, serving: Serving) -> Iterator[None]:
 
 
 def recorded_in(home: Path) -> Serving | None:
-    """The raydag recorded in ``home`` if its process is alive (whether it answers is ``answers``'s)."""
+    """The raydag recorded in ``home`` if its process is alive (whether it answers is ``answers``'s), and if
+    the record is this user's own, which no other may write (``owned``)."""
     import psutil
 
-    serving = _read(home / SERVING_FILE)
+    path = home / SERVING_FILE
+    serving = _read(path) if owned(path) else None
     if serving is None or not psutil.pid_exists(serving.pid):
         return None
     return serving
@@ -98,10 +107,24 @@ def serving_for(environment: Mapping[str, str], toolsets: Path | None) -> Servin
     return serving_here(home_in(environment), named)
 
 
-def key_for(serving: Serving, tenant: str, api_key: str | None) -> str | None:
-    """The API key a run for ``tenant`` is made with there: ``api_key`` if given, else the tenant's
-    development key when that raydag takes those; ``None``: it takes keys of its own, and one must be given."""
-    return api_key if api_key is not None else serving.development_keys.get(tenant)
+def key_for(serving: Serving, tenant: str, api_key: str | None, *, decides: bool = False) -> str | None:
+    """The API key a request for ``tenant`` is made with there: ``api_key`` if given, else the tenant's
+    development key when that raydag takes those (its approver's, for a request that ``decides`` what waits
+    for a person); ``None``: it takes keys of its own, and one must be given."""
+    if api_key is not None:
+        return api_key
+    return (serving.approver_keys if decides else serving.development_keys).get(tenant)
+
+
+def owned(path: Path) -> bool:
+    """Whether ``path`` is this user's and no one else may write it: a record another user could write (a
+    home shared through a group, a world-writable folder) could send a command's key, or a person's decision,
+    to a server of theirs."""
+    try:
+        status = path.stat()
+    except OSError:
+        return False
+    return status.st_uid == os.geteuid() and not status.st_mode & 0o022
 
 
 def home_in(environment: Mapping[str, str]) -> Path:
@@ -131,6 +154,7 @@ def _read(path: Path) -> Serving | None:
             pid=int(data["pid"]),
             toolsets=None if data["toolsets"] is None else str(data["toolsets"]),
             development_keys={str(tenant): str(key) for tenant, key in data["development_keys"].items()},
+            approver_keys={str(tenant): str(key) for tenant, key in data.get("approver_keys", {}).items()},
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # none, or not one raydag wrote: nothing to attach to

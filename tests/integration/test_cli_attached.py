@@ -26,11 +26,13 @@ def attached_env(home: Path) -> dict[str, str]:
     return environment(home, RAYDAG_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/none")
 
 
-def run_attached(home: Path, *args: str, command: str = "run") -> subprocess.CompletedProcess[str]:
-    """``raydag COMMAND ARGS`` in an environment where it could start nothing itself."""
+def run_attached(
+    home: Path, *args: str, command: str = "run", extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``raydag COMMAND ARGS`` in an environment where it could start nothing itself (and ``extra``)."""
     return subprocess.run(
         [RAYDAG, command, *args],
-        env=attached_env(home),
+        env={**attached_env(home), **(extra or {})},
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -140,3 +142,55 @@ def test_continue_without_url_is_made_by_the_raydag_serving_its_home(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "run-not-continuable" in done.stderr, done.stderr
     assert f"made by the raydag at {api}" in done.stderr
+
+
+def imported(stderr: str) -> tuple[set[str], str]:
+    """The top-level packages a command imported, from ``-X importtime``'s lines on its stderr, and the rest of
+    its stderr (what it said)."""
+    modules, said = set(), []
+    for line in stderr.splitlines():
+        if line.startswith("import time:"):
+            modules.add(line.rsplit("|", 1)[-1].strip().split(".")[0])
+        else:
+            said.append(line)
+    return modules - {"cumulative"}, "\n".join(said)
+
+
+def test_an_attached_run_loads_no_typer_rich_httpx_or_pydantic_and_says_what_it_said(
+    api: str, home: Path
+) -> None:
+    def raydag(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_attached(
+            home, *args, "--url", api, "--api-key", DEMO_KEY, extra={"PYTHONPROFILEIMPORTTIME": "1"}
+        )
+
+    done = raydag("C-102")
+
+    modules, said = imported(done.stderr)
+    assert done.returncode == 0, done.stdout + said
+    assert "actors" in modules  # the profile is the command's
+    assert not modules & {"typer", "click", "rich", "httpx", "pydantic"}, sorted(modules)
+    assert "plan for C-102 (DAG)" in done.stdout
+    assert "┃ node " in done.stdout
+    assert "│ resolve " in done.stdout
+    assert "DOCUMENTS_COMPLETE_AFTER_NORMALIZATION" in done.stdout
+
+    # Refusals keep their words and exit codes: the API's, the command's own, and typer's for what it reads.
+    unknown = raydag("C-999")
+    assert unknown.returncode == 2
+    assert "Not Found (case-not-found): no case with this id was found" in imported(unknown.stderr)[1]
+    pair = raydag("--resource", "no-equals")
+    assert pair.returncode == 2
+    assert "--resource 'no-equals': give each key once, as key=value" in imported(pair.stderr)[1]
+    nameless = raydag()
+    assert nameless.returncode == 2
+    assert "name what the run is about" in imported(nameless.stderr)[1]
+    bogus = raydag("C-102", "--bogus")
+    assert bogus.returncode == 2
+    assert "No such option: --bogus" in imported(bogus.stderr)[1]
+    missing = raydag("C-102", "--plan", str(home / "no-such-plan.json"))
+    assert missing.returncode == 2
+    assert "does not exist" in imported(missing.stderr)[1]
+    dashed = raydag("C-102", "--goal", "-x", "--json")  # a value like an option: read by typer, as before
+    assert dashed.returncode == 0, imported(dashed.stderr)[1]
+    assert json.loads(dashed.stdout)["run"]["goal"] == "-x"

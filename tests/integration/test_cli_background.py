@@ -20,6 +20,8 @@ import pytest
 from actors.launch.serving import Serving, recorded, serving_url
 from tests.conftest import REPO
 from tests.integration.test_cli import RAYDAG, environment, home_fixture
+from tests.integration.test_cli_inbox import until_line
+from tests.integration.test_operations import act_on_a_copy, sent
 from tests.loopback import free_port
 
 home = home_fixture("cli-background")
@@ -101,6 +103,112 @@ def test_up_serves_the_home_its_runs_attach_to_it_and_down_stops_everything_it_s
         httpx.get(f"{record['url']}/healthz")
 
 
+def test_the_commands_that_speak_to_a_raydag_find_the_one_serving_the_home_and_decide_as_its_approver(
+    dsn: str, home: Path
+) -> None:
+    """``raydag runs``, ``inbox``, ``approvals``, ``watch`` with no ``--url`` and no key: the raydag ``up``
+    serves the home, they read with its development key and decide with its development approver's, which its
+    record names (development keys only: a raydag with keys of its own records none). ``--url`` still wins.
+    The send is counted in caseops' outbox."""
+    serving = {"RAYDAG_DATABASE_URL": dsn, "RAYDAG_PORT": str(free_port()), "RAYDAG_DASHBOARD": "false"}
+    started = command(home, "up", extra=serving)
+    assert started.returncode == 0, started.stdout + started.stderr + (home / "serve.log").read_text()
+    record = json.loads((home / "serving.json").read_text())
+    assert (home / "serving.json").stat().st_mode & 0o777 == 0o600
+    assert record["approver_keys"] == {"tenant-demo": "dev-key-approver"}
+    server = psutil.Process(record["pid"])
+    case = act_on_a_copy(dsn)["case_id"]
+    following = subprocess.Popen(
+        [RAYDAG, "run", case, "--stage", "act", "--json"],
+        env=environment(home, **nowhere()),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        until_line(following, "waits for operation", stream=following.stderr)
+
+        waiting = command(home, "inbox", extra=nowhere(), timeout_s=60)
+        assert waiting.returncode == 0, waiting.stdout + waiting.stderr
+        assert f"asking the raydag at {record['url']}" in waiting.stderr
+        decision = next(
+            line.split("$ ", 1)[1]
+            for line in waiting.stdout.splitlines()
+            if "$ raydag approvals approve" in line
+        )  # decidable: the inbox asked as the approver
+        words = decision.split()
+        run_id, send = words[3], {"operation_id": words[4]}
+        assert sent(dsn, send) == 0
+
+        elsewhere = command(home, *words[1:], "--url", f"http://127.0.0.1:{free_port()}", extra=nowhere())
+        # --url wins, and the record's key is not sent there: a key must be given for it.
+        assert elsewhere.returncode == 2, elsewhere.stdout + elsewhere.stderr
+        assert "an API key is needed" in elsewhere.stderr
+        assert sent(dsn, send) == 0
+        approved = command(home, *words[1:], extra=nowhere(), timeout_s=60)
+        assert approved.returncode == 0, approved.stdout + approved.stderr
+        assert "dev-approver" in approved.stdout
+
+        out, err = following.communicate(timeout=120)
+        assert following.returncode == 0, out + err
+        assert sent(dsn, send) == 1
+        watched = command(home, "watch", run_id, extra=nowhere(), timeout_s=60)
+        assert watched.returncode == 0, watched.stdout + watched.stderr
+        assert "run completed" in watched.stdout
+        listed = command(home, "runs", "--json", extra=nowhere(), timeout_s=60)
+        assert run_id in {run["run_id"] for run in json.loads(listed.stdout)["items"]}
+        listed_ops = command(home, "approvals", "list", run_id, "--json", extra=nowhere(), timeout_s=60)
+        assert send["operation_id"] in {op["operation_id"] for op in json.loads(listed_ops.stdout)}
+    finally:
+        following.kill()
+        following.communicate()
+        stopped = command(home, "down")
+        if stopped.returncode != 0:
+            server.kill()
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+def test_a_record_another_user_could_write_is_not_attached_to(home: Path) -> None:
+    process, url = healthz_only(home)
+    try:
+        with recorded(
+            home, Serving(url=url, pid=process.pid, toolsets=None, development_keys={"tenant-demo": "k"})
+        ):
+            (home / "serving.json").chmod(0o622)
+            own = command(home, "run", "C-102", extra=nowhere(), timeout_s=60)
+            runs = command(home, "runs", "--api-key", "k", extra=nowhere(), timeout_s=60)
+    finally:
+        process.kill()
+        process.wait()
+
+    assert own.returncode == 2, own.stdout + own.stderr  # it ran on its own: the database does not answer
+    assert "made by the raydag" not in own.stderr
+    assert runs.returncode != 0, runs.stdout + runs.stderr  # asked at the default URL, with a key none takes
+    assert "asking the raydag" not in runs.stderr
+
+
+def test_a_decision_on_a_raydag_that_records_no_approver_key_says_how_to_get_one(home: Path) -> None:
+    # A record as a raydag serve from before approver keys wrote it: development keys, no approver's.
+    refused = beside_a_stand_in(home, {"tenant-demo": "k"}, "approvals", "approve", "R", "OP", "--hash", "h")
+
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "records no approver's key" in refused.stderr
+    assert "raydag down, then raydag up" in refused.stderr
+
+
+def beside_a_stand_in(home: Path, keys: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``raydag ARGS`` while ``home`` records a raydag that takes the development ``keys`` and is ``/healthz``
+    alone (``healthz_only``)."""
+    process, url = healthz_only(home)
+    try:
+        with recorded(home, Serving(url=url, pid=process.pid, toolsets=None, development_keys=keys)):
+            return command(home, *args, extra=nowhere(), timeout_s=60)
+    finally:
+        process.kill()
+        process.wait()
+
+
 def healthz_only(home: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A process that answers ``/healthz`` on a free port, as a raydag's API does: what a command checks before
     it attaches (the attaching itself is the test above's)."""
@@ -127,13 +235,7 @@ def healthz_only(home: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def test_a_raydag_that_takes_keys_of_its_own_is_not_attached_to_without_one(home: Path) -> None:
-    process, url = healthz_only(home)
-    try:
-        with recorded(home, Serving(url=url, pid=process.pid, toolsets=None, development_keys={})):
-            refused = command(home, "run", "C-102", extra=nowhere(), timeout_s=60)
-    finally:
-        process.kill()
-        process.wait()
+    refused = beside_a_stand_in(home, {}, "run", "C-102")
 
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "with API keys of its own" in refused.stderr

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import secrets
 import sys
 import time
@@ -26,14 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from actors.api.views import load_state, read_report
 from actors.calls.call import ToolCall
 from actors.calls.mcp import McpConnections
 from actors.calls.mcp.discovery import discover
 from actors.calls.mcp.redaction import REDACTED
-from actors.cli.report import print_report
+from actors.cli.report import report_lines
 from actors.launch.background_server import BackgroundServer
 from actors.run.submission import RunRequest, Submission
 from actors.store.database import create_pool
@@ -250,9 +248,8 @@ async def test_a_secret_the_server_echoes_reaches_no_event_row_report_or_log(
                 found.append(f"event {event.seq} of {ran.state.run_id}")
         catalogue = await attacked.supervisor.contracts.remote()
         report = await read_report(dsn, PRINCIPAL, ran.state.run_id, catalogue)
-        printed = io.StringIO()
-        print_report(Console(file=printed, width=200), report)
-        if secret in str(report) or secret in printed.getvalue():
+        printed = "\n".join(report_lines(report))
+        if secret in str(report) or secret in printed:
             found.append(f"the report of {ran.state.run_id}")
     found += await rows_holding(dsn, secret)
     found += log_files_holding(secret)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from actors.cli.approvals import DEFAULT_URL
+from actors.cli.client import DEFAULT_URL
 from tests.conftest import REPO
 from tests.integration.conftest import DEMO_KEY, auth
 from tests.integration.test_cli import RAYDAG, environment

@@ -11,7 +11,10 @@ def test_an_agent_node_is_named_for_what_it_runs() -> None:
     named = AgentSpec.model_validate({"goal": "g", "planner": "conformance"})
     given = AgentSpec.model_validate({"goal": "g", "plan": {"nodes": [{"id": "a", "tool": "t"}]}})
 
-    assert [agent_body(agent) for agent in (loop, named, given)] == [
+    stored = [
+        agent.model_dump(mode="json", by_alias=True, exclude_defaults=True) for agent in (loop, named, given)
+    ]
+    assert [agent_body(agent) for agent in stored] == [
         "a model loop of at most 4 steps",
         "conformance",
         "its own plan",

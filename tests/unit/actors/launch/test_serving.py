@@ -132,3 +132,32 @@ def test_a_run_is_made_with_the_key_given_else_the_tenants_development_key() -> 
     assert key_for(serving, "tenant-demo", "given") == "given"
     assert key_for(serving, "tenant-other", None) is None
     assert key_for(own_keys, "tenant-demo", None) is None
+
+
+def test_a_record_others_may_write_is_not_read(tmp_path: Path) -> None:
+    serving = Serving(
+        url=serving_url("127.0.0.1", free_port()), pid=os.getpid(), toolsets=None, development_keys=KEYS
+    )
+    with recorded(tmp_path, serving):
+        (tmp_path / SERVING_FILE).chmod(
+            0o620
+        )  # a group may write it: its URL and keys are not the owner's word
+        assert recorded_in(tmp_path) is None
+        (tmp_path / SERVING_FILE).chmod(
+            0o644
+        )  # readable by others (keys there are public), written by its owner
+        assert recorded_in(tmp_path) == serving
+
+
+def test_a_decision_is_asked_with_the_approver_key_the_record_names_and_a_given_key_wins() -> None:
+    serving = Serving(
+        url="http://127.0.0.1:1",
+        pid=1,
+        toolsets=None,
+        development_keys=KEYS,
+        approver_keys={"tenant-demo": "dev-key-approver"},
+    )
+    assert key_for(serving, "tenant-demo", None, decides=True) == "dev-key-approver"
+    assert key_for(serving, "tenant-demo", None) == "dev-key-tenant-demo"
+    assert key_for(serving, "tenant-demo", "mine", decides=True) == "mine"
+    assert key_for(serving, "tenant-other", None, decides=True) is None
