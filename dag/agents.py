@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -91,16 +91,23 @@ class Spent:
     tokens: int
     cost_usd: float
     active_s: float
+    reserved_tokens: int = 0
+    """Tokens carved for children in flight: held from what is left until each ends."""
+    reserved_cost_usd: float = 0.0
 
 
-def carve(budgets: Budgets, spent: Spent, asked: BudgetRequest | None, *, plans: bool) -> Budgets:
+def carve(
+    budgets: Budgets, spent: Spent, asked: BudgetRequest | None, *, plans: bool, share: int = 1
+) -> Budgets:
     """A child's budgets: each carved budget ``min(asked, what the parent has left)``, every other one
-    ``min(asked, the parent's)``. ``plans``: the child's DAG is written by a model, which needs tokens and cost.
-    Raises ``AgentRefused(NOTHING_LEFT)`` when the parent has nothing left the child needs to start."""
+    ``min(asked, the parent's)``; of the tokens and cost left (besides what children in flight hold), a
+    ``share``-th, the child sharing them with siblings starting beside it. ``plans``: the child's DAG is written
+    by a model, which needs tokens and cost. Raises ``AgentRefused(NOTHING_LEFT)`` when the parent has nothing
+    left the child needs to start."""
     left: dict[str, float] = {
         "max_nodes": budgets.max_nodes - spent.nodes,
-        "max_tokens": budgets.max_tokens - spent.tokens,
-        "max_cost_usd": round(budgets.max_cost_usd - spent.cost_usd, 6),
+        "max_tokens": (budgets.max_tokens - spent.tokens - spent.reserved_tokens) // share,
+        "max_cost_usd": round((budgets.max_cost_usd - spent.cost_usd - spent.reserved_cost_usd) / share, 6),
         "deadline_s": round(budgets.deadline_s - spent.active_s, 3),
     }
     needed = ["max_nodes", "deadline_s", *(("max_tokens", "max_cost_usd") if plans else ())]
@@ -161,6 +168,22 @@ class StartAgent:
     depth: int
     decision: Decision = AGENT_DECISION
 
+    @property
+    def reserved(self) -> tuple[int, float]:
+        """The tokens and cost its parent holds for it while it runs: all it was given, if it may ask a model
+        (a child that asks none spends none)."""
+        if not self.agent.may_ask_models:
+            return 0, 0.0
+        return self.budgets.max_tokens, self.budgets.max_cost_usd
+
+
+@dataclass(frozen=True)
+class AwaitSiblings:
+    """What the parent has left of tokens or cost is held by child runs in flight: the agent node starts when
+    one ends and gives back what it did not spend (it is refused if it still cannot start then)."""
+
+    node_id: str
+
 
 _ERROR_KIND = {
     AgentRefusal.TOOL_NOT_OFFERED: ErrorKind.AUTHORIZATION,
@@ -178,23 +201,53 @@ def start_agent(
     *,
     depth_limit: int,
     at: datetime,
-) -> StartAgent | NodeError:
+    share: int = 1,
+    held: tuple[int, float] = (0, 0.0),
+) -> StartAgent | AwaitSiblings | NodeError:
     """The child run an agent node of ``state`` may start at ``at``, or why it may not (its node fails so):
     its tools at most ``offered`` (the parent's own), its depth within ``depth_limit``, its budgets carved from
-    what the parent has left, and its inline plan calling none but its tools."""
+    what the parent has left, and its inline plan calling none but its tools.
+
+    Tokens and cost are never promised twice: what the children in flight were carved (and ``held``, what
+    siblings decided in the same step were) is not left; a child that may ask a model takes a ``share``-th of
+    the rest, shared with the siblings starting beside it, else all of it; one that could start were the
+    children in flight done waits for them (``AwaitSiblings``)."""
     try:
         depth = state.depth + 1
         check_depth(depth, depth_limit)
         tools = child_tools(offered, agent.tools)
         if agent.plan is not None:
             child_tools(tools, [node.tool for node in agent.plan.nodes if node.agent is None])
+        in_flight = state.reserved_for_children(besides=ready.node_id)
         spent = Spent(
             nodes=state.node_count(),
             tokens=state.tokens_used,
             cost_usd=state.cost_usd,
             active_s=state.active_s(at),
+            reserved_tokens=in_flight[0] + held[0],
+            reserved_cost_usd=in_flight[1] + held[1],
         )
-        budgets = carve(state.budgets, spent, agent.budgets, plans=agent.planned)
+        budgets = _carved(state.budgets, spent, agent, share)
     except AgentRefused as exc:
         return exc.node_error()
+    if budgets is None:
+        return AwaitSiblings(ready.node_id)
     return StartAgent(ready, agent, budgets, tools, depth)
+
+
+def _carved(budgets: Budgets, spent: Spent, agent: AgentSpec, share: int) -> Budgets | None:
+    """``carve``'s budgets for ``agent``: a ``share``-th of the tokens and cost left, else all that is left;
+    ``None`` when only the children in flight stand in the way (raises the refusal if even their end would
+    not do)."""
+    refused: AgentRefused | None = None
+    for split in (share, 1) if agent.may_ask_models and share > 1 else (1,):
+        try:
+            return carve(budgets, spent, agent.budgets, plans=agent.planned, share=split)
+        except AgentRefused as exc:
+            refused = exc
+    assert refused is not None
+    if not (spent.reserved_tokens or spent.reserved_cost_usd):
+        raise refused
+    unheld = replace(spent, reserved_tokens=0, reserved_cost_usd=0.0)
+    carve(budgets, unheld, agent.budgets, plans=agent.planned)  # raises if their end would not do either
+    return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, assert_never
 
-from dag.agents import AGENT_DEPTH_LIMIT, StartAgent, start_agent
+from dag.agents import AGENT_DEPTH_LIMIT, AwaitSiblings, StartAgent, start_agent
 from dag.budget import STOP_REASON_OF_BUDGET
 from dag.contracts import ToolCatalogue
 from dag.errors import BudgetExceeded
@@ -137,6 +137,7 @@ Step = (
     | Deny
     | ReuseOutput
     | AwaitIdentical
+    | AwaitSiblings
     | HoldForCapacity
     | HoldForCircuit
     | Probe
@@ -175,6 +176,10 @@ def dispatch(
     dispatching: set[str] = set()
     decided: Counter[str] = Counter()  # proposals decided in this step, not yet in the state
     authority = state.authority
+    candidates = list(candidates)
+    sharing = sum(1 for candidate in candidates if _may_ask_models(state, candidate))
+    # agent nodes of this step whose children may ask a model: they share the tokens and cost left
+    carved_here = (0, 0.0)  # what the children started in this step were carved, not yet in the state
     for candidate in candidates:
         match candidate:
             case Runnable():
@@ -194,11 +199,26 @@ def dispatch(
                         continue
                     offered = effective_tools(authority, catalogue)
                     moment = at if at is not None else datetime.now(UTC)
-                    started = start_agent(state, ready, agent, offered, depth_limit=agent_depth, at=moment)
+                    started = start_agent(
+                        state,
+                        ready,
+                        agent,
+                        offered,
+                        depth_limit=agent_depth,
+                        at=moment,
+                        share=max(sharing, 1),
+                        held=carved_here,
+                    )
+                    if agent.may_ask_models:
+                        sharing -= 1
                     if isinstance(started, NodeError):
                         steps.append(Fail(ready.node_id, started))
                         continue
+                    if isinstance(started, AwaitSiblings):
+                        steps.append(started)
+                        continue
                     room -= 1
+                    carved_here = (carved_here[0] + started.reserved[0], carved_here[1] + started.reserved[1])
                     steps.append(started)
                     continue
                 withdrawn = withdrawal(ready.tool, state.tool_pins)
@@ -359,3 +379,11 @@ def past_deadline(state: RunState, now: datetime) -> Stop | None:
 
 def _unresolvable(step: Unresolvable) -> Fail:
     return Fail(step.node_id, NodeError(kind=ErrorKind.CONTRACT, code=step.code, message=step.message))
+
+
+def _may_ask_models(state: RunState, candidate: Candidate) -> bool:
+    """Whether ``candidate`` is an agent node whose child may ask a model (a runnable one: it may start now)."""
+    if not isinstance(candidate, Runnable):
+        return False
+    agent = state.spec_of(state.nodes[candidate.node_id]).agent
+    return agent is not None and agent.may_ask_models

@@ -234,6 +234,11 @@ class AgentStarted(_Event):
     kind: Literal["agent_started"] = "agent_started"
     node_id: str
     child_run_id: str
+    reserved_tokens: int = Field(default=0, ge=0)
+    """The tokens carved for a child that asks a model: held from the parent's until the child ends (its
+    siblings are carved from what is left beside it)."""
+    reserved_cost_usd: float = Field(default=0.0, ge=0)
+    """The cost carved for it, held likewise."""
 
 
 class AgentEnded(_Event):

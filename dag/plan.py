@@ -104,6 +104,14 @@ class AgentSpec(BaseModel):
         """Whether the child's DAG is written by a planner (a model's, for a loop) rather than given inline."""
         return self.plan is None
 
+    @property
+    def may_ask_models(self) -> bool:
+        """Whether the child, or an agent of its inline plan at any depth, is planned: what tokens and cost
+        carved for it are for."""
+        if self.plan is None:
+            return True
+        return any(node.agent is not None and node.agent.may_ask_models for node in self.plan.nodes)
+
 
 class PlanNode(BaseModel):
     """One proposed node: a tool call (``tool``), or an agent (``agent``): a child run of its own. ``args`` may

@@ -92,6 +92,8 @@ class NodeState:
     the attempt made a plain call."""
     child_run_id: str | None = None
     """An agent node's child run (``AgentStarted``)."""
+    reserved: tuple[int, float] = (0, 0.0)
+    """The tokens and cost carved for its child run, held from the run's own while the child runs."""
 
     @property
     def is_group(self) -> bool:
@@ -295,6 +297,16 @@ class RunState:
         that ended: what ``max_nodes`` bounds."""
         return len(self.nodes) + self.child_nodes
 
+    def reserved_for_children(self, *, besides: str | None = None) -> tuple[int, float]:
+        """The tokens and cost carved for the child runs in flight (but the one of node ``besides``): held from
+        what the run has left until each child ends and its spend replaces its share."""
+        held = [
+            node.reserved
+            for node in self.nodes.values()
+            if node.status is NodeStatus.RUNNING and node.child_run_id is not None and node.node_id != besides
+        ]
+        return sum(tokens for tokens, _ in held), sum(cost for _, cost in held)
+
     def in_flight(self) -> list[NodeState]:
         """Nodes with a call out, or waiting to be retried."""
         return [
@@ -448,13 +460,19 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 raise EventRefused(event.kind, f"{event.node_id}: not an agent node in flight")
             if node.child_run_id not in (None, event.child_run_id):
                 raise EventRefused(event.kind, f"{event.node_id}: already has child run {node.child_run_id}")
-            return _with_node(state, event.node_id, child_run_id=event.child_run_id)
+            return _with_node(
+                state,
+                event.node_id,
+                child_run_id=event.child_run_id,
+                reserved=(event.reserved_tokens, event.reserved_cost_usd),
+            )
         case AgentEnded():
             node = state.nodes[event.node_id]
             if node.child_run_id != event.child_run_id or node.status is not NodeStatus.RUNNING:
                 raise EventRefused(
                     event.kind, f"{event.node_id}: child run {event.child_run_id} is not in flight"
                 )
+            state = _with_node(state, event.node_id, reserved=(0, 0.0))  # its spend replaces its share
             return _evolve(
                 state,
                 tokens_used=state.tokens_used + event.tokens,

@@ -29,7 +29,7 @@ from actors.run.pending_writes import PendingWrites
 from actors.run.recorder import RunRecorder, now
 from actors.run.tool_questions import ToolQuestionGate
 from actors.store.ownership import LeaseLost
-from dag.agents import StartAgent, start_agent
+from dag.agents import AgentRefusal, AgentRefused, AwaitSiblings, StartAgent, start_agent
 from dag.contracts import ToolContract
 from dag.dispatch import (
     AwaitIdentical,
@@ -524,13 +524,22 @@ class RoundExecution:
                     child_run_id = str(uuid.uuid4())  # named in the parent before the child exists
                     as_call = Call(ready.node_id, ready.tool, ready.args, ready.fingerprint, 1, step.decision)
                     events.append(_dispatched(as_call, at))
-                    events.append(AgentStarted(at=at, node_id=ready.node_id, child_run_id=child_run_id))
+                    tokens, cost = step.reserved
+                    events.append(
+                        AgentStarted(
+                            at=at,
+                            node_id=ready.node_id,
+                            child_run_id=child_run_id,
+                            reserved_tokens=tokens,
+                            reserved_cost_usd=cost,
+                        )
+                    )
                     agents.append((step, child_run_id))
                 case Probe():
                     self._probes[step.node_id] = step.key
                 case HoldForCircuit():
                     self._wake_in(step.seconds)  # it stays pending until its tool's circuit lets it
-                case AwaitIdentical() | HoldForCapacity():
+                case AwaitIdentical() | AwaitSiblings() | HoldForCapacity():
                     pass  # decided again when a call lands
                 case Stop():
                     if step.last is not None:
@@ -582,6 +591,10 @@ class RoundExecution:
         ready = Ready(node_id, node.tool, dict(node.args), node.fingerprint)
         offered = effective_tools(state.authority, self._deps.catalogue)
         start = start_agent(state, ready, agent, offered, depth_limit=self._deps.agent_depth, at=now())
+        if isinstance(start, AwaitSiblings):  # named, never created: it cannot wait as if not started
+            start = AgentRefused(
+                AgentRefusal.NOTHING_LEFT, "the parent's tokens and cost are held by its other child runs"
+            ).node_error()
         self._start_agent(node_id, node.child_run_id, start)
 
     async def _agent(

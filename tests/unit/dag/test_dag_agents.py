@@ -16,6 +16,7 @@ from dag.agents import (
     RESULT_LIMIT_BYTES,
     AgentRefusal,
     AgentRefused,
+    AwaitSiblings,
     Spent,
     StartAgent,
     bounded_result,
@@ -32,6 +33,7 @@ from dag.events import (
     ErrorKind,
     ModelUsed,
     NodeDispatched,
+    NodeSucceeded,
     ParentLink,
     PlanAccepted,
     PlanningStarted,
@@ -477,3 +479,132 @@ def test_a_plan_names_its_agents_tools_for_the_resource_check() -> None:
     )
     assert parsed(agent("b", {"planner": "p", "tools": [CASE_TOOL]})).tools_named() == (CASE_TOOL,)
     assert parsed(agent("b", {"planner": "p"})).tools_named() is None
+
+
+# ---------------------------------------------------------------- tokens and cost are never promised twice
+
+
+def loop(node_id: str, **fields: Any) -> dict[str, Any]:
+    return agent(node_id, {"loop": {"max_steps": 3}}, **fields)
+
+
+def started_in_plan(node_id: str, tokens: int, cost: float) -> tuple[Any, ...]:
+    """The events of ``node_id``'s child run starting, holding ``tokens`` and ``cost`` of its parent's."""
+    dispatched = NodeDispatched(
+        at=AT, node_id=node_id, tool="", args={}, fingerprint=node_id, attempt=1, decision=AGENT_DECISION
+    )
+    started = AgentStarted(
+        at=AT,
+        node_id=node_id,
+        child_run_id=f"child-{node_id}",
+        reserved_tokens=tokens,
+        reserved_cost_usd=cost,
+    )
+    return dispatched, started
+
+
+def test_siblings_starting_together_share_the_tokens_and_cost_left_and_are_never_given_more() -> None:
+    spent = ModelUsed(at=AT, purpose="plan", model="m", input_tokens=300, output_tokens=100, cost_usd=0.4)
+    state = state_of(
+        loop("a"), loop("b"), loop("c"), budgets=Budgets(max_tokens=1_000, max_cost_usd=1.0), more=(spent,)
+    )
+
+    started = [step for step in steps(state) if isinstance(step, StartAgent)]
+
+    assert [start.ready.node_id for start in started] == ["a", "b", "c"]
+    assert [start.budgets.max_tokens for start in started] == [200, 200, 200]
+    assert [start.reserved for start in started] == [(200, 0.2)] * 3
+    assert sum(start.budgets.max_tokens for start in started) <= 1_000 - 400
+
+
+def test_a_sibling_asking_for_less_leaves_the_rest_to_the_others() -> None:
+    state = state_of(
+        loop(
+            "a",
+        ),
+        agent("b", {"loop": {"max_steps": 3}, "budgets": {"max_tokens": 100}}),
+        loop("c"),
+        budgets=Budgets(max_tokens=1_000),
+    )
+
+    started = {
+        step.ready.node_id: step.budgets.max_tokens for step in steps(state) if isinstance(step, StartAgent)
+    }
+
+    assert started == {"a": 333, "b": 100, "c": 567}  # the last takes what the others left
+    assert sum(started.values()) == 1_000
+
+
+def test_a_child_in_flight_holds_its_share_until_it_ends_and_a_later_sibling_waits_for_it() -> None:
+    budgets = Budgets(max_tokens=1_000, max_cost_usd=1.0)
+    later = loop("later", after=["first"])
+    first = call("first")
+    state = state_of(loop("a"), first, later, budgets=budgets, more=started_in_plan("a", 1_000, 1.0))
+    assert state.reserved_for_children() == (1_000, 1.0)
+    done = state_of(
+        loop("a"),
+        first,
+        later,
+        budgets=budgets,
+        more=(*started_in_plan("a", 1_000, 1.0), *succeeded("first")),
+    )
+
+    (waiting,) = [step for step in steps(done) if getattr(step, "node_id", None) == "later"]
+
+    assert isinstance(waiting, AwaitSiblings)  # all is held by "a": neither refused nor promised twice
+    ended = AgentEnded(
+        at=AT,
+        node_id="a",
+        child_run_id="child-a",
+        status=RunStatus.COMPLETED,
+        nodes=2,
+        tokens=300,
+        cost_usd=0.1,
+    )
+    after = state_of(
+        loop("a"),
+        first,
+        later,
+        budgets=budgets,
+        more=(*started_in_plan("a", 1_000, 1.0), *succeeded("first"), ended),
+    )
+    assert after.reserved_for_children() == (0, 0.0)  # its spend replaced its share
+    (start,) = [step for step in steps(after) if isinstance(step, StartAgent)]
+    assert (start.ready.node_id, start.budgets.max_tokens, start.budgets.max_cost_usd) == ("later", 700, 0.9)
+
+
+def test_a_child_that_could_not_start_even_once_its_siblings_end_is_refused_not_held() -> None:
+    budgets = Budgets(max_tokens=1_000)
+    spent = ModelUsed(at=AT, purpose="plan", model="m", input_tokens=1_000, output_tokens=0)
+    state = state_of(loop("a"), loop("b"), budgets=budgets, more=(spent, *started_in_plan("a", 0, 0.0)))
+
+    (step,) = steps(state)
+
+    assert isinstance(step, Fail)
+    assert (step.node_id, step.error.code) == ("b", AgentRefusal.NOTHING_LEFT.value)
+
+
+def test_a_child_of_a_given_plan_that_asks_no_model_holds_nothing_and_shares_nothing() -> None:
+    state = state_of(loop("a"), agent("given", inline(call("inner"))), budgets=Budgets(max_tokens=1_000))
+
+    started = {step.ready.node_id: step for step in steps(state) if isinstance(step, StartAgent)}
+
+    assert started["a"].budgets.max_tokens == 1_000  # the one sibling that may ask a model
+    assert started["given"].reserved == (0, 0.0)
+    nested = agent("nested", inline(loop("deeper")))
+    assert Plan.parse({"nodes": [nested]}).nodes[0].agent.may_ask_models  # a loop inside asks one
+
+
+def succeeded(node_id: str) -> tuple[Any, ...]:
+    dispatched = NodeDispatched(
+        at=AT,
+        node_id=node_id,
+        tool=CASE_TOOL,
+        args={"case_id": CASE_ID},
+        fingerprint=action_fingerprint(CASE_TOOL, {"case_id": CASE_ID}),
+        attempt=1,
+        decision=AGENT_DECISION,
+    )
+    return dispatched, NodeSucceeded(
+        at=AT, node_id=node_id, output={"ok": True}, started_at=AT, finished_at=AT
+    )
