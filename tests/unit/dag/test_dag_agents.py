@@ -435,19 +435,16 @@ def test_an_agent_nodes_fingerprint_is_its_body_and_inputs_never_a_tools() -> No
     assert all(start.ready.fingerprint != action_fingerprint("", {"x": 1}) for start in started)
 
 
+def agent_ended(node_id: str, child_run_id: str, **spent: Any) -> AgentEnded:
+    """``node_id``'s child run completed, having spent ``spent`` (nodes, tokens, cost_usd)."""
+    return AgentEnded(at=AT, node_id=node_id, child_run_id=child_run_id, status=RunStatus.COMPLETED, **spent)
+
+
 def test_the_childs_spend_is_folded_into_its_parent() -> None:
     dispatched = NodeDispatched(
         at=AT, node_id="research", tool="", args={}, fingerprint="f", attempt=1, decision=AGENT_DECISION
     )
-    ended = AgentEnded(
-        at=AT,
-        node_id="research",
-        child_run_id="child-1",
-        status=RunStatus.COMPLETED,
-        nodes=3,
-        tokens=120,
-        cost_usd=0.01,
-    )
+    ended = agent_ended("research", "child-1", nodes=3, tokens=120, cost_usd=0.01)
     model = ModelUsed(at=AT, purpose="join", model="m", input_tokens=5, output_tokens=5, cost_usd=0.001)
     state = state_of(
         RESEARCH,
@@ -552,15 +549,7 @@ def test_a_child_in_flight_holds_its_share_until_it_ends_and_a_later_sibling_wai
     (waiting,) = [step for step in steps(done) if getattr(step, "node_id", None) == "later"]
 
     assert isinstance(waiting, AwaitSiblings)  # all is held by "a": neither refused nor promised twice
-    ended = AgentEnded(
-        at=AT,
-        node_id="a",
-        child_run_id="child-a",
-        status=RunStatus.COMPLETED,
-        nodes=2,
-        tokens=300,
-        cost_usd=0.1,
-    )
+    ended = agent_ended("a", "child-a", nodes=2, tokens=300, cost_usd=0.1)
     after = state_of(
         loop("a"),
         first,
