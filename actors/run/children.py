@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.calls.call import ToolOutcome
+from actors.run.context import Interruption
 from actors.run.intake import Intake, NewRun
 from actors.run.recorder import now
 from actors.run.submission import Cancellation, Submission, SubmitResult
@@ -52,7 +53,7 @@ class ChildRuns:
         store: RunStore,
         create: Callable[[NewRun], Awaitable[SubmitResult]],
         wait: Callable[[str, float], Awaitable[bool]],
-        cancel: Callable[[str], Awaitable[Cancellation]],
+        cancel: Callable[..., Awaitable[Cancellation]],
     ) -> None:
         self._intake = intake
         self._store = store
@@ -110,15 +111,19 @@ class ChildRuns:
         )
         return ChildEnd(ToolOutcome(None, error, started, finished), ended)
 
-    def cancel_soon(self, child_run_id: str) -> None:
-        """Cancel the child run in the background: its parent stopped (cancelled, out of time or budget)."""
-        task = asyncio.get_running_loop().create_task(self._cancelled(child_run_id))
+    def cancel_soon(self, child_run_id: str, parent_run_id: str, stopped: Interruption) -> None:
+        """Stop the child run in the background, for the reason its parent stopped (cancelled, out of time or
+        budget): a parent out of budget stops its children with the budget's stop reason."""
+        because = Interruption(
+            stopped.reason, f"its parent run {parent_run_id} stopped: {stopped.detail}"[:1000]
+        )
+        task = asyncio.get_running_loop().create_task(self._cancelled(child_run_id, because))
         self._cancelling.add(task)
         task.add_done_callback(self._cancelling.discard)
 
-    async def _cancelled(self, child_run_id: str) -> None:
+    async def _cancelled(self, child_run_id: str, because: Interruption) -> None:
         try:
-            outcome = await self._cancel(child_run_id)
+            outcome = await self._cancel(child_run_id, because=because)
         except Exception:
             log.exception("could not cancel child run %s", child_run_id)
             return

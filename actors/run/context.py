@@ -1,8 +1,9 @@
-"""Why a round ended early (``Interruption``), a run handed over by a stopping supervisor (``HandedOver``), and a
-run parked on people (``Parked``)."""
+"""Why a round ended early (``Interruption``), a run's cancellation and its reason (``Cancel``), a run handed over
+by a stopping supervisor (``HandedOver``), and a run parked on people (``Parked``)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from dag.errors import RaydagError
@@ -15,6 +16,30 @@ class Interruption:
 
     reason: StopReason
     detail: str
+
+
+CANCELLED = Interruption(StopReason.CANCELLED, "the run was cancelled")
+"""A person's (or a client's) cancellation."""
+
+
+class Cancel(asyncio.Event):
+    """A run's cancellation, set once, with why: a cancel asked of it (``CANCELLED``), or its parent run's stop,
+    whose reason a child run stops with (a parent out of budget stops its children with the budget's reason)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interruption = CANCELLED
+
+    def stop(self, interruption: Interruption | None = None) -> None:
+        """Cancel the run, for ``interruption`` (``None``: a cancel asked of it); the first reason stands."""
+        if not self.is_set() and interruption is not None:
+            self.interruption = interruption
+        self.set()
+
+
+def cancelled_by(cancel: asyncio.Event) -> Interruption:
+    """Why a run whose ``cancel`` is set stops."""
+    return cancel.interruption if isinstance(cancel, Cancel) else CANCELLED
 
 
 class HandedOver(RaydagError):

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from actors.observe.tracing import context_of, tracer
 from actors.run.asking import QuestionGate
 from actors.run.children import ChildRuns
-from actors.run.context import HandedOver, Interruption, Parked
+from actors.run.context import CANCELLED, HandedOver, Interruption, Parked, cancelled_by
 from actors.run.deps import RunDeps
 from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
@@ -194,11 +194,12 @@ class RunDriver:
                 rounds.enter(state.round)
                 match state.status:
                     case RunStatus.PENDING if cancel.is_set():  # cancelled while it waited for its turn
-                        await run.finish(
-                            RunStatus.CANCELLED,
-                            StopReason.CANCELLED,
-                            "the run was cancelled before it started",
-                        )
+                        stopped = cancelled_by(cancel)
+                        if stopped is CANCELLED:
+                            stopped = Interruption(
+                                StopReason.CANCELLED, "the run was cancelled before it started"
+                            )
+                        await self._halt(run, stopped)
                     case RunStatus.PENDING if state.proposal is not None:
                         # The run's own plan: no planner is asked, so planning is stored with what follows.
                         await run.stage(PlanningStarted(at=now(), round=state.round + 1))
@@ -229,8 +230,10 @@ class RunDriver:
                         if stream is not None:  # the round drained or stopped: the stream has nothing to add
                             stream.cancel()
                             stream = None
-                        if interruption is not None and interruption.reason is StopReason.CANCELLED:
-                            await run.finish(RunStatus.CANCELLED, StopReason.CANCELLED, interruption.detail)
+                        if interruption is not None and (
+                            interruption.reason is StopReason.CANCELLED or cancel.is_set()
+                        ):  # cancelled, or stopped by its parent: no join asks its planner anything more
+                            await self._halt(run, interruption)
                         else:
                             await run.record(
                                 JoinStarted(
@@ -570,7 +573,7 @@ async def _bounded(
         if task in done:
             return task.result()
         if cancelled in done:
-            raise _Halt(Interruption(StopReason.CANCELLED, "the run was cancelled"))
+            raise _Halt(cancelled_by(cancel))
         if handed_over in done:
             raise HandedOver("the supervisor stopped while the planner was answering")
         raise _Halt(Interruption(StopReason.DEADLINE_EXCEEDED, "the run's deadline passed while planning"))

@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
+from actors.run.context import Interruption
 from actors.run.driver import RunDriver
 from actors.run.turns import Turns
 from actors.store.decisions import DecisionWakeups
@@ -94,9 +95,9 @@ class Ownership:
             if task is not None:
                 task.cancel()
 
-    async def wake(self, run_id: str, *, cancel: bool = False) -> bool:
-        """Claim a parked run and drive it again here (``cancel``: to record its cancellation); ``False`` if
-        it is not parked (any more), or this supervisor is stopping."""
+    async def wake(self, run_id: str, *, cancel: bool = False, because: Interruption | None = None) -> bool:
+        """Claim a parked run and drive it again here (``cancel``: to record its cancellation, for ``because``
+        if its parent stopped); ``False`` if it is not parked (any more), or this supervisor is stopping."""
         if self._driver.handover.is_set() or self.turns.owns(run_id):
             return False
         with self.turns.claiming(run_id):  # claimed and not driven yet: no orphan of this owner's scan
@@ -114,7 +115,7 @@ class Ownership:
                 fold(item.event for item in stored), last_seq=stored[-1].seq, recovered=(self.owner, None)
             )
         if cancel:
-            self.turns.cancel(run_id)
+            self.turns.cancel(run_id, because)
         return True
 
     def _parked(self, run_id: str, waits: tuple[str, ...]) -> None:

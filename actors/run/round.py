@@ -22,7 +22,7 @@ from opentelemetry.trace import Status, StatusCode
 from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.children import ChildRuns
-from actors.run.context import HandedOver, Interruption, Parked
+from actors.run.context import CANCELLED, HandedOver, Interruption, Parked, cancelled_by
 from actors.run.deps import RunDeps
 from actors.run.operate import CallTool, Operate
 from actors.run.pending_writes import PendingWrites
@@ -67,7 +67,7 @@ from dag.health import HealthKey, counts_against_tool
 from dag.policy import effective_tools, observed_values
 from dag.run_state import RunState, apply
 from dag.scheduler import Expand, Frontier, Ready, Settle, Skip
-from dag.states import NodeStatus, StopReason
+from dag.states import NodeStatus
 
 HELD_AT_MOST_S = 0.05
 """How long what a round decided and nothing acts on yet (outcomes that make no node ready while other calls
@@ -105,6 +105,8 @@ class RoundExecution:
         """What each agent node's child run spent, recorded with the node's outcome."""
         self._deps = deps
         self._handover = handover if handover is not None else asyncio.Event()
+        self._stopped: Interruption | None = None
+        """Why the round stopped the run, once it did: its child runs stop for the same reason."""
         self._let_go = asyncio.Event()
         """Set once the round stops driving the run while the run goes on elsewhere: the supervisor hands it
         over, or another took its lease (its driver cancelled, or an append refused). The tasks it follows,
@@ -165,6 +167,9 @@ class RoundExecution:
         every task a read was followed in is asked to stop: nothing of this run goes on at a server)."""
         interruption = await self._execute()
         if interruption is not None:
+            # Before anything awaits: the agent nodes it cut short read it when they next run, to stop their
+            # child runs for the same reason.
+            self._stopped = interruption
             await self._stop_followed()
         return interruption
 
@@ -177,7 +182,7 @@ class RoundExecution:
                 if self._cancel.is_set():
                     await self._record_landed()
                     await self._writes.expire(None)
-                    return Interruption(StopReason.CANCELLED, "the run was cancelled")
+                    return cancelled_by(self._cancel)
                 if self._handover.is_set():
                     self._let_go.set()
                     await self._record_landed()
@@ -615,7 +620,7 @@ class RoundExecution:
             end = await children.run(self._run.state, node_id, child_run_id, start, trace=dict(trace))
         except asyncio.CancelledError:
             if not self._let_go.is_set():
-                children.cancel_soon(child_run_id)
+                children.cancel_soon(child_run_id, self._run.state.run_id, self._stopped or CANCELLED)
             raise
         if end.ended is not None:
             self._agent_ends[node_id] = end.ended

@@ -17,7 +17,7 @@ from actors.observe.metrics import report
 from actors.run.asking import QuestionGate
 from actors.run.children import ChildRuns
 from actors.run.chores import Chores
-from actors.run.context import Parked
+from actors.run.context import Interruption, Parked
 from actors.run.continuation import Continuations
 from actors.run.deps import RunDeps
 from actors.run.driver import RunDriver
@@ -230,17 +230,20 @@ class RunService:
             else:
                 await asyncio.sleep(min(_POLL_S, left))
 
-    async def cancel(self, run_id: str, timeout_s: float = 30.0) -> Cancellation:
-        """Cancel a run this process drives: in-flight calls are cancelled and nothing more is dispatched."""
+    async def cancel(
+        self, run_id: str, timeout_s: float = 30.0, *, because: Interruption | None = None
+    ) -> Cancellation:
+        """Cancel a run this process drives: in-flight calls are cancelled and nothing more is dispatched. It
+        stops for ``because`` (its parent run's stop), else as cancelled."""
         task = self._turns.runs.get(run_id)
-        if task is None and await self._ownership.wake(run_id, cancel=True):  # parked: nobody else drives it
+        if task is None and await self._ownership.wake(run_id, cancel=True, because=because):  # parked
             task = self._turns.runs.get(run_id)
         if task is None:
             status = await self.store.run_status(run_id)
             if status is None:
                 return Cancellation.NOT_FOUND
             return Cancellation.ALREADY_FINISHED if RunStatus(status).terminal else Cancellation.NOT_OWNED
-        self._turns.cancel(run_id)
+        self._turns.cancel(run_id, because)
         await asyncio.wait({task}, timeout=timeout_s)
         status = await self.store.run_status(run_id)
         return Cancellation.CANCELLED if status == RunStatus.CANCELLED else Cancellation.ALREADY_FINISHED

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from actors.run.context import HandedOver, Parked
+from actors.run.context import Cancel, HandedOver, Interruption, Parked
 from actors.run.driver import RunDriver
 from actors.store.ownership import LeaseLost
 from dag.plan import Plan
@@ -29,7 +29,7 @@ class Turns:
         self._driver = driver
         self._parked = parked
         self._runs: dict[str, asyncio.Task[Any]] = {}
-        self._cancels: dict[str, asyncio.Event] = {}
+        self._cancels: dict[str, Cancel] = {}
         self._claimed: set[str] = set()
         """Runs this process took and does not drive yet (created, woken): no orphans of this owner's scan."""
         self._turns = asyncio.Semaphore(max_active_runs)
@@ -64,7 +64,7 @@ class Turns:
         recovered: tuple[str, str | None] | None = None,
         checked_plan: Plan | None = None,
     ) -> None:
-        cancel = asyncio.Event()
+        cancel = Cancel()
         task = asyncio.create_task(
             self._drive_in_turn(state, last_seq, cancel, recovered, checked_plan), name=f"run:{state.run_id}"
         )
@@ -72,13 +72,14 @@ class Turns:
         self._cancels[state.run_id] = cancel
         task.add_done_callback(self._forget)
 
-    def cancel(self, run_id: str) -> None:
-        """Cancel a run owned here: in-flight calls are cancelled and nothing more is dispatched."""
-        self._cancels[run_id].set()
+    def cancel(self, run_id: str, because: Interruption | None = None) -> None:
+        """Cancel a run owned here: in-flight calls are cancelled and nothing more is dispatched; it stops for
+        ``because`` (``None``: a cancel asked of it)."""
+        self._cancels[run_id].stop(because)
 
     def cancel_all(self) -> None:
         for cancel in self._cancels.values():
-            cancel.set()
+            cancel.stop()
 
     def active(self) -> int:
         """Runs owned here: driven, or waiting for their turn."""

@@ -270,6 +270,33 @@ async def test_cancelling_the_parent_cancels_its_child(
     assert "policy" not in answered(slow, child_id)  # nothing dispatched after the cancel
 
 
+async def test_a_parent_out_of_budget_stops_its_child_with_the_budgets_stop_reason(
+    ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, slow, token_key, unique("agents-budget-stop"))
+    try:
+        inner = [read("case", CASE), read("policy", POLICY, after=["case"])]
+        fanned = {**read("each", DOCUMENTS), "for_each": {"$ref": "policy", "pointer": "/required_documents"}}
+        plan = {"nodes": [agent("research", "read slowly", *inner), read("policy", POLICY), fanned]}
+        # The policy lists three documents: a fan-out of three is past the parent's max_fanout of two.
+        run_id = await submitted_run(supervisor, plan, budgets=BudgetRequest(max_fanout=2))
+        parent_events = await until(store, run_id, finished)
+        child_id = str(of_kind(parent_events, "agent_started")[0].child_run_id)
+        child_events = await until(store, child_id, finished)
+    finally:
+        ray.kill(supervisor)
+    assert (parent_events[-1].status.value, parent_events[-1].stop_reason.value) == (
+        "stopped",
+        "FANOUT_LIMIT",
+    )
+    stopped = child_events[-1]
+    assert (stopped.status.value, stopped.stop_reason.value) == ("stopped", "FANOUT_LIMIT")
+    assert stopped.detail.startswith(f"its parent run {run_id} stopped: ")
+    assert not of_kind(child_events, "join_started")  # its planner is asked nothing more
+
+
 async def test_a_supervisor_killed_mid_child_resumes_with_the_same_child_and_repeats_no_succeeded_call(
     ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
 ) -> None:
