@@ -103,6 +103,10 @@ class RoundExecution:
         """Agent nodes in flight → their child run: each waits on it, and lets it go on a handover."""
         self._agent_ends: dict[str, AgentEnded] = {}
         """What each agent node's child run spent, recorded with the node's outcome."""
+        self._parked_children: set[str] = set()
+        """Agent nodes in flight whose child run was last read parked: waiting for people, as a write may."""
+        self._children_news = asyncio.Event()
+        """Set when an agent node's child run is read parked, or no longer: whether the round may park follows."""
         self._deps = deps
         self._handover = handover if handover is not None else asyncio.Event()
         self._let_go = asyncio.Event()
@@ -203,16 +207,19 @@ class RoundExecution:
                     continue
                 if self._idle():
                     return None
+                self._children_news.clear()
                 if self._parkable():
                     await self._park()
                 streaming = self._plan_changed is not None and self._run.state.plan_open
                 attention = asyncio.ensure_future(self._writes.attention.wait())
+                children = asyncio.ensure_future(self._children_news.wait())
                 waiting: set[asyncio.Future[Any]] = {
                     *self._calls,
                     *self._timers,
                     cancelled,
                     handover,
                     attention,
+                    children,
                 }
                 if self._alarm is not None:
                     waiting.add(self._alarm)
@@ -229,6 +236,7 @@ class RoundExecution:
                     )
                 finally:
                     attention.cancel()
+                    children.cancel()
                     if arrival is not None:
                         arrival.cancel()
                 if self._alarm is not None and self._alarm.done():
@@ -236,7 +244,7 @@ class RoundExecution:
                 await self._absorb(
                     cast(
                         set[asyncio.Task[Any]],
-                        {task for task in done if task is not arrival and task is not attention},
+                        {task for task in done if task not in (arrival, attention, children)},
                     )
                 )
                 held = self._run.staged_for()
@@ -285,16 +293,19 @@ class RoundExecution:
 
     def _parkable(self) -> bool:
         """Whether the round has nothing left to do but wait for people: every call out is a write waiting for
-        a person alone, nothing is due, resting or streaming in, and every write taken up again has said so."""
+        a person alone or an agent node whose child run is parked, nothing is due, resting or streaming in, and
+        every write taken up again has said so."""
         if not self._calls or self._landed or self._due or self._timers:
             return False
         if self._alarm is not None or (self._plan_changed is not None and self._run.state.plan_open):
             return False
-        return self._writes.parkable(set(self._calls.values()))
+        return self._writes.parkable(set(self._calls.values()), self._parked_children)
 
     async def _park(self) -> None:
         """Let the waits go and park the run (``RunParked``): it holds nothing while people decide, and is
-        woken by a decision or its first wait's deadline. Raises ``Parked``."""
+        woken by a decision, its first wait's deadline, or the end of a child run it waits on. Raises
+        ``Parked``."""
+        children = tuple(sorted(self._agents[node_id] for node_id in self._parked_children))
         self._let_go.set()
         self._writes.let_go()
         tasks = list(self._calls)
@@ -307,7 +318,7 @@ class RoundExecution:
                 span.set_attribute("raydag.parked", True)
                 span.end()
         self._calls.clear()
-        await self._writes.park()
+        await self._writes.park(children)
 
     def _wake_in(self, seconds: float) -> None:
         """Run the round's loop again after ``seconds`` (the earliest of several requests wins)."""
@@ -599,7 +610,14 @@ class RoundExecution:
             return ToolOutcome(output=None, error=error, started_at=now(), finished_at=now())
         children = self._children
         try:
-            end = await children.run(self._run.state, node_id, child_run_id, start, trace=dict(trace))
+            end = await children.run(
+                self._run.state,
+                node_id,
+                child_run_id,
+                start,
+                trace=dict(trace),
+                parked=lambda parked: self._child_parked(node_id, parked),
+            )
         except asyncio.CancelledError:
             if not self._let_go.is_set():
                 children.cancel_soon(child_run_id)
@@ -608,10 +626,21 @@ class RoundExecution:
             self._agent_ends[node_id] = end.ended
         return end.outcome
 
+    def _child_parked(self, node_id: str, parked: bool) -> None:
+        """``node_id``'s child run was read parked (or not): the round looks again at whether it may park."""
+        if parked == (node_id in self._parked_children):
+            return
+        if parked:
+            self._parked_children.add(node_id)
+        else:
+            self._parked_children.discard(node_id)
+        self._children_news.set()
+
     def _agent_completion(self, node_id: str, outcome: ToolOutcome) -> list[RunEvent]:
         """What the parent records when its agent node's child run ended: the child's spend, then the node's
         outcome (no retry: a child run is not tried again)."""
         del self._agents[node_id]
+        self._parked_children.discard(node_id)
         span = self._spans.pop(node_id, None)
         error = outcome.error
         if span is not None:

@@ -18,7 +18,9 @@ from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
-from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
+from tests.caseops import copy_case
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, RunningToolServer, auth, supervisor_for
+from tests.integration.test_operations import SEND, draft_then_send, requests_in_outbox
 from tests.planners import INJECTION
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
@@ -74,10 +76,9 @@ async def row(store: RunStore, run_id: str, principal: Principal = PRINCIPAL) ->
 async def submitted_run(
     supervisor: Any, plan: dict[str, Any], principal: Principal = PRINCIPAL, **request: Any
 ) -> str:
-    """Submit a run of ``plan`` over case C-102 and return its id."""
-    submitted = await supervisor.submit.remote(
-        RunRequest(principal=principal, resource={"case_id": CASE_ID}, plan=plan, **request)
-    )
+    """Submit a run of ``plan`` (over case C-102 unless ``request`` names a resource) and return its id."""
+    asked = {"principal": principal, "resource": {"case_id": CASE_ID}, "plan": plan, **request}
+    submitted = await supervisor.submit.remote(RunRequest(**asked))
     assert submitted.outcome is Submission.CREATED, submitted
     return str(submitted.run_id)
 
@@ -419,3 +420,58 @@ def test_the_api_shows_the_parent_and_its_children_and_refuses_bad_agent_plans_w
         assert refused.status_code == 422, refused.text
         assert refused.headers["content-type"].startswith("application/problem+json")
         assert refused.json()["plan_error"]["code"] == code
+
+
+async def operation_of(api: str, run_id: str, tool: str) -> dict[str, Any]:
+    """The run's operation of ``tool``, once it has one, as the API shows it to a person who decides."""
+    async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+        deadline = time.monotonic() + 60
+        while True:
+            answer = await http.get(f"/runs/{run_id}/operations", headers=auth(APPROVER_KEY))
+            assert answer.status_code == 200, answer.text
+            found = [operation for operation in answer.json() if operation["tool"] == tool]
+            if found:
+                return dict(found[0])
+            assert time.monotonic() < deadline, f"run {run_id} has no operation of {tool}"
+            await asyncio.sleep(0.1)
+
+
+async def test_a_parent_whose_child_waits_for_a_person_parks_holds_no_turn_and_ends_after_the_child(
+    ray_cluster: None, dsn: str, api: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    # One turn: a parent that kept it while its child's send waits for a person would hold up every other run.
+    import ray
+
+    case = await copy_case(dsn)
+    supervisor = supervisor_for(dsn, tool_server, token_key, unique("agents-park"), max_active_runs=1)
+    try:
+        plan = {"nodes": [agent("request", "ask the claimant for the certificate", *draft_then_send(case))]}
+        run_id = await submitted_run(supervisor, plan, resource={"case_id": case}, stage="act")
+        child_id = await first_child(store, run_id)
+        send = await operation_of(api, child_id, SEND)
+        parked = await until(store, run_id, lambda events: of_kind(events, "run_parked"))
+        assert of_kind(parked, "run_parked")[-1].waits == (f"child:{child_id}",)
+        assert (await row(store, run_id))["status"] == "waiting"
+
+        other = await submitted_run(supervisor, {"nodes": [read("case", CASE)]})
+        await until(store, other, finished)
+        assert (await row(store, other))["status"] == "completed"
+        assert (await row(store, run_id))["finished_at"] is None  # the parent still waits, parked
+
+        async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+            approved = await http.post(
+                f"/runs/{child_id}/operations/{send['operation_id']}/approve",
+                json={"args_hash": send["args_hash"]},
+                headers=auth(APPROVER_KEY),
+            )
+        assert approved.status_code == 200, approved.text
+        events = await until(store, run_id, finished, timeout_s=90)
+    finally:
+        ray.kill(supervisor)
+    parent = await row(store, run_id)
+    assert parent["status"] == "completed", parent["detail"]
+    assert (await row(store, child_id))["status"] == "completed"
+    assert of_kind(events, "run_woken")
+    assert [event.child_run_id for event in of_kind(events, "agent_started")] == [child_id]  # never a second
+    assert [str(child) for child in parent["children"]] == [child_id]
+    assert await requests_in_outbox(dsn, send["operation_id"]) == 1  # the effect, counted at caseops' outbox
