@@ -388,7 +388,7 @@ def _waits_told(
     waits: list[dict[str, Any]]
     for seq, event in enumerate(events, first_seq):
         match event:
-            case RunWaiting(operation_ids=operations):
+            case RunWaiting(operation_ids=operations) if operations:  # (none: its child runs' tell theirs)
                 waits = [{"kind": "operation", "operation_id": op} for op in operations]
             case PlanReviewRequested():
                 waits = [

@@ -5,10 +5,12 @@ server's answers), the links and spend where raydag keeps them (the runs' rows a
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -475,3 +477,19 @@ async def test_a_parent_whose_child_waits_for_a_person_parks_holds_no_turn_and_e
     assert [event.child_run_id for event in of_kind(events, "agent_started")] == [child_id]  # never a second
     assert [str(child) for child in parent["children"]] == [child_id]
     assert await requests_in_outbox(dsn, send["operation_id"]) == 1  # the effect, counted at caseops' outbox
+    told = await waits_told(dsn, run_id, child_id)  # the world is told what waits: the child's send, once
+    assert told == [(child_id, [{"kind": "operation", "operation_id": send["operation_id"]}])]
+
+
+async def waits_told(dsn: str, *run_ids: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The ``run.waiting`` events raydag's outbox holds for ``run_ids``: each run and what it said it waits on."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch(
+            "SELECT run_id, payload FROM outbox WHERE topic = 'run.waiting' AND run_id = ANY($1::uuid[])"
+            " ORDER BY created_at",
+            [uuid.UUID(run_id) for run_id in run_ids],
+        )
+    finally:
+        await connection.close()
+    return [(str(found["run_id"]), json.loads(found["payload"])["waits"]) for found in rows]
