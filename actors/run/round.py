@@ -260,6 +260,13 @@ class RoundExecution:
                 self._alarm.cancel()
             for task in (*self._calls, *self._timers):
                 task.cancel()
+            if (
+                not self._let_go.is_set() and self._children is not None
+            ):  # the run stops, and so do its children
+                for (
+                    child_run_id
+                ) in self._agents.values():  # (a woken parent's, before its wait on them began)
+                    self._children.cancel_soon(child_run_id)
             for key in self._probes.values():  # probes that will never report
                 self._deps.health.release(key)
             for span in self._spans.values():  # calls abandoned by a cancellation or a hard limit
@@ -598,9 +605,9 @@ class RoundExecution:
     async def _agent(
         self, node_id: str, child_run_id: str, start: StartAgent | NodeError, trace: Mapping[str, str]
     ) -> ToolOutcome:
-        """The agent node's outcome: its child run's bounded result, or its failure. Cancelled because the
-        parent stops, it cancels its child; cancelled as the parent is let go (a handover, a lost lease), it
-        lets the child go on (the supervisor that resumes the parent attaches to it)."""
+        """The agent node's outcome: its child run's bounded result, or its failure. The round that stops the
+        parent cancels its child (``_execute``); one that lets the parent go (a handover, a lost lease, parked)
+        lets the child go on (the supervisor that resumes or wakes the parent attaches to it)."""
         if self._children is None:
             error = NodeError(
                 kind=ErrorKind.CONTRACT,
@@ -608,20 +615,14 @@ class RoundExecution:
                 message="this supervisor runs no agent nodes",
             )
             return ToolOutcome(output=None, error=error, started_at=now(), finished_at=now())
-        children = self._children
-        try:
-            end = await children.run(
-                self._run.state,
-                node_id,
-                child_run_id,
-                start,
-                trace=dict(trace),
-                parked=lambda parked: self._child_parked(node_id, parked),
-            )
-        except asyncio.CancelledError:
-            if not self._let_go.is_set():
-                children.cancel_soon(child_run_id)
-            raise
+        end = await self._children.run(
+            self._run.state,
+            node_id,
+            child_run_id,
+            start,
+            trace=dict(trace),
+            parked=lambda parked: self._child_parked(node_id, parked),
+        )
         if end.ended is not None:
             self._agent_ends[node_id] = end.ended
         return end.outcome

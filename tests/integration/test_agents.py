@@ -251,6 +251,14 @@ async def test_a_childs_budget_is_carved_from_what_its_parent_has_left_and_spent
     assert parent.node_count() == 4  # its own two and its child's two count against its max_nodes
 
 
+async def cancelled_with_its_child(supervisor: Any, store: RunStore, run_id: str, child_id: str) -> None:
+    """Cancel the parent run and see it, and its child, end cancelled."""
+    assert await supervisor.cancel.remote(run_id) is Cancellation.CANCELLED
+    child_events = await until(store, child_id, finished)
+    assert (child_events[-1].status.value, child_events[-1].stop_reason.value) == ("cancelled", "CANCELLED")
+    assert (await row(store, run_id))["status"] == "cancelled"
+
+
 async def test_cancelling_the_parent_cancels_its_child(
     ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
 ) -> None:
@@ -263,13 +271,9 @@ async def test_cancelling_the_parent_cancels_its_child(
         child_id = await first_child(store, run_id)
         await until(store, child_id, lambda events: of_kind(events, "node_dispatched"))
 
-        assert await supervisor.cancel.remote(run_id) is Cancellation.CANCELLED
-
-        child_events = await until(store, child_id, finished)
+        await cancelled_with_its_child(supervisor, store, run_id, child_id)
     finally:
         ray.kill(supervisor)
-    assert (child_events[-1].status.value, child_events[-1].stop_reason.value) == ("cancelled", "CANCELLED")
-    assert (await row(store, run_id))["status"] == "cancelled"
     assert "policy" not in answered(slow, child_id)  # nothing dispatched after the cancel
 
 
@@ -438,34 +442,48 @@ async def operation_of(api: str, run_id: str, tool: str) -> dict[str, Any]:
             await asyncio.sleep(0.1)
 
 
+async def approve(api: str, run_id: str, operation: dict[str, Any]) -> httpx.Response:
+    """A person approves the run's operation through the API, quoting its arguments' hash."""
+    async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+        return await http.post(
+            f"/runs/{run_id}/operations/{operation['operation_id']}/approve",
+            json={"args_hash": operation["args_hash"]},
+            headers=auth(APPROVER_KEY),
+        )
+
+
+async def parked_on_a_childs_send(
+    supervisor: Any, store: RunStore, api: str, dsn: str
+) -> tuple[str, str, dict[str, Any]]:
+    """A parent whose one agent node's child drafts a request on a case of its own and waits for a person to
+    approve sending it, once the parent is parked on that child: the parent, the child, and the send."""
+    case = await copy_case(dsn)
+    plan = {"nodes": [agent("request", "ask the claimant for the certificate", *draft_then_send(case))]}
+    run_id = await submitted_run(supervisor, plan, resource={"case_id": case}, stage="act")
+    child_id = await first_child(store, run_id)
+    send = await operation_of(api, child_id, SEND)
+    parked = await until(store, run_id, lambda events: of_kind(events, "run_parked"))
+    assert of_kind(parked, "run_parked")[-1].waits == (f"child:{child_id}",)
+    assert (await row(store, run_id))["status"] == "waiting"
+    return run_id, child_id, send
+
+
 async def test_a_parent_whose_child_waits_for_a_person_parks_holds_no_turn_and_ends_after_the_child(
     ray_cluster: None, dsn: str, api: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
 ) -> None:
     # One turn: a parent that kept it while its child's send waits for a person would hold up every other run.
     import ray
 
-    case = await copy_case(dsn)
     supervisor = supervisor_for(dsn, tool_server, token_key, unique("agents-park"), max_active_runs=1)
     try:
-        plan = {"nodes": [agent("request", "ask the claimant for the certificate", *draft_then_send(case))]}
-        run_id = await submitted_run(supervisor, plan, resource={"case_id": case}, stage="act")
-        child_id = await first_child(store, run_id)
-        send = await operation_of(api, child_id, SEND)
-        parked = await until(store, run_id, lambda events: of_kind(events, "run_parked"))
-        assert of_kind(parked, "run_parked")[-1].waits == (f"child:{child_id}",)
-        assert (await row(store, run_id))["status"] == "waiting"
+        run_id, child_id, send = await parked_on_a_childs_send(supervisor, store, api, dsn)
 
         other = await submitted_run(supervisor, {"nodes": [read("case", CASE)]})
         await until(store, other, finished)
         assert (await row(store, other))["status"] == "completed"
         assert (await row(store, run_id))["finished_at"] is None  # the parent still waits, parked
 
-        async with httpx.AsyncClient(base_url=api, timeout=30) as http:
-            approved = await http.post(
-                f"/runs/{child_id}/operations/{send['operation_id']}/approve",
-                json={"args_hash": send["args_hash"]},
-                headers=auth(APPROVER_KEY),
-            )
+        approved = await approve(api, child_id, send)
         assert approved.status_code == 200, approved.text
         events = await until(store, run_id, finished, timeout_s=90)
     finally:
@@ -493,3 +511,20 @@ async def waits_told(dsn: str, *run_ids: str) -> list[tuple[str, list[dict[str, 
     finally:
         await connection.close()
     return [(str(found["run_id"]), json.loads(found["payload"])["waits"]) for found in rows]
+
+
+async def test_cancelling_a_parent_parked_on_its_child_cancels_the_child_and_its_send_is_never_made(
+    ray_cluster: None, dsn: str, api: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, tool_server, token_key, unique("agents-park-cancel"))
+    try:
+        run_id, child_id, send = await parked_on_a_childs_send(supervisor, store, api, dsn)
+
+        await cancelled_with_its_child(supervisor, store, run_id, child_id)
+    finally:
+        ray.kill(supervisor)
+    approved = await approve(api, child_id, send)
+    assert approved.status_code == 409, approved.text  # expired with its run: nobody can approve it now
+    assert await requests_in_outbox(dsn, send["operation_id"]) == 0
