@@ -52,7 +52,7 @@ class ChildRuns:
         intake: Intake,
         store: RunStore,
         create: Callable[[NewRun], Awaitable[SubmitResult]],
-        wait: Callable[[str, float], Awaitable[bool]],
+        wait: Callable[[str, float, bool], Awaitable[bool]],
         cancel: Callable[..., Awaitable[Cancellation]],
     ) -> None:
         self._intake = intake
@@ -70,9 +70,12 @@ class ChildRuns:
         start: StartAgent | NodeError,
         *,
         trace: Mapping[str, str],
+        parked: Callable[[bool], None] = lambda _parked: None,
     ) -> ChildEnd:
         """The outcome of ``parent``'s agent node ``node_id``: its child run ``child_run_id`` is created unless
-        it exists (a resumed parent attaches to it), then waited on to its end."""
+        it exists (a resumed parent attaches to it), then waited on to its end. ``parked`` is told whether the
+        child is parked (waits for people, driven by nobody) each time it is read so: a parent with nothing else
+        to do parks too, and the child's end wakes it."""
         started = now()
         if await self._store.run_status(child_run_id) is None:
             refused = await self._start(parent, node_id, child_run_id, start, trace)
@@ -81,13 +84,13 @@ class ChildRuns:
                     ToolOutcome(output=None, error=refused, started_at=started, finished_at=now()), None
                 )
         while True:
-            await self._wait(child_run_id, WAIT_STEP_S)
-            status = await self._store.run_status(child_run_id)
-            if status is not None and RunStatus(status).terminal:
+            await self._wait(child_run_id, WAIT_STEP_S, True)
+            standing = await self._store.run_standing(child_run_id)
+            if standing is not None and RunStatus(standing[0]).terminal:
                 break
-            await asyncio.sleep(
-                0.1
-            )  # ended here without ending (handed over, lost): followed in the database
+            parked(standing is not None and standing[1])
+            # not ended (parked, handed over, lost): followed in the database until its parent parks too
+            await asyncio.sleep(0.1)
         child = fold(stored.event for stored in await self._store.events(child_run_id))
         ended = AgentEnded(
             at=now(),

@@ -1,6 +1,6 @@
 """Which runs this process drives (``Ownership``): runs nobody drives taken over (a crashed or restarted
-supervisor's), this owner's leases kept, runs parked on people woken here when a decision about them is written,
-and a run given up the moment its lease is found to be another's."""
+supervisor's), this owner's leases kept, runs parked on people woken here when a decision about them is written
+(or a child run they wait on ends), and a run given up the moment its lease is found to be another's."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from dag.operations import OperationState
 from dag.questions import QuestionState
 from dag.review import ReviewState
 from dag.run_state import fold
+from dag.states import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +136,8 @@ class Ownership:
         task.add_done_callback(self._waking.discard)
 
     async def _wake_if_decided(self, run_id: str, waits: Sequence[str]) -> bool:
-        """Wake a run just parked if one of ``waits`` was decided before its parking was stored (the trigger
-        that marks a parked run due could not see it yet)."""
+        """Wake a run just parked if one of ``waits`` was decided (or a child run it waits on ended) before its
+        parking was stored (the trigger that marks a parked run due could not see it yet)."""
         for wait in waits:
             kind, _, key = wait.partition(":")
             match kind:
@@ -149,6 +150,9 @@ class Ownership:
                 case "question":
                     question = await self._questions.get(run_id, int(key))
                     decided = question is not None and question.state is not QuestionState.AWAITING
+                case "child":  # a child run's end wakes its parent as a decision does
+                    status = await self._store.run_status(key)
+                    decided = status is None or RunStatus(status).terminal
                 case _:
                     raise AssertionError(f"a run parked on {wait!r}")
             if decided:

@@ -4,7 +4,7 @@ again and have not said yet, and why a write's wait stopped the round. The run's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence, Set
 from typing import Any
 
 from actors.calls.call import ToolOutcome
@@ -24,6 +24,13 @@ from dag.dispatch import Call
 from dag.events import NodeError, RunParked, RunResumed, RunWaiting
 from dag.run_state import RunState
 from dag.states import RunStatus, StopReason
+
+
+def waits_for_people_alone(out: Set[str], *, on_people: Set[str], parked_children: Set[str]) -> bool:
+    """Whether a round whose nodes ``out`` are in flight waits for people and for nothing else: each is a write
+    waiting for a person (``on_people``) or an agent node whose child run is parked (``parked_children``). An
+    agent node whose child runs (or is followed elsewhere) is work in flight, as a read is."""
+    return out <= on_people | parked_children
 
 
 class PendingWrites:
@@ -99,13 +106,13 @@ class PendingWrites:
         """The nodes whose operation waits (for a person, or for the world too)."""
         return set(self._waiting_nodes.values())
 
-    def parkable(self, calls: set[str]) -> bool:
-        """Whether every node of ``calls`` (those out) is a write waiting for a person alone, and every write
-        taken up again has said so."""
+    def parkable(self, calls: set[str], parked_children: Set[str] = frozenset()) -> bool:
+        """Whether every node of ``calls`` (those out) is a write waiting for a person alone or an agent node of
+        ``parked_children`` (its child run parked), and every write taken up again has said so."""
         if self._unreported:
             return False
         on_people = {self._waiting_nodes[op] for op, wait in self._waiting.items() if wait.person}
-        return calls <= on_people
+        return waits_for_people_alone(calls, on_people=on_people, parked_children=parked_children)
 
     def ended(self, node_id: str, error: NodeError) -> None:
         """``node_id``'s write failed with ``error``: it has said its word, and its wait may stop the round."""
@@ -150,12 +157,25 @@ class PendingWrites:
         """The round is about to cancel its waits to park the run: what their operations say now is not news."""
         self._parking = True
 
-    async def park(self) -> None:
-        """Park the run on its waits (``RunParked``), once they were let go: it holds nothing while people
-        decide, and is woken by a decision or its first wait's deadline. Raises ``Parked``."""
+    async def park(self, children: Sequence[str] = ()) -> None:
+        """Park the run on its waits (``RunParked``), once they were let go, and on the parked ``children``
+        (child run ids) its agent nodes wait on: it holds nothing while people decide, and is woken by a
+        decision, its first wait's deadline, or a child's end (a child's own waits have deadlines that end it).
+        Raises ``Parked``."""
         await self.follow()
+        if self._run.state.status is RunStatus.RUNNING:  # only its children wait for people: said here
+            await self._run.record(
+                RunWaiting(
+                    at=now(),
+                    operation_ids=(),
+                    reason=f"its child runs wait for people: {', '.join(children)}",
+                )
+            )
         wake_at = min((wait.until for wait in self._waiting.values() if wait.until is not None), default=None)
-        parked = tuple(f"operation:{op}" for op in sorted(self._waiting))
+        parked = (
+            *(f"operation:{op}" for op in sorted(self._waiting)),
+            *(f"child:{child_run_id}" for child_run_id in children),
+        )
         await self._run.record(RunParked(at=now(), waits=parked, wake_at=wake_at))
         raise Parked(self._run.state.run_id, parked)
 

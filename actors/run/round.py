@@ -103,6 +103,10 @@ class RoundExecution:
         """Agent nodes in flight → their child run: each waits on it, and lets it go on a handover."""
         self._agent_ends: dict[str, AgentEnded] = {}
         """What each agent node's child run spent, recorded with the node's outcome."""
+        self._parked_children: set[str] = set()
+        """Agent nodes in flight whose child run was last read parked: waiting for people, as a write may."""
+        self._children_news = asyncio.Event()
+        """Set when an agent node's child run is read parked, or no longer: whether the round may park follows."""
         self._deps = deps
         self._handover = handover if handover is not None else asyncio.Event()
         self._stopped: Interruption | None = None
@@ -167,9 +171,6 @@ class RoundExecution:
         every task a read was followed in is asked to stop: nothing of this run goes on at a server)."""
         interruption = await self._execute()
         if interruption is not None:
-            # Before anything awaits: the agent nodes it cut short read it when they next run, to stop their
-            # child runs for the same reason.
-            self._stopped = interruption
             await self._stop_followed()
         return interruption
 
@@ -177,76 +178,8 @@ class RoundExecution:
         cancelled = asyncio.create_task(self._cancel.wait())
         handover = asyncio.create_task(self._handover.wait())
         try:
-            await self._resume_in_flight()
-            while True:
-                if self._cancel.is_set():
-                    await self._record_landed()
-                    await self._writes.expire(None)
-                    return cancelled_by(self._cancel)
-                if self._handover.is_set():
-                    self._let_go.set()
-                    await self._record_landed()
-                    await self._land_in_flight()
-                    await self._run.flush()
-                    raise HandedOver(f"run {self._run.state.run_id} handed over by a stopping supervisor")
-                at = now()
-                remaining = (self._deadline - at).total_seconds()
-                late = past_deadline(self._run.state, at)
-                if late is not None:
-                    await self._record_landed()
-                    return await self._writes.expire(Interruption(late.reason, late.detail))
-                if self._writes.expired is not None:
-                    await self._record_landed()
-                    return self._writes.expired
-                await self._writes.follow()
-                if self._plan_changed is not None:
-                    self._plan_changed.clear()  # before the scheduler looks, so no arrival goes unseen
-                progress = await self._step()
-                if isinstance(progress, Interruption):
-                    return progress
-                if progress:
-                    continue
-                if self._idle():
-                    return None
-                if self._parkable():
-                    await self._park()
-                streaming = self._plan_changed is not None and self._run.state.plan_open
-                attention = asyncio.ensure_future(self._writes.attention.wait())
-                waiting: set[asyncio.Future[Any]] = {
-                    *self._calls,
-                    *self._timers,
-                    cancelled,
-                    handover,
-                    attention,
-                }
-                if self._alarm is not None:
-                    waiting.add(self._alarm)
-                arrival = None
-                if streaming:
-                    assert self._plan_changed is not None
-                    arrival = asyncio.ensure_future(self._plan_changed.wait())
-                    waiting.add(arrival)
-                held = self._run.staged_for()
-                timeout = remaining if held is None else min(remaining, max(0.0, HELD_AT_MOST_S - held))
-                try:
-                    done, _ = await asyncio.wait(
-                        waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    attention.cancel()
-                    if arrival is not None:
-                        arrival.cancel()
-                if self._alarm is not None and self._alarm.done():
-                    self._alarm = None
-                await self._absorb(
-                    cast(
-                        set[asyncio.Task[Any]],
-                        {task for task in done if task is not arrival and task is not attention},
-                    )
-                )
-                held = self._run.staged_for()
-                if held is not None and held >= HELD_AT_MOST_S:
-                    await self._run.flush()
+            self._stopped = await self._drive(cancelled, handover)
+            return self._stopped
         except (asyncio.CancelledError, LeaseLost, HandedOver, Parked):
             self._let_go.set()  # the run goes on elsewhere (or later), and so does what it waits on
             raise
@@ -257,11 +190,90 @@ class RoundExecution:
                 self._alarm.cancel()
             for task in (*self._calls, *self._timers):
                 task.cancel()
+            if not self._let_go.is_set() and self._children is not None:  # the run stops: so do its children,
+                stopped = self._stopped or CANCELLED  # for its reason (a woken parent's too, not yet waiting)
+                for child_run_id in self._agents.values():
+                    self._children.cancel_soon(child_run_id, self._run.state.run_id, stopped)
             for key in self._probes.values():  # probes that will never report
                 self._deps.health.release(key)
             for span in self._spans.values():  # calls abandoned by a cancellation or a hard limit
                 span.set_attribute("raydag.abandoned", True)
                 span.end()
+
+    async def _drive(self, cancelled: asyncio.Task[Any], handover: asyncio.Task[Any]) -> Interruption | None:
+        """Dispatch, wait and record until the round drains (``None``) or stops, and why."""
+        await self._resume_in_flight()
+        while True:
+            if self._cancel.is_set():
+                await self._record_landed()
+                await self._writes.expire(None)
+                return cancelled_by(self._cancel)
+            if self._handover.is_set():
+                self._let_go.set()
+                await self._record_landed()
+                await self._land_in_flight()
+                await self._run.flush()
+                raise HandedOver(f"run {self._run.state.run_id} handed over by a stopping supervisor")
+            at = now()
+            remaining = (self._deadline - at).total_seconds()
+            late = past_deadline(self._run.state, at)
+            if late is not None:
+                await self._record_landed()
+                return await self._writes.expire(Interruption(late.reason, late.detail))
+            if self._writes.expired is not None:
+                await self._record_landed()
+                return self._writes.expired
+            await self._writes.follow()
+            if self._plan_changed is not None:
+                self._plan_changed.clear()  # before the scheduler looks, so no arrival goes unseen
+            progress = await self._step()
+            if isinstance(progress, Interruption):
+                return progress
+            if progress:
+                continue
+            if self._idle():
+                return None
+            self._children_news.clear()
+            if self._parkable():
+                await self._park()
+            streaming = self._plan_changed is not None and self._run.state.plan_open
+            attention = asyncio.ensure_future(self._writes.attention.wait())
+            children = asyncio.ensure_future(self._children_news.wait())
+            waiting: set[asyncio.Future[Any]] = {
+                *self._calls,
+                *self._timers,
+                cancelled,
+                handover,
+                attention,
+                children,
+            }
+            if self._alarm is not None:
+                waiting.add(self._alarm)
+            arrival = None
+            if streaming:
+                assert self._plan_changed is not None
+                arrival = asyncio.ensure_future(self._plan_changed.wait())
+                waiting.add(arrival)
+            held = self._run.staged_for()
+            timeout = remaining if held is None else min(remaining, max(0.0, HELD_AT_MOST_S - held))
+            try:
+                done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                attention.cancel()
+                children.cancel()
+                if arrival is not None:
+                    arrival.cancel()
+            if self._alarm is not None and self._alarm.done():
+                self._alarm = None
+            await self._absorb(
+                cast(
+                    set[asyncio.Task[Any]],
+                    {task for task in done if task not in (arrival, attention, children)},
+                )
+            )
+            held = self._run.staged_for()
+            if held is not None and held >= HELD_AT_MOST_S:
+                await self._run.flush()
 
     def _idle(self) -> bool:
         """Nothing in flight, due, resting (a ready node waiting for its tool's circuit) or still streaming in:
@@ -290,16 +302,19 @@ class RoundExecution:
 
     def _parkable(self) -> bool:
         """Whether the round has nothing left to do but wait for people: every call out is a write waiting for
-        a person alone, nothing is due, resting or streaming in, and every write taken up again has said so."""
+        a person alone or an agent node whose child run is parked, nothing is due, resting or streaming in, and
+        every write taken up again has said so."""
         if not self._calls or self._landed or self._due or self._timers:
             return False
         if self._alarm is not None or (self._plan_changed is not None and self._run.state.plan_open):
             return False
-        return self._writes.parkable(set(self._calls.values()))
+        return self._writes.parkable(set(self._calls.values()), self._parked_children)
 
     async def _park(self) -> None:
         """Let the waits go and park the run (``RunParked``): it holds nothing while people decide, and is
-        woken by a decision or its first wait's deadline. Raises ``Parked``."""
+        woken by a decision, its first wait's deadline, or the end of a child run it waits on. Raises
+        ``Parked``."""
+        children = tuple(sorted(self._agents[node_id] for node_id in self._parked_children))
         self._let_go.set()
         self._writes.let_go()
         tasks = list(self._calls)
@@ -312,7 +327,7 @@ class RoundExecution:
                 span.set_attribute("raydag.parked", True)
                 span.end()
         self._calls.clear()
-        await self._writes.park()
+        await self._writes.park(children)
 
     def _wake_in(self, seconds: float) -> None:
         """Run the round's loop again after ``seconds`` (the earliest of several requests wins)."""
@@ -605,9 +620,9 @@ class RoundExecution:
     async def _agent(
         self, node_id: str, child_run_id: str, start: StartAgent | NodeError, trace: Mapping[str, str]
     ) -> ToolOutcome:
-        """The agent node's outcome: its child run's bounded result, or its failure. Cancelled because the
-        parent stops, it cancels its child; cancelled as the parent is let go (a handover, a lost lease), it
-        lets the child go on (the supervisor that resumes the parent attaches to it)."""
+        """The agent node's outcome: its child run's bounded result, or its failure. The round that stops the
+        parent cancels its child (``_execute``); one that lets the parent go (a handover, a lost lease, parked)
+        lets the child go on (the supervisor that resumes or wakes the parent attaches to it)."""
         if self._children is None:
             error = NodeError(
                 kind=ErrorKind.CONTRACT,
@@ -615,21 +630,33 @@ class RoundExecution:
                 message="this supervisor runs no agent nodes",
             )
             return ToolOutcome(output=None, error=error, started_at=now(), finished_at=now())
-        children = self._children
-        try:
-            end = await children.run(self._run.state, node_id, child_run_id, start, trace=dict(trace))
-        except asyncio.CancelledError:
-            if not self._let_go.is_set():
-                children.cancel_soon(child_run_id, self._run.state.run_id, self._stopped or CANCELLED)
-            raise
+        end = await self._children.run(
+            self._run.state,
+            node_id,
+            child_run_id,
+            start,
+            trace=dict(trace),
+            parked=lambda parked: self._child_parked(node_id, parked),
+        )
         if end.ended is not None:
             self._agent_ends[node_id] = end.ended
         return end.outcome
+
+    def _child_parked(self, node_id: str, parked: bool) -> None:
+        """``node_id``'s child run was read parked (or not): the round looks again at whether it may park."""
+        if parked == (node_id in self._parked_children):
+            return
+        if parked:
+            self._parked_children.add(node_id)
+        else:
+            self._parked_children.discard(node_id)
+        self._children_news.set()
 
     def _agent_completion(self, node_id: str, outcome: ToolOutcome) -> list[RunEvent]:
         """What the parent records when its agent node's child run ended: the child's spend, then the node's
         outcome (no retry: a child run is not tried again)."""
         del self._agents[node_id]
+        self._parked_children.discard(node_id)
         span = self._spans.pop(node_id, None)
         error = outcome.error
         if span is not None:

@@ -112,7 +112,9 @@ class RunService:
             intake=self._intake,
             store=self.store,
             create=self._create,
-            wait=self.wait,
+            wait=lambda run_id, timeout_s, until_parked: self.wait(
+                run_id, timeout_s, until_parked=until_parked
+            ),
             cancel=self.cancel,
         )
         self._continuations = Continuations(
@@ -203,10 +205,12 @@ class RunService:
         """Take over live runs nobody drives (a crashed or restarted supervisor's) and resume them."""
         return await self._ownership.adopt_orphans()
 
-    async def wait(self, run_id: str, timeout_s: float, *, until_waiting: bool = False) -> bool:
+    async def wait(
+        self, run_id: str, timeout_s: float, *, until_waiting: bool = False, until_parked: bool = False
+    ) -> bool:
         """Wait up to ``timeout_s`` for the run to reach a terminal state (``until_waiting``: or to wait for a
-        person); ``True`` if it has. A run driven here is watched in memory; one driven elsewhere (another
-        supervisor, being recovered) or parked, in the database."""
+        person; ``until_parked``: or to be parked); ``True`` if it has. A run driven here is watched in memory;
+        one driven elsewhere (another supervisor, being recovered) or parked, in the database."""
         deadline = time.monotonic() + timeout_s
         while True:
             left = max(0.0, deadline - time.monotonic())
@@ -215,13 +219,14 @@ class RunService:
                 done, _ = await asyncio.wait({task}, timeout=left)
                 if not done:
                     return False
-                if task.cancelled() or not isinstance(task.exception(), Parked):
-                    return True  # it ended here (finished, handed over, lost): nothing more to wait for here
+                if task.cancelled() or not isinstance(task.exception(), Parked) or until_parked:
+                    return True  # it ended here (finished, handed over, lost, parked): nothing more here
                 task = None  # parked: it waits for people, and its row says when it ends
-            status = await self.store.run_status(run_id)
-            if status is None or RunStatus(status).terminal:
+            standing = await self.store.run_standing(run_id)
+            if standing is None or RunStatus(standing[0]).terminal:
                 return True
-            if until_waiting and status == RunStatus.WAITING:
+            status, parked = standing
+            if (until_waiting and status == RunStatus.WAITING) or (until_parked and parked):
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -257,6 +257,22 @@ class RunStore:
 
         return await retrying(query, window_s=REQUEST_WINDOW_S, line=self._line, what="run status")
 
+    async def run_standing(self, run_id: str) -> tuple[str, bool] | None:
+        """The run's status, and whether it is parked (waiting for people, driven by nobody); ``None``: no such
+        run."""
+        try:
+            key = uuid.UUID(run_id)
+        except ValueError:
+            return None
+
+        async def query() -> tuple[str, bool] | None:
+            found = await self._pool.fetchrow(
+                "SELECT status, parked_until IS NOT NULL AS parked FROM runs WHERE run_id = $1", key
+            )
+            return None if found is None else (str(found["status"]), bool(found["parked"]))
+
+        return await retrying(query, window_s=REQUEST_WINDOW_S, line=self._line, what="run standing")
+
     async def run_row(self, principal: Principal, run_id: str) -> dict[str, Any] | None:
         """The run's summary if ``principal`` may read it: same tenant, and at least the scopes the run held.
 
@@ -372,7 +388,7 @@ def _waits_told(
     waits: list[dict[str, Any]]
     for seq, event in enumerate(events, first_seq):
         match event:
-            case RunWaiting(operation_ids=operations):
+            case RunWaiting(operation_ids=operations) if operations:  # (none: its child runs' tell theirs)
                 waits = [{"kind": "operation", "operation_id": op} for op in operations]
             case PlanReviewRequested():
                 waits = [

@@ -5,10 +5,12 @@ server's answers), the links and spend where raydag keeps them (the runs' rows a
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -18,7 +20,9 @@ from actors.store.runs import RunStore
 from dag.budget import BudgetRequest
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES, CASEOPS_TOOLS, SCOPE_CASES, SCOPE_POLICIES
-from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
+from tests.caseops import copy_case
+from tests.integration.conftest import APPROVER_KEY, DEMO_KEY, RunningToolServer, auth, supervisor_for
+from tests.integration.test_operations import SEND, draft_then_send, requests_in_outbox
 from tests.planners import INJECTION
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
@@ -74,10 +78,9 @@ async def row(store: RunStore, run_id: str, principal: Principal = PRINCIPAL) ->
 async def submitted_run(
     supervisor: Any, plan: dict[str, Any], principal: Principal = PRINCIPAL, **request: Any
 ) -> str:
-    """Submit a run of ``plan`` over case C-102 and return its id."""
-    submitted = await supervisor.submit.remote(
-        RunRequest(principal=principal, resource={"case_id": CASE_ID}, plan=plan, **request)
-    )
+    """Submit a run of ``plan`` (over case C-102 unless ``request`` names a resource) and return its id."""
+    asked = {"principal": principal, "resource": {"case_id": CASE_ID}, "plan": plan, **request}
+    submitted = await supervisor.submit.remote(RunRequest(**asked))
     assert submitted.outcome is Submission.CREATED, submitted
     return str(submitted.run_id)
 
@@ -248,6 +251,14 @@ async def test_a_childs_budget_is_carved_from_what_its_parent_has_left_and_spent
     assert parent.node_count() == 4  # its own two and its child's two count against its max_nodes
 
 
+async def cancelled_with_its_child(supervisor: Any, store: RunStore, run_id: str, child_id: str) -> None:
+    """Cancel the parent run and see it, and its child, end cancelled."""
+    assert await supervisor.cancel.remote(run_id) is Cancellation.CANCELLED
+    child_events = await until(store, child_id, finished)
+    assert (child_events[-1].status.value, child_events[-1].stop_reason.value) == ("cancelled", "CANCELLED")
+    assert (await row(store, run_id))["status"] == "cancelled"
+
+
 async def test_cancelling_the_parent_cancels_its_child(
     ray_cluster: None, dsn: str, slow: RunningToolServer, token_key: bytes, store: RunStore
 ) -> None:
@@ -260,13 +271,9 @@ async def test_cancelling_the_parent_cancels_its_child(
         child_id = await first_child(store, run_id)
         await until(store, child_id, lambda events: of_kind(events, "node_dispatched"))
 
-        assert await supervisor.cancel.remote(run_id) is Cancellation.CANCELLED
-
-        child_events = await until(store, child_id, finished)
+        await cancelled_with_its_child(supervisor, store, run_id, child_id)
     finally:
         ray.kill(supervisor)
-    assert (child_events[-1].status.value, child_events[-1].stop_reason.value) == ("cancelled", "CANCELLED")
-    assert (await row(store, run_id))["status"] == "cancelled"
     assert "policy" not in answered(slow, child_id)  # nothing dispatched after the cancel
 
 
@@ -446,3 +453,105 @@ def test_the_api_shows_the_parent_and_its_children_and_refuses_bad_agent_plans_w
         assert refused.status_code == 422, refused.text
         assert refused.headers["content-type"].startswith("application/problem+json")
         assert refused.json()["plan_error"]["code"] == code
+
+
+async def operation_of(api: str, run_id: str, tool: str) -> dict[str, Any]:
+    """The run's operation of ``tool``, once it has one, as the API shows it to a person who decides."""
+    async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+        deadline = time.monotonic() + 60
+        while True:
+            answer = await http.get(f"/runs/{run_id}/operations", headers=auth(APPROVER_KEY))
+            assert answer.status_code == 200, answer.text
+            found = [operation for operation in answer.json() if operation["tool"] == tool]
+            if found:
+                return dict(found[0])
+            assert time.monotonic() < deadline, f"run {run_id} has no operation of {tool}"
+            await asyncio.sleep(0.1)
+
+
+async def approve(api: str, run_id: str, operation: dict[str, Any]) -> httpx.Response:
+    """A person approves the run's operation through the API, quoting its arguments' hash."""
+    async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+        return await http.post(
+            f"/runs/{run_id}/operations/{operation['operation_id']}/approve",
+            json={"args_hash": operation["args_hash"]},
+            headers=auth(APPROVER_KEY),
+        )
+
+
+async def parked_on_a_childs_send(
+    supervisor: Any, store: RunStore, api: str, dsn: str
+) -> tuple[str, str, dict[str, Any]]:
+    """A parent whose one agent node's child drafts a request on a case of its own and waits for a person to
+    approve sending it, once the parent is parked on that child: the parent, the child, and the send."""
+    case = await copy_case(dsn)
+    plan = {"nodes": [agent("request", "ask the claimant for the certificate", *draft_then_send(case))]}
+    run_id = await submitted_run(supervisor, plan, resource={"case_id": case}, stage="act")
+    child_id = await first_child(store, run_id)
+    send = await operation_of(api, child_id, SEND)
+    parked = await until(store, run_id, lambda events: of_kind(events, "run_parked"))
+    assert of_kind(parked, "run_parked")[-1].waits == (f"child:{child_id}",)
+    assert (await row(store, run_id))["status"] == "waiting"
+    return run_id, child_id, send
+
+
+async def test_a_parent_whose_child_waits_for_a_person_parks_holds_no_turn_and_ends_after_the_child(
+    ray_cluster: None, dsn: str, api: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    # One turn: a parent that kept it while its child's send waits for a person would hold up every other run.
+    import ray
+
+    supervisor = supervisor_for(dsn, tool_server, token_key, unique("agents-park"), max_active_runs=1)
+    try:
+        run_id, child_id, send = await parked_on_a_childs_send(supervisor, store, api, dsn)
+
+        other = await submitted_run(supervisor, {"nodes": [read("case", CASE)]})
+        await until(store, other, finished)
+        assert (await row(store, other))["status"] == "completed"
+        assert (await row(store, run_id))["finished_at"] is None  # the parent still waits, parked
+
+        approved = await approve(api, child_id, send)
+        assert approved.status_code == 200, approved.text
+        events = await until(store, run_id, finished, timeout_s=90)
+    finally:
+        ray.kill(supervisor)
+    parent = await row(store, run_id)
+    assert parent["status"] == "completed", parent["detail"]
+    assert (await row(store, child_id))["status"] == "completed"
+    assert of_kind(events, "run_woken")
+    assert [event.child_run_id for event in of_kind(events, "agent_started")] == [child_id]  # never a second
+    assert [str(child) for child in parent["children"]] == [child_id]
+    assert await requests_in_outbox(dsn, send["operation_id"]) == 1  # the effect, counted at caseops' outbox
+    told = await waits_told(dsn, run_id, child_id)  # the world is told what waits: the child's send, once
+    assert told == [(child_id, [{"kind": "operation", "operation_id": send["operation_id"]}])]
+
+
+async def waits_told(dsn: str, *run_ids: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The ``run.waiting`` events raydag's outbox holds for ``run_ids``: each run and what it said it waits on."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch(
+            "SELECT run_id, payload FROM outbox WHERE topic = 'run.waiting' AND run_id = ANY($1::uuid[])"
+            " ORDER BY created_at",
+            [uuid.UUID(run_id) for run_id in run_ids],
+        )
+    finally:
+        await connection.close()
+    return [(str(found["run_id"]), json.loads(found["payload"])["waits"]) for found in rows]
+
+
+async def test_cancelling_a_parent_parked_on_its_child_cancels_the_child_and_its_send_is_never_made(
+    ray_cluster: None, dsn: str, api: str, tool_server: RunningToolServer, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    supervisor = supervisor_for(dsn, tool_server, token_key, unique("agents-park-cancel"))
+    try:
+        run_id, child_id, send = await parked_on_a_childs_send(supervisor, store, api, dsn)
+
+        await cancelled_with_its_child(supervisor, store, run_id, child_id)
+    finally:
+        ray.kill(supervisor)
+    approved = await approve(api, child_id, send)
+    assert approved.status_code == 409, approved.text  # expired with its run: nobody can approve it now
+    assert await requests_in_outbox(dsn, send["operation_id"]) == 0

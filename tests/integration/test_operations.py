@@ -117,7 +117,8 @@ def problem(answer: httpx.Response) -> tuple[int, str]:
     return answer.status_code, answer.json()["type"].rsplit("/", 1)[-1]
 
 
-async def _sent(dsn: str, key: str) -> int:
+async def requests_in_outbox(dsn: str, key: str) -> int:
+    """Requests in caseops' outbox under idempotency key ``key`` (an operation's id)."""
     connection = await asyncpg.connect(dsn)
     try:
         count: int = await connection.fetchval(
@@ -131,7 +132,7 @@ async def _sent(dsn: str, key: str) -> int:
 def sent(dsn: str, operation: dict[str, Any]) -> int:
     """Requests in caseops' outbox under this operation's id (its idempotency key): the effect, counted at
     the tool's side."""
-    return asyncio.run(_sent(dsn, operation["operation_id"]))
+    return asyncio.run(requests_in_outbox(dsn, operation["operation_id"]))
 
 
 def waiting_send(client: httpx.Client, body: dict[str, Any] = ACT) -> tuple[str, dict[str, Any]]:

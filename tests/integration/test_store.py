@@ -19,7 +19,7 @@ from actors.store.migrate import migrations
 from actors.store.runs import RunStore, StoredEvent
 from actors.store.setup import prepare_database
 from dag.budget import Budgets
-from dag.events import RunCreated
+from dag.events import ParentLink, RunCreated
 from dag.policy import Principal
 from mcp_server.seed import SeedData, demo_seed, load_seed
 from tests.caseops import CASEOPS_SCHEMA, prepare_caseops_database
@@ -383,6 +383,52 @@ async def test_an_orphan_or_a_parked_run_is_claimed_only_by_an_owner_offering_it
     assert (refused, refused_parked) == ([], False)
     assert [claim.run_id for claim in claimed] == [orphan]
     assert claimed_parked is True
+
+
+async def test_a_childs_end_marks_its_parked_parent_due_for_any_supervisor_and_notifies(
+    admin_dsn: str,
+) -> None:
+    """A parent parked on its child is nobody's: the child's end, whoever records it, makes the parent's row due
+    (the orphan scan of any supervisor claims it, should the notification be missed) and notifies its id."""
+    from actors.store.decisions import CHANNEL
+    from actors.store.ownership import Leases
+
+    async with empty_database(admin_dsn) as fresh:
+        await prepare_caseops_database(fresh)
+        pool = await create_pool(fresh, max_size=2)
+        listener = await asyncpg.connect(fresh)
+        heard: list[str] = []
+        try:
+            await listener.add_listener(CHANNEL, lambda *notice: heard.append(notice[-1]))
+            store = RunStore(pool, owner="gone", lease_s=15.0)
+            _, parent = await store.create_run(
+                _created(goal="parent"), idempotency_key=None, request_hash="p"
+            )
+            child = _created(goal="child").model_copy(
+                update={"parent": ParentLink(run_id=parent, node_id="research", depth=1, inputs={})}
+            )
+            _, child_id = await store.create_run(child, idempotency_key=None, request_hash="c")
+            await pool.execute(
+                "UPDATE runs SET parked_until = 'infinity', owner = NULL, lease_expires_at = NULL"
+                " WHERE run_id = $1",
+                uuid.UUID(parent),
+            )
+            scan = Leases(pool, "another", 15.0)
+            before = await scan.claim_orphans(driving=[child_id])
+
+            await pool.execute("UPDATE runs SET finished_at = now() WHERE run_id = $1", uuid.UUID(child_id))
+            after = await scan.claim_orphans(driving=[child_id])
+            for _ in range(100):  # a notification arrives after its commit, on the listener's connection
+                if heard:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await listener.close()
+            await pool.close()
+
+    assert before == []  # parked and not due: nobody's to claim
+    assert [claim.run_id for claim in after] == [parent]
+    assert heard == [parent]
 
 
 async def test_an_append_is_one_call_recognised_when_retried_and_refused_to_another_owner(
