@@ -6,10 +6,12 @@ tap in front of it (``stdio_tap.py``), never in raydag's records."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -24,7 +26,14 @@ from actors.toolsets.config import Toolsets, parse_toolsets
 from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_durability import finished, until
-from tests.integration.test_mcp_tasks import RESEARCH, TASK_TOOLS, report_of, submitted, task_events
+from tests.integration.test_mcp_tasks import (
+    RESEARCH,
+    TASK_TOOLS,
+    TASK_WRITES,
+    report_of,
+    submitted,
+    task_events,
+)
 from tests.integration.test_operations import finished as finished_run
 from tests.integration.test_operations import problem, wait_for
 from tests.integration.test_tool_questions import APPROVER_KEY, ambiguous_run, asked, report
@@ -90,8 +99,9 @@ async def test_a_stdio_servers_task_tool_runs_as_a_task_of_its_process_and_its_r
     import ray
 
     wire = tmp_path / "wire.jsonl"
+    callers = {"tool_callers": 2} if executor is ExecutorKind.CALLERS else {}  # two children, one holds it
     supervisor = supervisor_for(
-        dsn, tool_server, token_key, name, toolsets=everything_stdio(wire), tool_executor=executor
+        dsn, tool_server, token_key, name, toolsets=everything_stdio(wire), tool_executor=executor, **callers
     )
     topic = f"stdio {uuid.uuid4().hex[:6]}"
     try:
@@ -108,8 +118,8 @@ async def test_a_stdio_servers_task_tool_runs_as_a_task_of_its_process_and_its_r
     assert len({update["task_id"] for update in updates}) == 1  # one task, followed to its end
     assert updates[0]["status"] == "working"  # recorded as the server created it, before it was awaited
     assert updates[0]["session"].startswith(STDIO_SESSION)  # the process incarnation it lives in
-    if executor is ExecutorKind.CALLERS:  # its follows go to the caller whose child runs it
-        assert updates[0]["holder"] == f"{name}-tool-caller-0"
+    if executor is ExecutorKind.CALLERS:  # its follows all go to the caller whose child runs it
+        assert {update["holder"] for update in updates} < {f"{name}-tool-caller-{i}" for i in (0, 1)}
     assert len({update["message"] for update in updates}) >= 3  # its stages, as they were reported
     seen = counted(wire)
     assert (seen["research as a task"], seen["research"], seen["tasks/result"]) == (1, 0, 1)
@@ -192,3 +202,46 @@ def test_a_stdio_tasks_question_waits_in_the_inbox_and_the_persons_answer_reache
     assert f"# Research Report: {topic} (historical)" in text  # the tool's own output names the answer
     assert [question["state"] for question in listed] == ["answered"]
     assert counted(wire)["research as a task"] == 1  # its question did not start another call
+
+
+async def test_a_write_whose_stdio_task_dies_with_its_process_is_unknown_never_executed_again(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    store: RunStore,
+    name: str,
+    tmp_path: Path,
+) -> None:
+    """A write run as a task of a stdio server, its process killed mid-task: the task is lost, and with it what
+    the write did; its operation becomes ``unknown`` (for a reconciling read or a person), and the tool is
+    not called again."""
+    import ray
+
+    from actors.store.database import create_pool
+    from actors.store.operations import OperationStore
+
+    wire = tmp_path / "wire.jsonl"
+    toolsets = everything_stdio(wire, TASK_WRITES)
+    supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=toolsets)
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        run_id = await submitted(supervisor, f"a lost write {uuid.uuid4().hex[:6]}", stage="act")
+        events = await until(store, run_id, lambda events: len(task_events(events)) >= 1)
+        [holding] = researched_by(wire)
+        os.kill(holding, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while True:
+            [operation] = await OperationStore(pool).of_run(run_id)
+            if operation.state.value not in {"approved", "executing"}:
+                break
+            assert time.monotonic() < deadline, operation
+            await asyncio.sleep(0.2)
+    finally:
+        await pool.close()
+        ray.kill(supervisor)
+
+    assert operation.state.value == "unknown"
+    assert operation.task is not None
+    assert operation.task["task_id"] == task_events(events)[0]["task_id"]
+    assert researched_by(wire) == [holding]  # executed once, never again after the loss

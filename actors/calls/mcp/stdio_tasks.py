@@ -112,6 +112,7 @@ class StdioTasks:
             current = updated_handle(current, reported)
             if current.status != "input_required":
                 current = replace(current, question=None)
+                self._answer(handle.task_id, DECLINE)  # a question still held was withdrawn: let it go
             elif current.question is not None:  # its question waits for a person: so does the server
                 if handle.task_id in self._asked:
                     return current
