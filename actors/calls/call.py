@@ -16,6 +16,8 @@ MODERN_PROTOCOL = "2026-07-28"
 """Stateless: a call is one HTTP request, no handshake. ``"legacy"`` selects the 2025-11-25 handshake."""
 
 
+STDIO_SESSION = "stdio:"
+"""How a stdio server's task names the process incarnation it lives in (``TaskHandle.session``)."""
 TASK_ENDED = frozenset({"completed", "failed", "cancelled"})
 """A task's terminal statuses: its result (or its failure) can be read, and nothing more happens to it."""
 
@@ -26,8 +28,8 @@ class TaskHandle:
 
     Recorded in the run's log before anything waits on it (``NodeTaskUpdated``), so that a run resumed by
     another supervisor or caller polls this task instead of calling the tool again. ``session`` is the
-    Streamable HTTP session the task lives in (tasks are per session); ``None`` for a stdio server, whose
-    tasks live and die with its process.
+    Streamable HTTP session the task lives in (tasks are per session); for a stdio server, the incarnation of
+    its process the task lives and dies with (``stdio:<id>``, ``actors.calls.mcp.stdio_tasks``).
     """
 
     server: str
@@ -37,6 +39,9 @@ class TaskHandle:
     session: str | None = None
     protocol: str = "2025-11-25"
     poll_s: float = 1.0
+    holder: str | None = None
+    """The caller actor whose stdio server runs the task (a pool's caller, by name): only it can follow the
+    task, so its follows go there (``None``: any process can, or the supervisor's own loop holds it)."""
     question: Mapping[str, Any] | None = None
     """What the task asks while it is ``input_required``: the server's request id, its message and the schema
     of the answer it wants (a form elicitation). Recorded with the task before a person is asked; it goes to
@@ -55,6 +60,7 @@ class TaskHandle:
             "session": self.session,
             "protocol": self.protocol,
             "poll_s": self.poll_s,
+            "holder": self.holder,
             "question": dict(self.question) if self.question is not None else None,
         }
 
@@ -68,6 +74,7 @@ class TaskHandle:
             session=value.get("session"),
             protocol=str(value.get("protocol") or "2025-11-25"),
             poll_s=float(value.get("poll_s") or 1.0),
+            holder=value.get("holder"),
             question=value.get("question"),
         )
 

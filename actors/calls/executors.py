@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, assert_never
 
-from actors.calls.call import ExecutorKind, ToolCall, ToolExecutor, ToolOutcome
+from actors.calls.call import STDIO_SESSION, ExecutorKind, ToolCall, ToolExecutor, ToolOutcome
 from actors.calls.exchange import (
     DEFAULT_CALLERS,
     EXCHANGES_PER_CALLER,
@@ -259,7 +259,16 @@ class CallerPoolExecutor:
         return listing
 
     async def run(self, call: ToolCall) -> ToolOutcome:
-        name = self._pick()
+        holder = call.task.holder if call.task is not None else None
+        name = holder if holder in self._lanes else self._pick()
+        outcome = await self._run_on(name, call)
+        task = outcome.task
+        if task is not None and task.session is not None and task.session.startswith(STDIO_SESSION):
+            # A stdio server's task lives in this caller's child process: only this caller can follow it.
+            outcome = replace(outcome, task=replace(task, holder=name))
+        return outcome
+
+    async def _run_on(self, name: str, call: ToolCall) -> ToolOutcome:
         lane = self._lanes[name]
         ticket = next(self._tickets)
         landed: asyncio.Future[ToolOutcome] = asyncio.get_running_loop().create_future()

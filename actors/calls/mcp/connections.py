@@ -334,10 +334,8 @@ class McpConnections:
         """``call`` started as a task in a session of its own (``actors.calls.mcp.tasks``): in the form of
         Tasks of the server's era (a server pinned to 2026-07-28 speaks the extension; one of ``auto`` does if
         it advertises it)."""
-        if not isinstance(spec, HttpServer):
-            raise TasksNotOffered(
-                f"{call.tool} runs as a task, and raydag follows tasks over Streamable HTTP only"
-            )
+        if isinstance(spec, StdioServer):
+            return await (await self._stdio_process(spec).tasks()).start(call.tool, call.args, call.meta)
         bound = _read_at_most()
         protocol = spec.protocol if spec.protocol in (MODERN_PROTOCOL, NEGOTIATED) else TASKS_PROTOCOL
         session = await open_task_session(self._http_for(spec), spec.url, max_bytes=bound, protocol=protocol)
@@ -355,8 +353,8 @@ class McpConnections:
         """The task's result once it ended, or its handle once its status changed (``reply``: a person's
         answer to its question, sent first; ``stop``: the task is cancelled instead of followed). Cancelled
         (the run stopped, or its deadline came), the follower asks the server to stop the task."""
-        if not isinstance(spec, HttpServer):
-            raise TasksNotOffered(f"task {handle.task_id} of {spec.name} cannot be followed over stdio")
+        if isinstance(spec, StdioServer):
+            return await self._follow_stdio(spec, handle, timeout_s, reply, stop=stop)
         bound = _read_at_most()
         session = session_of(self._http_for(spec), spec.url, handle)
         if stop:
@@ -372,6 +370,33 @@ class McpConnections:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await cancel_task(session, handle, max_bytes=bound)
+            raise
+
+    async def _follow_stdio(
+        self,
+        spec: StdioServer,
+        handle: TaskHandle,
+        timeout_s: float,
+        reply: Mapping[str, Any] | None,
+        *,
+        stop: bool,
+    ) -> CallToolResult | TaskHandle:
+        """``_follow`` for a task of a stdio server: only the process incarnation that started it knows it
+        (``actors.calls.mcp.stdio_tasks``); any other is ``TaskLost`` at once."""
+        tasks = self._stdio_process(spec).running_tasks()
+        if stop:
+            if tasks is not None:
+                await tasks.cancel(handle, reply)
+            return dataclasses.replace(handle, status="cancelled", question=None)
+        if tasks is None:
+            raise TaskLost(
+                f"task {handle.task_id} lived in a process of stdio server {spec.name} that has ended"
+            )
+        try:
+            return await tasks.follow(handle, within_s=min(FOLLOW_S, timeout_s / 2), reply=reply)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await tasks.cancel(handle)
             raise
 
     async def _send_to(self, spec: HttpServer | StdioServer, call: ToolCall) -> CallToolResult:

@@ -15,7 +15,7 @@ from typing import Any
 
 from mcp import Client
 from mcp.client._transport import Transport
-from mcp.client.session import ClientRequestContext
+from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp_types import ElicitRequestParams, ElicitResult, Implementation
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -40,14 +40,15 @@ def client_mode(era: ProtocolEra | str) -> str:
     return "legacy"
 
 
-def make_client(transport: Transport, mode: str) -> Client:
-    """An SDK client as raydag uses one: no response cache (each call is fresh), elicitation declined."""
+def make_client(transport: Transport, mode: str, elicitation: ElicitationFnT | None = None) -> Client:
+    """An SDK client as raydag uses one: no response cache (each call is fresh), elicitation declined unless
+    ``elicitation`` takes it (a stdio server's tasks, ``actors.calls.mcp.stdio_tasks``)."""
     return Client(
         transport,
         mode=mode,
         cache=None,
         client_info=CLIENT_INFO,
-        elicitation_callback=decline_elicitation,
+        elicitation_callback=elicitation or decline_elicitation,
     )
 
 

@@ -30,6 +30,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from actors.calls.mcp.redaction import Redactor, server_secrets
 from actors.calls.mcp.session import OwnedSession, client_mode, describe, make_client
+from actors.calls.mcp.stdio_tasks import StdioTasks
 from actors.calls.mcp.stdio_transport import LineFramer, Oversized, stdio_transport
 from actors.calls.mcp.watch import Link
 from actors.toolsets.config import FromEnv, StdioServer
@@ -87,6 +88,8 @@ class StdioServerProcess:
     def __init__(self, spec: StdioServer, *, tail_lines: int = 50) -> None:
         self.spec = spec
         self._session: OwnedSession | None = None
+        self._tasks: StdioTasks | None = None
+        """The tasks of the running incarnation (``actors.calls.mcp.stdio_tasks``): they end with it."""
         self._up = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -112,6 +115,21 @@ class StdioServerProcess:
                     await asyncio.sleep(0.01)
         except TimeoutError:
             raise ServerUnavailable(f"stdio server {self.spec.name!r} is not running") from None
+
+    async def tasks(self) -> StdioTasks:
+        """The running incarnation's tasks, waiting for a (re)start as ``client`` does: a task started there
+        lives until that process ends."""
+        client = await self.client()
+        tasks = self._tasks
+        if tasks is None or tasks.client is not client:
+            raise ServerUnavailable(f"stdio server {self.spec.name!r} is restarting")
+        return tasks
+
+    def running_tasks(self) -> StdioTasks | None:
+        """The running incarnation's tasks, without waiting: ``None`` while no process runs (a task of an
+        earlier one is lost, and no later one can know it)."""
+        tasks = self._tasks
+        return tasks if tasks is not None and tasks.client is not None else None
 
     def status(self) -> StdioStatus:
         session = self._session
@@ -154,6 +172,7 @@ class StdioServerProcess:
         errlog = os.fdopen(write_fd, "w")
         reader: asyncio.Task[None] | None = None
         redactor = Redactor(server_secrets(self.spec))
+        tasks = StdioTasks(self.spec.name)
         try:
             parameters = server_parameters(self.spec)
             mode = client_mode(self.spec.protocol)
@@ -167,7 +186,7 @@ class StdioServerProcess:
                     link=link,
                     note=lambda text: self._note(redactor.text(text)),
                 )
-                return make_client(transport, mode)
+                return make_client(transport, mode, tasks.elicit)
 
             session = OwnedSession(self.spec.name, connect)
             self._session = session
@@ -175,7 +194,8 @@ class StdioServerProcess:
             reader = asyncio.create_task(self._copy_stderr(read_fd, redactor))
             read_fd = -1  # the reader owns it now
             async with asyncio.timeout(self.spec.timeouts.connect_s):
-                await session.start()
+                tasks.client = await session.start()
+            self._tasks = tasks
             errlog.close()  # the server holds its own copy: the pipe ends when the server does
             self._up.set()
             # The end of its stderr, of its stdout (the link lost: a server that closed it and runs on is as
@@ -186,6 +206,8 @@ class StdioServerProcess:
                 waiter.cancel()
         finally:
             self._up.clear()
+            tasks.client = None
+            tasks.close()
             if not errlog.closed:
                 errlog.close()
             if read_fd >= 0:

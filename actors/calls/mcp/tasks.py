@@ -176,11 +176,11 @@ async def start_task(
         result = {"task": created}
     task = result.get("task")
     task_id = task.get("taskId") if isinstance(task, dict) else None
-    if not isinstance(task, dict) or not _fit_id(task_id):
+    if not isinstance(task, dict) or not fit_id(task_id):
         raise MalformedAnswer(
             "MALFORMED_ANSWER", f"{tool} was called as a task, and the server answered no task"
         )
-    return _updated(
+    return updated_handle(
         TaskHandle(server=server, task_id=task["taskId"], status="working", session=session.session),
         task,
         protocol=session.protocol,
@@ -214,7 +214,7 @@ async def follow_task(
             reported = await session.request("tasks/get", {"taskId": handle.task_id}, max_bytes=max_bytes)
         except MCPError as exc:  # the server answers, but not for this task: it forgot it
             raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
-        current = _updated(current, reported)
+        current = updated_handle(current, reported)
         if current.status != "input_required":
             current = replace(current, question=None)
         elif current.question is not None:  # its question waits for a person: the server still waits too
@@ -230,9 +230,7 @@ async def follow_task(
                 return current
             answer = await session.request("tasks/result", {"taskId": handle.task_id}, max_bytes=max_bytes)
             return CallToolResult.model_validate(answer)
-        if (current.status, current.message) != (handle.status, handle.message):
-            return current
-        if time.monotonic() + current.poll_s > give_up:
+        if report_now(handle, current, give_up):
             return current
         await anyio.sleep(current.poll_s)
 
@@ -269,7 +267,7 @@ async def _follow_extension(
             task = await session.request("tasks/get", {"taskId": handle.task_id}, max_bytes=max_bytes)
         except MCPError as exc:  # -32602: the server does not know the task (expired, or never its)
             raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
-        current = _updated(current, extension.task_fields(task))
+        current = updated_handle(current, extension.task_fields(task))
         payload = extension.reported(task)
         if payload.result is not None:
             return CallToolResult.model_validate(payload.result)
@@ -282,7 +280,7 @@ async def _follow_extension(
             current = replace(current, question=None)
         elif current.question is None and payload.questions:
             asked = extension.first_question(payload.questions)
-            question = _form_question(asked[1]) if asked is not None else None
+            question = form_question(asked[1]) if asked is not None else None
             if question is not None:
                 return replace(current, question=question)
             if asked is not None and asked[1].get("method") == ELICIT:
@@ -297,9 +295,7 @@ async def _follow_extension(
             return current
         if current.ended:  # ended with neither result nor error: cancelled
             return current
-        if (current.status, current.message) != (handle.status, handle.message):
-            return current
-        if time.monotonic() + current.poll_s > give_up:
+        if report_now(handle, current, give_up):
             return current
         await anyio.sleep(current.poll_s)
 
@@ -355,7 +351,7 @@ async def _question_of(
                     continue
                 if "id" not in message or not _about(message, handle.task_id):
                     continue  # a notification, or a request about another task of the session
-                question = _form_question(message)
+                question = form_question(message)
                 if question is not None:
                     return question
                 await _refuse(session, message, max_bytes=max_bytes)
@@ -371,12 +367,12 @@ def _about(message: Mapping[str, Any], task_id: str) -> bool:
     return not isinstance(related, dict) or related.get("taskId") == task_id
 
 
-def _fit_id(value: Any) -> bool:
+def fit_id(value: Any) -> bool:
     """Whether ``value`` is an id of the server's that a record can hold and a person can quote."""
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and storable_text(value) == value
 
 
-def _form_question(message: Mapping[str, Any]) -> dict[str, Any] | None:
+def form_question(message: Mapping[str, Any]) -> dict[str, Any] | None:
     """A form elicitation as the question recorded with the task: the request's id, the server's message and
     the schema it asks an answer to (``unfit``: why that schema cannot be put to a person, and is declined);
     ``None`` for any other request, or one whose id no record should hold.
@@ -387,7 +383,7 @@ def _form_question(message: Mapping[str, Any]) -> dict[str, Any] | None:
     request_id = message.get("id")
     if message.get("method") != ELICIT or not isinstance(params, dict):
         return None
-    if not (isinstance(request_id, int) or _fit_id(request_id)):
+    if not (isinstance(request_id, int) or fit_id(request_id)):
         return None
     if params.get("mode", "form") != "form" or not isinstance(params.get("requestedSchema"), dict):
         return None
@@ -451,7 +447,15 @@ def session_of(http: httpx2.AsyncClient, url: str, handle: TaskHandle) -> TaskSe
     return TaskSession(http, url, handle.session, handle.protocol)
 
 
-def _updated(handle: TaskHandle, task: Mapping[str, Any], *, protocol: str | None = None) -> TaskHandle:
+def report_now(handle: TaskHandle, current: TaskHandle, give_up: float) -> bool:
+    """Whether a follow that started at ``handle`` reports ``current`` back now: its status or message
+    changed, or waiting another poll interval would pass ``give_up`` (a ``time.monotonic()``)."""
+    if (current.status, current.message) != (handle.status, handle.message):
+        return True
+    return time.monotonic() + current.poll_s > give_up
+
+
+def updated_handle(handle: TaskHandle, task: Mapping[str, Any], *, protocol: str | None = None) -> TaskHandle:
     status = task.get("status")
     said = task.get("statusMessage")
     message = storable_text(said)[:MAX_SERVER_MESSAGE_CHARS] if isinstance(said, str) else None
