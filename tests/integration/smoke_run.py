@@ -12,9 +12,11 @@ from pathlib import Path
 from tests.conftest import REPO
 from tests.processes import Session
 
-SMOKE_LIMIT_S = 600
+SMOKE_LIMIT_S = 900
 """Only a guard against a hung benchmark. Measured on this 2-core machine: 122 s for all fourteen with little
-else running, 163 s in one of ``make test``'s two workers while the other ran the rest of the suite."""
+else running, 163 s in one of ``make test``'s two workers while the other ran the rest of the suite; there are
+twenty-four now (the sub-agents' and the CLI's cold arm among them), and on a machine loaded four times over
+they ran past 600 s without hanging."""
 
 
 @dataclass(frozen=True)
