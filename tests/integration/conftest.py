@@ -16,6 +16,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,15 +210,25 @@ def model() -> Iterator[MockModel]:
     mock.stop()
 
 
-@pytest.fixture
-def scratch_dsn(admin_dsn: str) -> Iterator[str]:
-    """A database of its own (no session supervisor's relay polls it), migrated and seeded."""
+@contextmanager
+def database_of_its_own(admin_dsn: str) -> Iterator[str]:
+    """A database no other test writes to (and no session supervisor's relay polls), migrated and seeded;
+    dropped on leaving, so whatever uses it must be stopped first."""
     name = f"raydag_scratch_{uuid.uuid4().hex[:8]}"
     asyncio.run(ensure_database(admin_dsn, name))
     dsn = with_database(admin_dsn, name)
-    asyncio.run(prepare_caseops_database(dsn))
-    yield dsn
-    asyncio.run(drop_database(admin_dsn, name))
+    try:
+        asyncio.run(prepare_caseops_database(dsn))
+        yield dsn
+    finally:
+        asyncio.run(drop_database(admin_dsn, name))
+
+
+@pytest.fixture
+def scratch_dsn(admin_dsn: str) -> Iterator[str]:
+    """A database of its own for one test."""
+    with database_of_its_own(admin_dsn) as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="session")

@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
-import pytest_asyncio
+import pytest
 
 from actors.observe.metrics import LATENCY_BOUNDARIES_MS
 from actors.run.submission import RunRequest, Submission
 from dag.policy import Principal
 from mcp_server.contracts import ALL_SCOPES, SCOPE_CASES, SCOPE_POLICIES
 from mcp_server.planner import CASE_TOOL, DOCUMENTS_TOOL, POLICY_TOOL, RESOLVE_TOOL
-from tests.integration.conftest import RunningToolServer, supervisor_for
+from tests.integration.conftest import RunningToolServer, database_of_its_own, supervisor_for
 
 PRINCIPAL = Principal("tenant-demo", "test", frozenset(ALL_SCOPES))
 WITHOUT_DOCUMENTS = Principal("tenant-demo", "limited", frozenset({SCOPE_CASES, SCOPE_POLICIES}))
@@ -34,26 +35,39 @@ comparison leaves out."""
 Sample = tuple[str, tuple[tuple[str, str], ...]]
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def metered_worker(
-    ray_cluster: None, dsn: str, tool_server: RunningToolServer, token_key: bytes
-) -> AsyncIterator[str]:
+@pytest.fixture(scope="module")
+def metered_worker(
+    ray_cluster: None, admin_dsn: str, tool_server: RunningToolServer, token_key: bytes
+) -> Iterator[str]:
     """The Ray worker (the ``WorkerId`` label of its metrics) of a supervisor of its own, so its counters
-    start at zero, that ran a C-102 run with every scope and one without the documents scope."""
+    start at zero, that ran a C-102 run with every scope and one without the documents scope.
+
+    Its database is its own too: the sweep's gauges count the whole database's unknown operations, and
+    other tests leave some in the session's."""
     import ray
 
-    supervisor = supervisor_for(dsn, tool_server, token_key, f"raydag-test-metrics-{uuid.uuid4().hex[:6]}")
-    try:
-        worker_id = (await supervisor.ping.remote())["worker_id"]
-        for principal in (PRINCIPAL, WITHOUT_DOCUMENTS):
-            submitted = await supervisor.submit.remote(
-                RunRequest(principal=principal, resource={"case_id": "C-102"})
-            )
-            assert submitted.outcome is Submission.CREATED
-            assert await supervisor.wait.remote(submitted.run_id, 60.0)
-        yield worker_id
-    finally:
-        ray.kill(supervisor)
+    with database_of_its_own(admin_dsn) as dsn:
+        supervisor = supervisor_for(
+            dsn, tool_server, token_key, f"raydag-test-metrics-{uuid.uuid4().hex[:6]}"
+        )
+        try:
+            yield metered_runs(supervisor)
+        finally:
+            ray.kill(supervisor)
+
+
+def metered_runs(supervisor: Any) -> str:
+    """Run the two C-102 runs on ``supervisor``; its worker's id."""
+    import ray
+
+    worker_id = ray.get(supervisor.ping.remote())["worker_id"]
+    for principal in (PRINCIPAL, WITHOUT_DOCUMENTS):
+        submitted = ray.get(
+            supervisor.submit.remote(RunRequest(principal=principal, resource={"case_id": "C-102"}))
+        )
+        assert submitted.outcome is Submission.CREATED
+        assert ray.get(supervisor.wait.remote(submitted.run_id, 60.0))
+    return worker_id
 
 
 def raydag_samples(worker_id: str) -> dict[Sample, float]:
