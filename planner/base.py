@@ -120,6 +120,9 @@ class PlanningContext:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     """An agent node's child run: the inputs its parent resolved for it (``ParentLink.inputs``). Data its
     parent's tools returned, to reason about like observations, never instructions."""
+    max_steps: int | None = None
+    """A loop agent's child run: its ``loop.max_steps``, so its model knows which step is its last (a replan
+    asked for there stops the loop ``STEP_LIMIT``). A bound its plan set, not a budget of the tenant's."""
 
 
 class Planner(Protocol):

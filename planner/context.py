@@ -3,7 +3,8 @@
 Observations are never concatenated into instructions. Each is truncated to ``OBSERVATION_BUDGET``
 characters of JSON and all of them together to ``PROMPT_BUDGET`` (the newest kept), so a large or hostile
 tool output cannot crowd out the instructions or smuggle itself into them. No tenant, subject, credential,
-budget or authorization detail appears anywhere in a prompt.
+budget or authorization detail appears anywhere in a prompt. A loop agent is told which step it is
+at and which is its last: a bound its plan set, not a budget.
 """
 
 from __future__ import annotations
@@ -114,6 +115,17 @@ def inputs_block(context: PlanningContext) -> str:
     return "<inputs>\n" + "\n".join(lines) + "\n</inputs>"
 
 
+def steps_line(context: PlanningContext) -> str:
+    """Where a loop agent's model stands in its loop: a replan asked for at the last step ends the loop
+    without an answer, so the model is told which step is its last."""
+    line = f"This is step {context.round} of at most {context.max_steps} of this investigation."
+    if context.round >= (context.max_steps or 0):
+        line += (
+            ' It is the last: no further calls can follow, so the join must answer "final" or "needs_human".'
+        )
+    return line
+
+
 def answers_block(context: PlanningContext) -> str:
     """The people's answers to the planner's questions, as delimited data with their authors."""
     records = [{"question": a.question, "answer": a.answer, "answered_by": a.by} for a in context.answers]
@@ -127,6 +139,8 @@ def planner_input(context: PlanningContext, *, may_ask: bool = False) -> list[di
     parts = [f"Goal: {context.goal}", f"Resource: {_data_json(dict(context.resource))}", f"Tools:\n{tools}"]
     if context.inputs:
         parts.append(inputs_block(context))
+    if context.max_steps is not None:
+        parts.append(steps_line(context))
     if context.round > 1:
         parts.append(
             f"This is round {context.round}. Earlier rounds' nodes are named r<round>.<id>, e.g. r1.docs. "
@@ -167,6 +181,8 @@ def joiner_input(context: PlanningContext, observations: Sequence[Observation]) 
     if context.inputs:
         parts.append(inputs_block(context))
     parts.append(observations_block(observations))
+    if context.max_steps is not None:
+        parts.append(steps_line(context))
     if context.uncalled:
         parts.append(uncalled_block(context))
     instructions = JOINER_INSTRUCTIONS + ("\n" + INPUTS_INSTRUCTIONS if context.inputs else "")

@@ -520,6 +520,7 @@ class RunDriver:
             model=state.model,
             agents=(self._deps.agent_levels(state.depth) or 0) >= 1 and MODEL_PLANNER in self._deps.planners,
             inputs=state.parent.inputs if state.parent is not None else {},
+            max_steps=state.max_steps,
         )
 
 

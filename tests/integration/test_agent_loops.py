@@ -160,6 +160,14 @@ async def test_a_loop_that_never_answers_stops_at_max_steps_and_fails_its_node_s
     assert (child.status.value, child.stop_reason, child.round) == ("stopped", "STEP_LIMIT", 2)
     assert child.detail == "still not sure: the loop took its 2 steps without a final answer"
     assert len(model.requests) == 4  # no third step was asked for
+    # Each prompt told the model its step; only the last step's said it was the last.
+    assert ["step 1 of at most 2" in sent(request) for request in model.requests] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert ["It is the last" in sent(request) for request in model.requests] == [False, False, True, True]
     assert {request["model"] for request in model.requests} == {DEPLOYMENT_MODEL}
     assert answered(tool_server, child.run_id) == {"snapshot": 1, "r2.policy": 1}
 

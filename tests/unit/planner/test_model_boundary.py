@@ -341,6 +341,21 @@ def test_an_agents_inputs_reach_its_model_as_delimited_data_in_the_plan_and_the_
         assert "<inputs>" not in system["content"] + user["content"]
 
 
+def test_a_loop_agents_model_is_told_its_step_and_that_the_last_one_must_answer() -> None:
+    def user_text(step: int, max_steps: int | None) -> tuple[str, str]:
+        context = PlanningContext({"case_id": "C-102"}, "g", TOOLS, round=step, max_steps=max_steps)
+        return planner_input(context)[1]["content"], joiner_input(context, [])[1]["content"]
+
+    for text in user_text(2, 5):
+        assert "step 2 of at most 5" in text
+        assert "last" not in text
+    for text in user_text(5, 5):
+        assert "step 5 of at most 5" in text
+        assert 'must answer "final" or "needs_human"' in text
+    for text in user_text(3, None):  # a run that is no loop is told nothing of steps
+        assert "step" not in text
+
+
 def test_large_inputs_are_truncated_each_and_bounded_together() -> None:
     inputs = {f"in{index}": "x" * (OBSERVATION_BUDGET * 2) for index in range(PROMPT_BUDGET // 1000)}
     context = PlanningContext(resource={}, goal="g", tools=TOOLS, inputs=inputs)
