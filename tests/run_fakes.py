@@ -16,6 +16,7 @@ from typing import Any
 
 from actors.calls.call import ToolCall, ToolOutcome
 from actors.observe.metrics import NO_METRICS, RunMetrics
+from actors.run.context import Cancel
 from actors.run.deps import CALL_SLACK_S, RunDeps, ToolEndpoint
 from actors.run.driver import RunDriver
 from dag.budget import Budgets
@@ -339,7 +340,7 @@ def driver(
     return RunDriver(deps, sink=sink)
 
 
-async def drive(run: RunDriver, created: RunCreated, cancel: asyncio.Event | None = None) -> RunState:
+async def drive(run: RunDriver, created: RunCreated, cancel: Cancel | None = None) -> RunState:
     return await asyncio.wait_for(run.drive(apply(None, created), last_seq=1, cancel=cancel), WAIT_S)
 
 

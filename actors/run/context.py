@@ -37,11 +37,6 @@ class Cancel(asyncio.Event):
         self.set()
 
 
-def cancelled_by(cancel: asyncio.Event) -> Interruption:
-    """Why a run whose ``cancel`` is set stops."""
-    return cancel.interruption if isinstance(cancel, Cancel) else CANCELLED
-
-
 class HandedOver(RaydagError):
     """The supervisor is shutting down: the run stops being driven here, unfinished and still owned, so that
     a supervisor of the same name (after a restart) or any other (once the lease lapses) resumes it."""

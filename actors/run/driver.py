@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from actors.observe.tracing import context_of, tracer
 from actors.run.asking import QuestionGate
 from actors.run.children import ChildRuns
-from actors.run.context import CANCELLED, HandedOver, Interruption, Parked, cancelled_by
+from actors.run.context import CANCELLED, Cancel, HandedOver, Interruption, Parked
 from actors.run.deps import RunDeps
 from actors.run.operate import Operate
 from actors.run.recorder import EventSink, RunRecorder, now
@@ -113,7 +113,7 @@ class RunDriver:
         self,
         state: RunState,
         last_seq: int,
-        cancel: asyncio.Event | None = None,
+        cancel: Cancel | None = None,
         *,
         recovered: tuple[str, str | None] | None = None,
         checked_plan: Plan | None = None,
@@ -156,7 +156,7 @@ class RunDriver:
                             detail="the plan stream was lost with the supervisor that read it",
                         )
                     )
-            await self._drive(run, cancel if cancel is not None else asyncio.Event())
+            await self._drive(run, cancel if cancel is not None else Cancel())
         except (asyncio.CancelledError, LeaseLost, HandedOver, Parked):
             raise
         except Exception:
@@ -178,7 +178,7 @@ class RunDriver:
             otel_context.detach(attached)
         return run.state
 
-    async def _drive(self, run: RunRecorder, cancel: asyncio.Event) -> None:
+    async def _drive(self, run: RunRecorder, cancel: Cancel) -> None:
         """Each step reads the recorded status and takes the one transition it allows."""
         planner = self._deps.planners[run.state.planner]
         deadline = run.state.deadline
@@ -194,7 +194,7 @@ class RunDriver:
                 rounds.enter(state.round)
                 match state.status:
                     case RunStatus.PENDING if cancel.is_set():  # cancelled while it waited for its turn
-                        stopped = cancelled_by(cancel)
+                        stopped = cancel.interruption
                         if stopped is CANCELLED:
                             stopped = Interruption(
                                 StopReason.CANCELLED, "the run was cancelled before it started"
@@ -252,9 +252,7 @@ class RunDriver:
                 stream.cancel()
             rounds.close()
 
-    async def _join(
-        self, run: RunRecorder, planner: Planner, cancel: asyncio.Event, deadline: datetime
-    ) -> None:
+    async def _join(self, run: RunRecorder, planner: Planner, cancel: Cancel, deadline: datetime) -> None:
         state = run.state
         if await self._out_of_model_budget(run):
             return
@@ -289,7 +287,7 @@ class RunDriver:
         self,
         run: RunRecorder,
         planner: Planner,
-        cancel: asyncio.Event,
+        cancel: Cancel,
         deadline: datetime,
         plan_changed: asyncio.Event,
     ) -> asyncio.Task[None] | None:
@@ -357,7 +355,7 @@ class RunDriver:
         run: RunRecorder,
         planner: StreamingPlanner,
         context: PlanningContext,
-        cancel: asyncio.Event,
+        cancel: Cancel,
         deadline: datetime,
         plan_changed: asyncio.Event,
     ) -> asyncio.Task[None] | None:
@@ -559,7 +557,7 @@ def _interruption_of(state: RunState) -> Interruption | None:
 
 
 async def _bounded(
-    work: Awaitable[_T], cancel: asyncio.Event, deadline: datetime, handover: asyncio.Event | None = None
+    work: Awaitable[_T], cancel: Cancel, deadline: datetime, handover: asyncio.Event | None = None
 ) -> _T:
     """Await ``work`` unless the run is cancelled or ``deadline`` passes first (then raise ``_Halt``), or the
     supervisor hands its runs over (then raise ``HandedOver``: the work is asked for again on resumption)."""
@@ -574,7 +572,7 @@ async def _bounded(
         if task in done:
             return task.result()
         if cancelled in done:
-            raise _Halt(cancelled_by(cancel))
+            raise _Halt(cancel.interruption)
         if handed_over in done:
             raise HandedOver("the supervisor stopped while the planner was answering")
         raise _Halt(Interruption(StopReason.DEADLINE_EXCEEDED, "the run's deadline passed while planning"))

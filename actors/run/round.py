@@ -22,7 +22,7 @@ from opentelemetry.trace import Status, StatusCode
 from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
 from actors.observe.tracing import carrier, tracer
 from actors.run.children import ChildRuns
-from actors.run.context import CANCELLED, HandedOver, Interruption, Parked, cancelled_by
+from actors.run.context import CANCELLED, Cancel, HandedOver, Interruption, Parked
 from actors.run.deps import RunDeps
 from actors.run.operate import CallTool, Operate
 from actors.run.pending_writes import PendingWrites
@@ -81,7 +81,7 @@ class RoundExecution:
         self,
         run: RunRecorder,
         deps: RunDeps,
-        cancel: asyncio.Event,
+        cancel: Cancel,
         deadline: datetime,
         plan_changed: asyncio.Event | None = None,
         handover: asyncio.Event | None = None,
@@ -207,7 +207,7 @@ class RoundExecution:
             if self._cancel.is_set():
                 await self._record_landed()
                 await self._writes.expire(None)
-                return cancelled_by(self._cancel)
+                return self._cancel.interruption
             if self._handover.is_set():
                 self._let_go.set()
                 await self._record_landed()

@@ -93,7 +93,7 @@ class Turns:
         self,
         state: RunState,
         last_seq: int,
-        cancel: asyncio.Event,
+        cancel: Cancel,
         recovered: tuple[str, str | None] | None,
         checked_plan: Plan | None,
     ) -> RunState:
@@ -129,7 +129,7 @@ class Turns:
         self,
         state: RunState,
         last_seq: int,
-        cancel: asyncio.Event,
+        cancel: Cancel,
         recovered: tuple[str, str | None] | None,
         checked_plan: Plan | None,
     ) -> RunState:

@@ -125,7 +125,9 @@ async def test_two_sibling_child_dag_nodes_complete_each_with_its_childs_result(
         "nodes": [
             read("case", CASE),
             agent("policy_agent", "read the policy", read("policy", POLICY), args={"case": {"$ref": "case"}}),
-            agent("docs_agent", "list the documents", read("docs", DOCUMENTS)),
+            agent(
+                "docs_agent", "list the documents", read("docs", DOCUMENTS), args={"case": {"$ref": "case"}}
+            ),
         ]
     }
     run_id = await submitted_run(supervisor, plan)
@@ -135,7 +137,9 @@ async def test_two_sibling_child_dag_nodes_complete_each_with_its_childs_result(
     assert parent["status"] == "completed", parent["detail"]
     started = {event.node_id: event.child_run_id for event in of_kind(events, "agent_started")}
     assert set(started) == {"policy_agent", "docs_agent"}
-    kinds = [event.kind for event in events]  # both children started before either ended: side by side
+    # Both children, ready together once `case` succeeded, started before either ended: side by side. (Had
+    # one not waited on `case`, it could have ended before the other was ready, on a loaded machine.)
+    kinds = [event.kind for event in events]
     assert kinds.index("agent_ended") > max(i for i, kind in enumerate(kinds) if kind == "agent_started")
     assert sorted(str(child) for child in parent["children"]) == sorted(started.values())
     outputs = parent["result"]["outputs"]

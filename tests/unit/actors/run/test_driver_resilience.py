@@ -13,6 +13,7 @@ from typing import Any, Literal
 import pytest
 
 from actors.calls.call import TaskHandle, ToolOutcome
+from actors.run.context import Cancel
 from actors.run.driver import RunDriver
 from actors.run.recorder import now
 from dag.budget import Budgets
@@ -322,7 +323,7 @@ class Door(asyncio.Event):
 
 
 async def followed_task(
-    cancel: asyncio.Event | None = None,
+    cancel: Cancel | None = None,
 ) -> tuple[ScriptedExecutor, Door, asyncio.Task[Any]]:
     """A run driven until its one call started a task whose follow is out, held at the door (the task runs
     on); once there, the executor's ``settled`` says when the follow ends, answered or cut short."""
@@ -357,7 +358,7 @@ async def test_a_driver_cancelled_from_outside_lets_its_followed_task_go_unstopp
 
 
 async def test_a_cancelled_run_cuts_its_tasks_follow_short_so_that_the_task_is_stopped() -> None:
-    cancel = asyncio.Event()
+    cancel = Cancel()
     executor, _, driving = await followed_task(cancel)
 
     cancel.set()
@@ -378,7 +379,7 @@ class SlowRetry(RetryPolicy):
 async def test_cancelling_while_a_retry_waits_ends_the_run_without_another_attempt() -> None:
     sink, executor, planner, run = snapshot_run(Scripted(transient()), retry=SlowRetry())
     created = run_created(planner="scripted")
-    cancel = asyncio.Event()
+    cancel = Cancel()
     running = asyncio.create_task(drive(run, created, cancel))
     await sink.reached(
         lambda state: "case" in state.nodes and state.nodes["case"].status is NodeStatus.RETRYING
@@ -563,7 +564,7 @@ async def test_a_run_cut_short_by_the_deadline_stops_even_if_the_planner_has_a_v
 class CancelsAsItAnswers(ScriptedExecutor):
     """Cancels the run as it gives the answer to its ``nth`` call (counted from 1)."""
 
-    def __init__(self, script: Any, *, nth: int, cancel: asyncio.Event) -> None:
+    def __init__(self, script: Any, *, nth: int, cancel: Cancel) -> None:
         super().__init__(script)
         self._nth = nth
         self._cancel = cancel
@@ -585,7 +586,7 @@ async def test_a_run_cancelled_as_its_task_reports_progress_asks_the_server_to_s
     def pending(task: TaskHandle) -> Scripted:
         return Scripted(ToolOutcome(output=None, error=None, started_at=now(), finished_at=now(), task=task))
 
-    cancel = asyncio.Event()
+    cancel = Cancel()
     answers = [pending(handle), pending(news), pending(dataclasses.replace(handle, status="cancelled"))]
     executor = CancelsAsItAnswers({call_key(CASE_TOOL, CASE_ARGS): answers}, nth=2, cancel=cancel)
     planner = ScriptedPlanner(Propose(SNAPSHOT_ONLY))
@@ -609,7 +610,7 @@ async def test_cancelling_mid_round_ends_the_run_cancelled_and_dispatches_nothin
     script[call_key(CASE_TOOL, CASE_ARGS)] = Scripted(ok(CASE_OUTPUT), gate=asyncio.Event())
     sink, executor = RecordingSink(), ScriptedExecutor(script)
     created = run_created(planner="scripted", budgets=Budgets(max_parallel=1))
-    cancel = asyncio.Event()
+    cancel = Cancel()
     running = asyncio.create_task(drive(driver(sink, executor, planner), created, cancel))
     async with asyncio.timeout(WAIT_S):
         await executor.invoked["case"].wait()
@@ -646,7 +647,7 @@ async def test_cancelling_while_the_planner_thinks_ends_the_run_cancelled_before
     planner = SlowPlanner()
     sink, executor = RecordingSink(), ScriptedExecutor({})
     created = run_created(planner="scripted")
-    cancel = asyncio.Event()
+    cancel = Cancel()
     running = asyncio.create_task(drive(driver(sink, executor, planner), created, cancel))
     async with asyncio.timeout(WAIT_S):
         await planner.started.wait()
