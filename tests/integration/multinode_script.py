@@ -5,7 +5,8 @@ what it found as one JSON object, and the test decides.
 
 What it does: where the supervisors and their callers were placed; runs over the shipped caseops server and a
 stdio server that only one worker may host; then runs with calls in flight while the worker hosting a
-supervisor is removed (its raylet killed); then runs while every supervisor is killed at once; then a
+supervisor is removed (its raylet killed); then runs while every supervisor is killed at once (in each of
+these three, runs whose agent nodes are child runs of their own, too); then a
 supervisor killed for good while the other is overloaded (runs waiting for a turn). Through the faults,
 clients of the run API (Ray Serve, its replica and proxy on the head) submit and read runs and keep every 5xx
 they are answered. The caseops server is hosted in this process (on the head's machine), so its count of
@@ -28,6 +29,22 @@ CASE = {"case_id": "C-102"}
 DEMO_KEY = "dev-key-tenant-demo"
 """A documented dev key (``RAYDAG_API_KEYS`` unset, on loopback): tenant-demo, every caseops scope."""
 ECHO_PLAN = {"nodes": [{"id": "echo", "tool": "echo", "args": {"text": "placed"}}]}
+
+
+def agent_node(node_id: str, goal: str, tool: str) -> dict[str, Any]:
+    """An agent node whose child run calls ``tool`` once, given the parent's ``case`` as its input."""
+    child = {"nodes": [{"id": tool.rsplit("_", 1)[-1], "tool": tool, "args": CASE}]}
+    return {"id": node_id, "agent": {"goal": goal, "plan": child}, "args": {"case": {"$ref": "case"}}}
+
+
+AGENT_PLAN = {
+    "nodes": [
+        {"id": "case", "tool": "caseops_get_case_snapshot", "args": CASE},
+        agent_node("policy_agent", "read the policy", "caseops_get_policy_requirements"),
+        agent_node("docs_agent", "list the documents", "caseops_list_unclassified_documents"),
+    ]
+}
+"""A parent whose two agent nodes are child runs of their own, side by side once ``case`` has answered."""
 OVERLOAD_LATENCY_MS = 1_500
 """Each caseops call while one supervisor is being overloaded, so a run lasts seconds whatever the machine's load
 (in one CI run, 24 runs submitted one after another each ended before the next came, and none waited for a turn)."""
@@ -90,6 +107,7 @@ def run(cluster: Any, workers: dict[str, Any], toolsets: str, api_port: int, fac
         # 1. Fault-free: runs spread over the supervisors; the placed server's calls are made on its node.
         fault_free = [rd.submit(resource=CASE) for _ in range(4)]
         placed = [rd.submit(ECHO_PLAN, resource={}, planner="outputs") for _ in range(2)]
+        trees = {"fault_free": [rd.submit(AGENT_PLAN, resource=CASE, planner="outputs")]}
         facts["fault_free"] = [summary(rd.wait(run_id, 180)) for run_id in fault_free]
         facts["placed"] = [summary(rd.wait(run_id, 180)) for run_id in placed]
         facts["owners"] = owners(runtime.dsn, fault_free)
@@ -101,14 +119,16 @@ def run(cluster: Any, workers: dict[str, Any], toolsets: str, api_port: int, fac
             # 2. A worker hosting a supervisor (and callers) removed while its runs have calls in flight.
             victim = next(name for name, node in workers.items() if node.node_id in facts["supervisors"])
             removed = [rd.submit(resource=CASE) for _ in range(6)]
-            wait_for_calls(rd, removed)
+            trees["removed"] = [rd.submit(AGENT_PLAN, resource=CASE, planner="outputs") for _ in range(2)]
+            wait_for_calls(rd, [*removed, *trees["removed"]])
             cluster.remove_node(workers[victim], allow_graceful=False)
             facts["removed_node"] = victim
             facts["removed"] = [summary(rd.wait(run_id, 300)) for run_id in removed]
 
             # 3. Every supervisor killed at once while their runs have calls in flight; Ray starts them again.
             restarted = [rd.submit(resource=CASE) for _ in range(4)]
-            wait_for_calls(rd, restarted)
+            trees["restarted"] = [rd.submit(AGENT_PLAN, resource=CASE, planner="outputs") for _ in range(2)]
+            wait_for_calls(rd, [*restarted, *trees["restarted"]])
             for supervisor in supervisors:
                 ray.kill(supervisor, no_restart=False)
             facts["restarted"] = [summary(rd.wait(run_id, 300)) for run_id in restarted]
@@ -131,8 +151,13 @@ def run(cluster: Any, workers: dict[str, Any], toolsets: str, api_port: int, fac
         facts["http_answers"] = dict(clients.answers)
         facts["http_errors"] = clients.errors
 
-        everything = [*fault_free, *removed, *restarted, *overloaded, *clients.created]
-        facts["events"] = events(runtime.dsn, everything)
+        facts["trees"] = {
+            phase: [summary(rd.wait(run_id, 300)) for run_id in ids] for phase, ids in trees.items()
+        }
+        parents = [run_id for ids in trees.values() for run_id in ids]
+        facts["children"] = children(runtime.dsn, parents)
+        everything = [*fault_free, *removed, *restarted, *overloaded, *clients.created, *parents]
+        facts["events"] = events(runtime.dsn, [*everything, *facts["children"]])
         facts["answered"] = dict(runtime.tool_server.answered)
 
 
@@ -306,6 +331,29 @@ def owners(dsn: str, run_ids: list[str]) -> dict[str, str]:
                 "SELECT run_id::text, owner FROM runs WHERE run_id::text = ANY($1::text[])", run_ids
             )
             return {row["run_id"]: row["owner"] for row in rows}
+        finally:
+            await connection.close()
+
+    return asyncio.run(read())
+
+
+def children(dsn: str, parents: list[str]) -> dict[str, dict[str, Any]]:
+    """The child runs of ``parents``: each one's parent, its node there, and its status."""
+
+    async def read() -> dict[str, dict[str, Any]]:
+        import asyncpg
+
+        connection = await asyncpg.connect(dsn)
+        try:
+            rows = await connection.fetch(
+                """SELECT run_id::text, parent_run_id::text, parent_node_id, status FROM runs
+                   WHERE parent_run_id::text = ANY($1::text[])""",
+                parents,
+            )
+            return {
+                row["run_id"]: {key: row[key] for key in ("parent_run_id", "parent_node_id", "status")}
+                for row in rows
+            }
         finally:
             await connection.close()
 

@@ -62,6 +62,17 @@ def run_cluster(dsn: str, folder: Path) -> dict[str, Any]:
     return facts
 
 
+def agent_answer(run: dict[str, Any]) -> str:
+    """A tree's answer without the ids of its child runs (each agent node's output names its own)."""
+    outputs = {
+        node: {key: value for key, value in output.items() if key != "run_id"}
+        if "run_id" in output
+        else output
+        for node, output in run["result"]["outputs"].items()
+    }
+    return json.dumps(outputs, sort_keys=True)
+
+
 def test_a_three_node_cluster_spreads_the_work_and_a_lost_node_changes_no_answer(
     dsn: str, tmp_path: Path
 ) -> None:
@@ -88,6 +99,17 @@ def test_a_three_node_cluster_spreads_the_work_and_a_lost_node_changes_no_answer
                 run["stop_reason"],
                 run["failed"],
             )
+
+    # Runs whose agent nodes are child runs: the same answer through a lost node and a restart of every
+    # supervisor (each agent's output names its own child run, so the answer compared leaves the id out), and
+    # every child completed, its parent's own. Their calls are among those counted below.
+    [tree_answer] = {agent_answer(run) for run in facts["trees"]["fault_free"]}
+    for phase in ("removed", "restarted"):
+        for run in facts["trees"][phase]:
+            assert (run["status"], agent_answer(run)) == ("completed", tree_answer), (phase, run)
+    parents = [run["run_id"] for runs in facts["trees"].values() for run in runs]
+    assert sorted(child["parent_run_id"] for child in facts["children"].values()) == sorted(parents * 2)
+    assert {child["status"] for child in facts["children"].values()} == {"completed"}, facts["children"]
 
     # The survivor had runs waiting for a turn when the other was killed for good, and took its runs over.
     assert facts["survivor_load"]["waiting_runs"] > 0, facts["survivor_load"]
