@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from dag.budget import BudgetRequest, Budgets
-from dag.errors import RaydagError
+from dag.budget import BudgetRequest, Budgets, RequestBound
+from dag.errors import BudgetExceeded, RaydagError
 from dag.events import ErrorKind, NodeError
 from dag.plan import AgentSpec
 from dag.policy import Decision
@@ -45,6 +45,8 @@ class AgentRefusal(StrEnum):
     NOTHING_LEFT = "AGENT_BUDGET_EXHAUSTED"
     MODEL_NOT_ALLOWED = "AGENT_MODEL_NOT_ALLOWED"
     """The node names a model its child's planner may not ask for its tenant (``dag.admission.model_refusal``)."""
+    FIRST_CALL_UNAFFORDABLE = "AGENT_FIRST_CALL_UNAFFORDABLE"
+    """What the child was carved does not cover the worst case of its first model call (``check_first_call``)."""
 
 
 class AgentRefused(RaydagError):
@@ -129,6 +131,20 @@ def carve(
     return Budgets.model_validate(given)
 
 
+def check_first_call(budgets: Budgets, first_call: RequestBound) -> None:
+    """Raise ``AgentRefused(FIRST_CALL_UNAFFORDABLE)`` if a child carved ``budgets`` could not pay for the worst
+    case of its first model call (``first_call``): refused before it makes it, rather than stopped after."""
+    try:
+        budgets.check_before_request(tokens=0, cost_usd=0.0, request=first_call)
+    except BudgetExceeded as exc:
+        raise AgentRefused(
+            AgentRefusal.FIRST_CALL_UNAFFORDABLE,
+            f"the agent cannot afford its first model call: it may take up to {first_call.describe()}, and "
+            f"the agent is given max_tokens {budgets.max_tokens} and max_cost_usd {budgets.max_cost_usd:g} "
+            f"({exc.budget} falls short)",
+        ) from None
+
+
 def bounded_result(
     child_run_id: str, result: JsonValue, *, limit: int = RESULT_LIMIT_BYTES
 ) -> dict[str, Any]:
@@ -190,6 +206,7 @@ _ERROR_KIND = {
     AgentRefusal.TOO_DEEP: ErrorKind.CONTRACT,
     AgentRefusal.NOTHING_LEFT: ErrorKind.CONTRACT,
     AgentRefusal.MODEL_NOT_ALLOWED: ErrorKind.AUTHORIZATION,
+    AgentRefusal.FIRST_CALL_UNAFFORDABLE: ErrorKind.CONTRACT,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -140,6 +141,14 @@ class Budgets(BaseModel):
         if cost_usd > self.max_cost_usd:
             raise BudgetExceeded("max_cost_usd", round(cost_usd, 6), self.max_cost_usd)
 
+    def check_before_request(self, *, tokens: int, cost_usd: float, request: RequestBound) -> None:
+        """Raise ``BudgetExceeded`` if a model request that may take up to ``request`` would take a run that has
+        used ``tokens`` and ``cost_usd`` past its token or cost budget: what the run may not risk."""
+        if tokens + request.tokens > self.max_tokens:
+            raise BudgetExceeded("max_tokens", tokens + request.tokens, self.max_tokens)
+        if cost_usd + request.cost_usd > self.max_cost_usd:
+            raise BudgetExceeded("max_cost_usd", round(cost_usd + request.cost_usd, 6), self.max_cost_usd)
+
     def check_repeat(self, *, proposals: int) -> None:
         """Raise ``BudgetExceeded`` if one action has been proposed ``proposals`` times, more than allowed."""
         if proposals > self.repeat_limit:
@@ -149,6 +158,28 @@ class Budgets(BaseModel):
         """Raise ``BudgetExceeded`` if the planner has asked ``asked`` questions, more than allowed."""
         if asked > self.max_questions:
             raise BudgetExceeded("max_questions", asked, self.max_questions)
+
+
+@dataclass(frozen=True)
+class RequestBound:
+    """The most one model request may take, known before it is made: its input tokens (an upper bound from
+    what it sends), the most its answer may take (``max_output_tokens``), and their cost at the model's price."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def describe(self) -> str:
+        """``8854 tokens (4758 in, 4096 out) and $0.0084568 at gpt-4.1-mini's price``."""
+        return (
+            f"{self.tokens} tokens ({self.input_tokens} in, {self.output_tokens} out) and "
+            f"${self.cost_usd:g} at {self.model}'s price"
+        )
 
 
 class BudgetRequest(BaseModel):

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from dag.budget import RequestBound
 from dag.conclusion import Final as Final
 from dag.conclusion import JoinDecision as JoinDecision
 from dag.conclusion import NeedsHuman as NeedsHuman
@@ -147,6 +148,16 @@ def default_model(planner: Planner) -> str | None:
     plans with no model, and a run of it may not name one. The seam for anything else that runs a model."""
     model = getattr(planner, "default_model", None)
     return str(model) if model is not None else None
+
+
+def proposal_bound(planner: Planner, context: PlanningContext) -> RequestBound | None:
+    """The most ``planner``'s model request for a plan in ``context`` may take, known before it is made (its
+    ``proposal_bound`` method); ``None``: it plans with no model, or cannot say."""
+    bound = getattr(planner, "proposal_bound", None)
+    if bound is None:
+        return None
+    known: RequestBound = bound(context)
+    return known
 
 
 def required_tools(planner: Planner) -> frozenset[str]:

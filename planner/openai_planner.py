@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 
+from dag.budget import RequestBound
 from dag.states import StopReason
 from planner.answer import Answer
 from planner.base import (
@@ -192,6 +193,15 @@ class OpenAIPlanner:
             case _:
                 return NeedsHuman(StopReason.INSUFFICIENT_EVIDENCE, f"the model asked for a human: {reason}")
 
+    def proposal_bound(self, context: PlanningContext) -> RequestBound:
+        """The most ``propose(context)``'s request may take, before it is sent: the tokens of what it sends, at
+        one per UTF-8 byte (``estimated_tokens``: no tokenizer makes more, so an upper bound), the answer's
+        ``max_output_tokens`` (none when that is unset: the answer is then unbounded), and their cost. A repair
+        request, asked only after a broken answer, is not counted: it is a call of its own."""
+        sent = estimated_tokens(planner_input(context, may_ask=True), self._plan_schema(context), "")
+        tokens = Tokens(sent.input, self._settings.max_output_tokens or 0)
+        return RequestBound(self._model(context), tokens.input, tokens.output, self._cost(tokens))
+
     # ---------------------------------------------------------------- one request, one repair
 
     def _model(self, context: PlanningContext) -> str:
@@ -259,10 +269,14 @@ class OpenAIPlanner:
 
     def _charge(self, context: PlanningContext, tokens: Tokens, *, reported: bool) -> None:
         """Record one call: as the endpoint reported it, or, unreported, at the upper bound it was charged."""
+        context.usage.append(
+            Usage(self._model(context), tokens.input, tokens.output, self._cost(tokens), reported=reported)
+        )
+
+    def _cost(self, tokens: Tokens) -> float:
+        """What ``tokens`` cost at the deployment's model price (``RAYDAG_MODEL_*_USD_PER_MTOK``)."""
         settings = self._settings
         cost = (
             tokens.input * settings.input_usd_per_mtok + tokens.output * settings.output_usd_per_mtok
         ) / 1e6
-        context.usage.append(
-            Usage(self._model(context), tokens.input, tokens.output, round(cost, 8), reported=reported)
-        )
+        return round(cost, 8)

@@ -43,7 +43,11 @@ Kinds = Annotated[
 ]
 RunIds = Annotated[
     list[uuid.UUID],
-    Query(alias="run_id", max_length=100, description="Only these runs' decisions (repeatable)."),
+    Query(
+        alias="run_id",
+        max_length=100,
+        description="Only these runs' decisions and their child runs', to any depth (repeatable).",
+    ),
 ]
 
 
@@ -64,9 +68,12 @@ async def list_decisions(
     cursor: Cursor = None,
 ) -> DecisionsPage:
     """The decisions that wait for people in the runs the caller may read, soonest deadline first (those
-    without one last), each with the route that decides it and whether the caller may."""
+    without one last), each with the route that decides it and whether the caller may. A run named in
+    ``run_id`` brings its child runs' with it: what a sub-agent waits for, its parent waits for too."""
     runs = RunFilter(
-        resource=resource_filter(resource, case_id), run_ids=[str(run) for run in run_id] if run_id else None
+        resource=resource_filter(resource, case_id),
+        run_ids=[str(run) for run in run_id] if run_id else None,
+        descendants=True,
     )
     found = await api.listing.pending(
         principal,

@@ -152,7 +152,8 @@ def inbox(
         ),
     ] = None,
     run: Annotated[
-        list[str] | None, typer.Option(metavar="RUN", help="Only this run's decisions (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="RUN", help="Only this run's decisions, and its child runs' (repeatable)."),
     ] = None,
     case_id: CaseId = None,
     limit: Limit = 20,

@@ -13,6 +13,8 @@
 - ``chores``: ``Chores``: the background jobs (adoption, leases, the outbox, the writes no run drives, people's
   decisions heard);
 - ``driver``: ``RunDriver``: plan, execute, join, replan: each run from its recorded state to a terminal one;
+- ``planning``: ``planning_context``: what a run's planner is shown of it (the tools it could use now, its
+  observations as data), also built for an agent node's child before it exists, to weigh its first model call;
 - ``round``: ``RoundExecution``: the loop of one plan round, each ready node dispatched the moment it is ready;
 - ``children``: ``ChildRuns``: agent nodes' child runs, created once under the id their parent recorded, waited
   on, and cancelled when their parent stops;

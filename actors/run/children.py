@@ -155,6 +155,9 @@ class ChildRuns:
         admitted = await self._intake.new_child(parent, child_run_id, link, start, trace)
         if isinstance(admitted, SubmitResult):
             return _refusal(admitted)
+        unaffordable = self._intake.first_call_refusal(admitted)
+        if unaffordable is not None:  # refused before the child exists, so before its planner is asked
+            return unaffordable
         created = await self._create(admitted)
         if created.outcome is not Submission.CREATED or created.run_id != child_run_id:
             return NodeError(

@@ -26,6 +26,7 @@ from actors.run.children import ChildRuns
 from actors.run.context import CANCELLED, Cancel, HandedOver, Interruption, Parked
 from actors.run.deps import RunDeps
 from actors.run.operate import Operate
+from actors.run.planning import observations, planning_context
 from actors.run.recorder import EventSink, RunRecorder, now
 from actors.run.reviewing import ReviewGate
 from actors.run.round import RoundExecution
@@ -45,21 +46,16 @@ from dag.events import (
     RunWoken,
 )
 from dag.plan import Plan, PlanNode
-from dag.policy import effective_tools
 from dag.run_state import RunState
 from dag.states import RunStatus, StopReason
 from planner.base import (
-    Observation,
     Planner,
     PlannerContractViolation,
     PlannerRefused,
     PlanningContext,
     Question,
     StreamingPlanner,
-    ToolSpec,
-    Uncalled,
 )
-from planner.registry import MODEL_PLANNER
 from planner.stream import MalformedStream
 
 log = logging.getLogger(__name__)
@@ -256,7 +252,7 @@ class RunDriver:
         state = run.state
         if await self._out_of_model_budget(run):
             return
-        context = self._context(state)
+        context = planning_context(state, self._deps)
         try:
             decision = await _bounded(
                 planner.decide(context, observations(state)),
@@ -307,7 +303,7 @@ class RunDriver:
             return None
         if await self._out_of_model_budget(run):
             return None
-        context = self._context(state)
+        context = planning_context(state, self._deps)
         # A reviewed plan is shown to a person whole: it is not streamed into dispatch.
         if isinstance(planner, StreamingPlanner) and planner.streaming and not state.review:
             return await self._plan_streamed(run, planner, context, cancel, deadline, plan_changed)
@@ -499,28 +495,6 @@ class RunDriver:
             raise AssertionError("this run waits for a person, and the driver was given no gate for it")
         return gate
 
-    def _context(self, state: RunState) -> PlanningContext:
-        """What the planner is shown: only the tools this run could use right now, and observations as data."""
-        tools = [  # a tool withdrawn under the run (its server unlisted, its definition changed) is not offered
-            ToolSpec.of(contract)
-            for name, contract in effective_tools(state.authority, self._deps.catalogue).items()
-            if self._deps.withdrawal(name, state.tool_pins) is None
-        ]
-        return PlanningContext(
-            resource=state.resource,
-            goal=state.goal,
-            tools=tools,
-            round=state.round,
-            observations=tuple(observations(state)),
-            replan_reason=state.replan_reason,
-            uncalled=uncalled(state),
-            answers=state.answers,
-            model=state.model,
-            agents=(self._deps.agent_levels(state.depth) or 0) >= 1 and MODEL_PLANNER in self._deps.planners,
-            inputs=state.parent.inputs if state.parent is not None else {},
-            max_steps=state.max_steps,
-        )
-
 
 class _RoundSpans:
     """One span per plan round (planning, execution, join), current while the round is: node and checkpoint
@@ -580,28 +554,3 @@ async def _bounded(
         task.cancel()
         cancelled.cancel()
         handed_over.cancel()
-
-
-def uncalled(state: RunState) -> tuple[Uncalled, ...]:
-    """The nodes that ended without a call (``PlanningContext.uncalled``), in run order. A ``for_each`` node
-    is one of them when it never expanded (its list could not be read, or a node it depends on failed); once
-    expanded, its children speak for it."""
-    return tuple(
-        Uncalled(node_id, node.tool, node.status, node.error)
-        for node_id in state.order
-        if (node := state.nodes[node_id]).args is None
-        and node.status.terminal
-        and not node.status.has_output
-        and not node.children
-    )
-
-
-def observations(state: RunState) -> list[Observation]:
-    """What the joiner sees: every node that was authorized or refused, in run order; groups excluded."""
-    seen = []
-    for node_id in state.order:
-        node = state.nodes[node_id]
-        if node.is_group or node.args is None:
-            continue
-        seen.append(Observation(node_id, node.tool, node.args, node.status, node.output, node.error))
-    return seen

@@ -13,20 +13,21 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from actors.run.deps import RunDeps
+from actors.run.planning import planning_context
 from actors.run.recorder import now
 from actors.run.resource_check import ResourceCheckUnavailable, checks_for, resource_checks
 from actors.run.submission import RunRequest, Submission, SubmitResult, refused_submission
 from actors.toolsets.config import Toolsets
 from actors.toolsets.pinning import run_pin
 from dag.admission import Offer, RunAdmitted, admit_run
-from dag.agents import StartAgent
+from dag.agents import AgentRefused, StartAgent, check_first_call
 from dag.budget import BudgetRequest, Budgets
 from dag.contracts import ToolContract
-from dag.events import ParentLink, RunContinued, RunCreated
+from dag.events import NodeError, ParentLink, RunContinued, RunCreated
 from dag.plan import Plan
 from dag.policy import Principal, TenantPolicy
-from dag.run_state import RunState
-from planner.base import default_model, required_tools
+from dag.run_state import RunState, fold
+from planner.base import default_model, proposal_bound, required_tools
 from planner.registry import MODEL_PLANNER
 
 if TYPE_CHECKING:
@@ -204,6 +205,24 @@ class Intake:
             tools=admitted_run.tools,
             checked_plan=admitted_run.admission.plan,
         )
+
+    def first_call_refusal(self, child: NewRun) -> NodeError | None:
+        """Why an admitted child run could not pay for its first model call, or ``None``: the worst case of the
+        plan request its planner would send first (``planner.base.proposal_bound``, from the very context its
+        driver would show it) weighed against the budgets it was carved (``dag.agents.check_first_call``). A
+        child given its plan, or planned with no model, makes no such call first."""
+        created = child.created
+        planner = self._deps.planners.get(created.planner)
+        if created.proposal is not None or planner is None:
+            return None
+        bound = proposal_bound(planner, planning_context(fold([created]), self._deps))
+        if bound is None:
+            return None
+        try:
+            check_first_call(created.budgets, bound)
+        except AgentRefused as exc:
+            return exc.node_error()
+        return None
 
     async def _admitted(
         self, principal: Principal, asked: _Asked

@@ -30,13 +30,15 @@ from dag.policy import Principal
 @dataclass(frozen=True)
 class RunFilter:
     """Which of the reader's runs: any of ``statuses`` (all if empty), whose resource holds every pair of
-    ``resource``, created in ``[created_after, created_before)``, and among ``run_ids`` (all if ``None``)."""
+    ``resource``, created in ``[created_after, created_before)``, and among ``run_ids`` (all if ``None``) —
+    with ``descendants``, among them and the child runs of their agent nodes, to any depth."""
 
     statuses: Collection[str] = ()
     resource: Mapping[str, str] = field(default_factory=dict)
     created_after: datetime | None = None
     created_before: datetime | None = None
     run_ids: Collection[str] | None = None
+    descendants: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,15 @@ class _Where:
             self.add(f"{alias}.created_at >= {{}}", runs.created_after)
         if runs.created_before is not None:
             self.add(f"{alias}.created_at < {{}}", runs.created_before)
-        if runs.run_ids is not None:
+        if runs.run_ids is not None and runs.descendants:  # down the tree, by the index on parent_run_id
+            self.add(
+                f"""{alias}.run_id IN (WITH RECURSIVE down(run_id) AS (
+                    SELECT x.run_id FROM runs x WHERE x.run_id = ANY({{}}::uuid[])
+                    UNION SELECT x.run_id FROM runs x JOIN down ON x.parent_run_id = down.run_id)
+                SELECT down.run_id FROM down)""",
+                [uuid.UUID(run_id) for run_id in runs.run_ids],
+            )
+        elif runs.run_ids is not None:
             self.add(f"{alias}.run_id = ANY({{}}::uuid[])", [uuid.UUID(run_id) for run_id in runs.run_ids])
 
     @property

@@ -5,6 +5,7 @@ planner; effects are counted where they happen (the tool server's answers, the m
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from actors.api.views import load_state
 from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
+from dag.budget import BudgetRequest
 from dag.policy import TenantPolicy
 from tests.c102 import CASE_OUTPUT, POLICY_OUTPUT
 from tests.integration.conftest import RunningToolServer
@@ -211,6 +213,45 @@ async def test_a_loop_refused_its_model_or_its_first_model_call_is_refused_befor
     assert (await row(store, run_id))["children"] == []
     assert model.requests == []  # no model was asked, for either
     assert answered(tool_server, run_id) == {"case": 1}
+
+
+async def test_a_loop_that_cannot_afford_its_first_model_calls_worst_case_is_refused_before_its_model_is_asked(
+    supervisor: Any, model: MockModel, tool_server: RunningToolServer, store: RunStore
+) -> None:
+    plan = {"nodes": [read("case", CASE), loop_node(3, tools=[CASE, POLICY])]}
+
+    poor = await submitted_run(supervisor, plan, budgets=BudgetRequest(max_tokens=3_000))
+    await until(store, poor, finished)
+
+    research = (await load_state(store, poor)).nodes["research"]
+    assert research.error is not None
+    assert (research.status.value, research.error.code) == ("failed", "AGENT_FIRST_CALL_UNAFFORDABLE")
+    worst = re.search(r"it may take up to (\d+) tokens \((\d+) in, 4096 out\)", research.error.message)
+    assert worst is not None, research.error.message
+    assert "is given max_tokens 3000" in research.error.message
+    assert "(max_tokens falls short)" in research.error.message
+    assert (await row(store, poor))["children"] == []  # named, never created
+    assert model.requests == []  # counted at the model: its first call was never made
+    assert answered(tool_server, poor) == {"case": 1}
+
+    # A parent that can pay for exactly that worst case runs the loop, which spends what the model reports.
+    model.answer_json(
+        {"question": None, "nodes": [*step("snapshot", CASE)["nodes"], *step("policy", POLICY)["nodes"]]}
+    )
+    model.answer_json(FINAL)
+    enough = await submitted_run(supervisor, plan, budgets=BudgetRequest(max_tokens=int(worst[1])))
+    await until(store, enough, finished)
+
+    parent = await load_state(store, enough)
+    assert parent.status.value == "completed", parent.detail
+    child = await load_state(store, parent.nodes["research"].child_run_id or "")
+    assert (child.status.value, child.budgets.max_tokens, child.tokens_used) == (
+        "completed",
+        int(worst[1]),
+        2 * USAGE,
+    )
+    assert len(model.requests) == 2
+    assert answered(tool_server, child.run_id) == {"snapshot": 1, "policy": 1}
 
 
 async def test_a_call_the_loops_model_proposes_outside_its_tools_is_refused_by_its_schema_and_never_made(

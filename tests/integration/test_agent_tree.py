@@ -96,7 +96,7 @@ def test_the_viewer_opens_an_agent_node_into_its_child_run_and_the_child_links_b
     assert child_nodes == {"case": "succeeded"}
 
 
-def test_a_grandchilds_write_waits_in_the_inbox_naming_its_parent_and_root_and_watch_nests_it(
+def test_a_grandchilds_write_waits_in_the_inbox_of_each_run_above_it_naming_its_parent_and_root_and_watch_nests_it(
     api: str, client: httpx.Client, dsn: str
 ) -> None:
     act = act_on_a_copy(dsn)
@@ -119,7 +119,12 @@ def test_a_grandchilds_write_waits_in_the_inbox_naming_its_parent_and_root_and_w
             assert time.monotonic() < deadline, run_of(client, leaf)
             time.sleep(0.1)
         (item,) = waiting
-        inbox = raydag_cli("inbox", "--run", leaf, url=api, key=APPROVER_KEY)
+        # What a sub-agent waits for, each run above it waits for too: its parent's and its root's inbox list it.
+        above = {
+            run: client.get("/decisions", params={"run_id": run}, headers=auth(DEMO_KEY)).json()["items"]
+            for run in (middle, root)
+        }
+        inbox = raydag_cli("inbox", "--run", root, url=api, key=APPROVER_KEY)
         listed = raydag_cli("runs", "--case-id", case, url=api, key=DEMO_KEY)
         send = operations(client, leaf)[SEND]
         assert decide(client, leaf, send, "approve", APPROVER_KEY).status_code == 200
@@ -131,6 +136,7 @@ def test_a_grandchilds_write_waits_in_the_inbox_naming_its_parent_and_root_and_w
     assert (item["kind"], item["run_id"], item["tool"]) == ("operation", leaf, SEND)
     assert item["parent"] == {"run_id": middle, "node_id": "inner"}
     assert item["root_run_id"] == root
+    assert above == {middle: [item], root: [item]}
     assert inbox.returncode == 0, inbox.stderr
     assert f"serves    run {middle}, its agent node inner, under run {root}" in inbox.stdout, inbox.stdout
     assert listed.returncode == 0, listed.stderr

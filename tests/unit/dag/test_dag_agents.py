@@ -22,9 +22,10 @@ from dag.agents import (
     bounded_result,
     carve,
     check_depth,
+    check_first_call,
     child_tools,
 )
-from dag.budget import BudgetRequest, Budgets
+from dag.budget import BudgetRequest, Budgets, RequestBound
 from dag.dispatch import Fail, dispatch
 from dag.errors import EventRefused, PlanErrorCode, PlanInvalid
 from dag.events import (
@@ -299,6 +300,33 @@ def test_a_given_plan_needs_no_tokens_left() -> None:
     spent = Spent(nodes=1, tokens=1_000, cost_usd=1.0, active_s=0.0)
     child = carve(PARENT, spent, None, plans=False)
     assert (child.max_tokens, child.max_cost_usd) == (0, 0.0)
+
+
+FIRST_CALL = RequestBound("gpt-test", input_tokens=600, output_tokens=256, cost_usd=0.25)
+"""A first model call that may take 856 tokens and $0.25."""
+
+
+@pytest.mark.parametrize(
+    ("budgets", "short"),
+    [
+        (Budgets(max_tokens=855, max_cost_usd=1.0), "max_tokens"),
+        (Budgets(max_tokens=10_000, max_cost_usd=0.2), "max_cost_usd"),
+    ],
+)
+def test_a_child_carved_less_than_its_first_model_call_may_take_is_refused_naming_the_figures(
+    budgets: Budgets, short: str
+) -> None:
+    with pytest.raises(AgentRefused) as caught:
+        check_first_call(budgets, FIRST_CALL)
+    error = caught.value.node_error()
+    assert (error.code, error.kind) == ("AGENT_FIRST_CALL_UNAFFORDABLE", ErrorKind.CONTRACT)
+    assert "856 tokens (600 in, 256 out) and $0.25 at gpt-test's price" in error.message
+    assert f"max_tokens {budgets.max_tokens} and max_cost_usd {budgets.max_cost_usd:g}" in error.message
+    assert f"({short} falls short)" in error.message
+
+
+def test_a_child_carved_exactly_its_first_model_calls_worst_case_may_start() -> None:
+    check_first_call(Budgets(max_tokens=856, max_cost_usd=0.25), FIRST_CALL)
 
 
 # ---------------------------------------------------------------- the result

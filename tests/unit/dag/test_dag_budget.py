@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from dag.budget import STOP_REASON_OF_BUDGET, BudgetAboveLimit, BudgetRequest, Budgets, WaitKind
+from dag.budget import (
+    STOP_REASON_OF_BUDGET,
+    BudgetAboveLimit,
+    BudgetRequest,
+    Budgets,
+    RequestBound,
+    WaitKind,
+)
 from dag.errors import BudgetExceeded
 from dag.states import StopReason
 
@@ -238,6 +245,20 @@ def test_model_usage_beyond_either_budget_names_it() -> None:
         budgets.check_usage(tokens=0, cost_usd=0.51)
 
     assert (tokens.value.budget, cost.value.budget) == ("max_tokens", "max_cost_usd")
+
+
+def test_a_request_whose_worst_case_would_pass_either_budget_may_not_be_made() -> None:
+    budgets = Budgets(max_tokens=100, max_cost_usd=0.5)
+    request = RequestBound("gpt-test", input_tokens=30, output_tokens=20, cost_usd=0.2)
+
+    budgets.check_before_request(tokens=50, cost_usd=0.3, request=request)  # exactly at both limits
+    with pytest.raises(BudgetExceeded) as tokens:
+        budgets.check_before_request(tokens=51, cost_usd=0.0, request=request)
+    with pytest.raises(BudgetExceeded) as cost:
+        budgets.check_before_request(tokens=0, cost_usd=0.31, request=request)
+
+    assert (tokens.value.budget, tokens.value.used, tokens.value.limit) == ("max_tokens", 101, 100)
+    assert (cost.value.budget, cost.value.used) == ("max_cost_usd", 0.51)
 
 
 def test_the_deadline_is_reached_at_deadline_s_after_the_start_not_before() -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from mcp_server.contracts import CASEOPS_TOOLS
 from planner.answer import Answer
-from planner.base import ToolSpec
+from planner.base import PlanningContext, ToolSpec, proposal_bound
+from planner.context import planner_input
 from planner.model_api import (
     SCHEMA_INSTRUCTIONS,
     ModelApi,
@@ -17,6 +19,7 @@ from planner.model_api import (
     responses_request,
 )
 from planner.openai_planner import OpenAIPlanner, OpenAISettings
+from planner.outputs import OutputsPlanner
 from planner.strict_schema import MAX_CITATIONS, join_schema, plan_schema, strict_violations
 
 TOOLS = [ToolSpec.of(contract) for contract in CASEOPS_TOOLS.values()]
@@ -104,3 +107,36 @@ def test_the_model_planner_names_its_default_model() -> None:
     planner = OpenAIPlanner(OpenAISettings(api_key="sk-test", model="gpt-test", api=ModelApi.CHAT))
 
     assert planner.default_model == "gpt-test"
+
+
+def test_a_plan_requests_worst_case_counts_a_token_per_byte_sent_its_output_cap_and_their_price() -> None:
+    settings = OpenAISettings(
+        api_key="sk-test",
+        model="gpt-test",
+        max_output_tokens=512,
+        input_usd_per_mtok=2.0,
+        output_usd_per_mtok=8.0,
+    )
+    planner = OpenAIPlanner(settings)
+    context = PlanningContext(
+        resource={"case_id": "C-102"}, goal="check C-102", tools=TOOLS, inputs={"case": {"id": "C-102"}}
+    )
+
+    bound = proposal_bound(planner, context)
+
+    assert bound is not None
+    messages = planner_input(context, may_ask=True)
+    schema = json.dumps(plan_schema(TOOLS, may_ask=True), separators=(",", ":"))
+    sent = sum(len(message["content"].encode()) for message in messages) + len(schema.encode())
+    assert sent <= bound.input_tokens <= sent + 100  # a token per byte sent, and little more
+    assert (bound.model, bound.output_tokens) == ("gpt-test", 512)
+    assert bound.cost_usd == pytest.approx((bound.input_tokens * 2.0 + 512 * 8.0) / 1e6)
+    named = proposal_bound(planner, replace(context, model="gpt-light"))
+    assert named is not None
+    assert named.model == "gpt-light"
+
+
+def test_a_planner_that_asks_no_model_has_no_request_to_bound() -> None:
+    context = PlanningContext(resource={"case_id": "C-102"}, goal="check C-102", tools=TOOLS)
+
+    assert proposal_bound(OutputsPlanner(), context) is None

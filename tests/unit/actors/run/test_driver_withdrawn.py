@@ -10,6 +10,7 @@ from typing import Any
 from actors.calls.call import ToolCall, ToolOutcome
 from actors.run.deps import RunDeps, ToolEndpoint
 from actors.run.driver import RunDriver
+from actors.run.planning import planning_context
 from actors.toolsets.withdrawal import Withdrawal
 from dag.events import ErrorKind, NodeDenied, NodeDispatched, NodeFailed
 from dag.evidence import DEFINITION_CHANGED_RULE, SERVER_UNREACHABLE_RULE
@@ -45,7 +46,11 @@ CHANGED = Withdrawal(DEFINITION_CHANGED_RULE, StopReason.TOOL_DEFINITION_CHANGED
 def withdrawing_driver(
     sink: RecordingSink, executor: Any, planner: ScriptedPlanner, withdrawn: dict[str, Withdrawal]
 ) -> RunDriver:
-    deps = RunDeps(
+    return RunDriver(withdrawing_deps(executor, planner, withdrawn), sink=sink)
+
+
+def withdrawing_deps(executor: Any, planner: ScriptedPlanner, withdrawn: dict[str, Withdrawal]) -> RunDeps:
+    return RunDeps(
         executor=executor,
         catalogue=CASEOPS_CHECKS,
         planners={"conformance": ConformancePlanner(), "scripted": planner},
@@ -54,7 +59,6 @@ def withdrawing_driver(
         rng=random.Random(7),
         withdrawn=withdrawn,
     )
-    return RunDriver(deps, sink=sink)
 
 
 async def test_a_plan_naming_a_tool_whose_server_was_never_listed_stops_the_run_with_its_withdrawal() -> None:
@@ -133,10 +137,10 @@ def test_a_model_planner_is_not_shown_a_tool_withdrawn_for_a_changed_definition(
     """What a planner may propose is what could run: a withdrawn tool is denied at dispatch, so offering it
     would only invite a plan that stops."""
     planner = ScriptedPlanner()
-    run = withdrawing_driver(RecordingSink(), ScriptedExecutor({}), planner, {CASE_TOOL: CHANGED})
+    deps = withdrawing_deps(ScriptedExecutor({}), planner, {CASE_TOOL: CHANGED})
     state = apply(None, run_created(planner="scripted"))
 
-    offered = {tool.name for tool in run._context(state).tools}
+    offered = {tool.name for tool in planning_context(state, deps).tools}
 
     assert CASE_TOOL not in offered
     assert offered == set(CASEOPS_CHECKS) - {CASE_TOOL}
