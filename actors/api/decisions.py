@@ -91,11 +91,16 @@ async def list_decisions(
 
 
 async def waiting_for(api: ApiState, principal: Principal, run: dict[str, object]) -> list[PendingItem]:
-    """The decisions a waiting run waits for, as the caller is shown them; none for a run that does not wait."""
+    """The decisions a waiting run waits for, as the caller is shown them: its own and its child runs', to any
+    depth (a parent parked on a sub-agent waits for what the sub-agent waits for; each item names its run);
+    none for a run that does not wait."""
     if run["status"] != RunStatus.WAITING:
         return []
     found = await api.listing.pending(
-        principal, RunFilter(run_ids=[str(run["run_id"])]), after=None, limit=WAITING_FOR_LIMIT
+        principal,
+        RunFilter(run_ids=[str(run["run_id"])], descendants=True),
+        after=None,
+        limit=WAITING_FOR_LIMIT,
     )
     policy = api.policy_of(principal.tenant_id)
     return [pending_view(pending, principal, policy) for pending in found]

@@ -176,8 +176,9 @@ class RunView(RunSummary):
     result: dict[str, Any] | None
     plan: dict[str, Any] | None
     waiting_for: list[PendingItem] = Field(
-        description="While the run is `waiting`: the decisions it waits for, soonest deadline first (at most "
-        "100; `GET /decisions?run_id=` pages through more). Empty otherwise."
+        description="While the run is `waiting`: the decisions it waits for, its child runs' too (each item "
+        "names its `run_id`), soonest deadline first (at most 100; `GET /decisions?run_id=` pages through "
+        "more). Empty otherwise."
     )
 
 

@@ -121,7 +121,7 @@ def run_attached(
     try:
         while run["finished_at"] is None:
             for item in run.get("waiting_for") or ():
-                what = waited_for(item)
+                what = waited_for(item, run_id)
                 if what not in shown:
                     shown.add(what)
                     say(
@@ -140,8 +140,13 @@ def run_attached(
     return {"run": run, "nodes": nodes}
 
 
-def waited_for(item: Mapping[str, Any]) -> str:
-    """What a pending decision is, in a few words: the operation and its tool, the round, the question."""
+def waited_for(item: Mapping[str, Any], run_id: str) -> str:
+    """What a pending decision of ``run_id``'s is, in a few words: the operation and its tool, the round, the
+    question; and the child run it is in, when not ``run_id`` itself (a sub-agent's)."""
+    return _decision(item) + (f" in child run {item['run_id']}" if item["run_id"] != run_id else "")
+
+
+def _decision(item: Mapping[str, Any]) -> str:
     if item["kind"] == "operation":
         return f"operation {item['operation_id']} ({item['tool']}, {item['state']})"
     if item["kind"] == "review":

@@ -288,7 +288,7 @@ def _print_waits(
     """What the run waits for now, each named once while the watch lasts."""
     run = api_request("GET", url, f"/runs/{run_id}", api_key)
     for item in run.get("waiting_for") or ():
-        what = waited_for(item)
+        what = waited_for(item, run_id)
         if what in shown:
             continue
         shown.add(what)

@@ -124,6 +124,9 @@ def test_a_grandchilds_write_waits_in_the_inbox_of_each_run_above_it_naming_its_
             run: client.get("/decisions", params={"run_id": run}, headers=auth(DEMO_KEY)).json()["items"]
             for run in (middle, root)
         }
+        while (root_view := run_of(client, root))["status"] != "waiting":  # parked on its child, in turn
+            assert time.monotonic() < deadline, root_view
+            time.sleep(0.1)
         inbox = raydag_cli("inbox", "--run", root, url=api, key=APPROVER_KEY)
         listed = raydag_cli("runs", "--case-id", case, url=api, key=DEMO_KEY)
         send = operations(client, leaf)[SEND]
@@ -137,6 +140,7 @@ def test_a_grandchilds_write_waits_in_the_inbox_of_each_run_above_it_naming_its_
     assert item["parent"] == {"run_id": middle, "node_id": "inner"}
     assert item["root_run_id"] == root
     assert above == {middle: [item], root: [item]}
+    assert root_view["waiting_for"] == [item]  # the root's own view names what its grandchild waits for
     assert inbox.returncode == 0, inbox.stderr
     assert f"serves    run {middle}, its agent node inner, under run {root}" in inbox.stdout, inbox.stdout
     assert listed.returncode == 0, listed.stderr

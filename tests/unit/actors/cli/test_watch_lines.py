@@ -55,3 +55,11 @@ def test_a_task_that_asks_names_its_question_quoted_and_where_to_answer_it() -> 
         "research  task t-1 input_required: the server says 'Requesting clarification...'; "
         "it asks a person 'Which [b]one[/b]?' (see `raydag inbox`)"
     )
+
+
+def test_a_decision_a_child_run_waits_for_names_that_run_and_one_of_the_run_itself_does_not() -> None:
+    from actors.cli.attached import waited_for
+
+    item = {"kind": "review", "round": 1, "run_id": "child-1"}
+    assert waited_for(item, "child-1") == "plan review of round 1"
+    assert waited_for(item, "root-1") == "plan review of round 1 in child run child-1"
