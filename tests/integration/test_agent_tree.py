@@ -97,7 +97,7 @@ def test_the_viewer_opens_an_agent_node_into_its_child_run_and_the_child_links_b
 
 
 def test_a_grandchilds_write_waits_in_the_inbox_of_each_run_above_it_naming_its_parent_and_root_and_watch_nests_it(
-    api: str, client: httpx.Client, dsn: str
+    api: str, client: httpx.Client, dsn: str, tmp_path: Path
 ) -> None:
     act = act_on_a_copy(dsn)
     case = act["case_id"]
@@ -127,6 +127,16 @@ def test_a_grandchilds_write_waits_in_the_inbox_of_each_run_above_it_naming_its_
         while (root_view := run_of(client, root))["status"] != "waiting":  # parked on its child, in turn
             assert time.monotonic() < deadline, root_view
             time.sleep(0.1)
+        with Chromium(tmp_path / "chromium") as browser:  # the root's page links to where the decision waits
+            browser.open(view_url(api, root))
+            browser.wait_for("document.body.dataset.childPending === '1'")
+            (child_waits,) = DomElements(browser.dom()).with_attribute("data-child-waits")
+            child_wait_links = [
+                attrs["href"]
+                for tag, attrs in DomElements(browser.dom()).elements
+                if tag == "a" and leaf in attrs.get("href", "")
+            ]
+            save_screenshot(browser, "viewer-agent-child-waits.png")
         inbox = raydag_cli("inbox", "--run", root, url=api, key=APPROVER_KEY)
         listed = raydag_cli("runs", "--case-id", case, url=api, key=DEMO_KEY)
         send = operations(client, leaf)[SEND]
@@ -141,6 +151,8 @@ def test_a_grandchilds_write_waits_in_the_inbox_of_each_run_above_it_naming_its_
     assert item["root_run_id"] == root
     assert above == {middle: [item], root: [item]}
     assert root_view["waiting_for"] == [item]  # the root's own view names what its grandchild waits for
+    assert (child_waits["data-child-waits"], child_waits["data-kind"]) == (leaf, "operation")
+    assert child_wait_links == [f"../{leaf}/view"]
     assert inbox.returncode == 0, inbox.stderr
     assert f"serves    run {middle}, its agent node inner, under run {root}" in inbox.stdout, inbox.stdout
     assert listed.returncode == 0, listed.stderr

@@ -377,8 +377,30 @@ const RaydagDecisions = Object.freeze({
       $("decision-log-box").hidden = log.length === 0;
     }
 
+    // ---- what its child runs wait for: decided on their own pages ----
+    // A parent parked on a sub-agent waits for what the sub-agent waits for: the run's waiting_for names those
+    // decisions too, each with its run, and the page links to that run's page, where a person decides it.
+    function childWaits(model) {
+      const run = model.run;
+      return ((run && run.waiting_for) || []).filter((item) => item.run_id !== run.run_id);
+    }
+    function childWaitLine(item) {
+      const what = {
+        operation: () => `operation ${item.operation_id} (${item.tool}, ${item.state})`,
+        review: () => `plan review of round ${item.round}`,
+        question: () => `question ${item.number}`,
+        tool_question: () => `tool question ${item.question_id} (${item.tool})`,
+      }[item.kind];
+      return el("li", { "data-child-waits": item.run_id, "data-kind": item.kind },
+        "run ", el("a", { href: `../${encodeURIComponent(item.run_id)}/view` }, item.run_id),
+        `, an agent run below this one, waits for ${what ? what() : item.kind} · decided on its page`);
+    }
+
     // ---- the viewer calls these ----
     function render(model) {
+      const waitsBelow = childWaits(model);
+      $("pending-children").replaceChildren(...waitsBelow.map(childWaitLine));
+      $("pending-children").hidden = waitsBelow.length === 0;
       const items = pendingItems(model);
       const shown = items.map((item) => {
         let card = cards.get(item.key);
@@ -391,11 +413,12 @@ const RaydagDecisions = Object.freeze({
       const live = new Set(items.map((item) => item.key));
       for (const key of [...cards.keys()]) if (!live.has(key)) cards.delete(key);
       $("pending").replaceChildren(...shown);  // moving a kept card keeps what a person typed in it
-      $("pending-none").hidden = items.length > 0;
+      $("pending-none").hidden = items.length + waitsBelow.length > 0;
       $("decider-form").hidden = items.length === 0;
-      $("pending-section").classList.toggle("waiting", items.length > 0);
-      $("pending-section").hidden = items.length === 0 && log.length === 0;
+      $("pending-section").classList.toggle("waiting", items.length + waitsBelow.length > 0);
+      $("pending-section").hidden = items.length + waitsBelow.length === 0 && log.length === 0;
       document.body.dataset.pending = String(items.length);
+      document.body.dataset.childPending = String(waitsBelow.length);
       tick();
     }
     function tick() {
