@@ -2,13 +2,16 @@
 that era (``extension_task_server.py``: caseops speaks the extension over Streamable HTTP only) runs its tool as
 a task of its process; raydag records the task before it waits on it, follows its stages, reads the result
 ``tasks/get`` inlines; its question goes to a person through the API and the answer back in ``tasks/update``; a
-cancelled run sends ``tasks/cancel``. Counted in the server's own log, never in raydag's records. The set-up is
+cancelled run sends ``tasks/cancel``; the process killed mid-task loses it, and the read is made again.
+Counted in the server's own log, never in raydag's records. The set-up is
 ``test_mcp_tasks_stdio``'s (its ``stdio_api`` serving this server instead)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 import uuid
 from collections import Counter
@@ -192,3 +195,27 @@ async def test_a_cancelled_run_sends_tasks_cancel_to_its_stdio_task_and_the_work
     assert events[-1].status == "cancelled", events[-1]
     done = seen(log)
     assert (done["tasks/cancel"], done["cancelled"], done["stopped"], done["completed"]) == (1, 1, 1, 0)
+
+
+async def test_a_stdio_task_in_the_extensions_form_dies_with_its_process_and_the_read_is_made_again(
+    store: RunStore,
+    wire: Path,  # noqa: F811
+    exports: Callable[[float], Any],
+) -> None:
+    supervisor = exports(2)  # six seconds of work: killed well before it ends
+    run_id = await submitted(supervisor, "a server's death")
+    await until(store, run_id, lambda events: len(task_events(events)) >= 1)
+    [holding] = [entry["pid"] for entry in logged(wire) if entry["event"] == "started"]
+    os.kill(holding, signal.SIGKILL)  # the process the task lives in, and so the task
+    events = await until(store, run_id, finished, timeout_s=120)
+
+    assert events[-1].status == "completed", events[-1]
+    retried = [event for event in events if event.kind == "node_retry_scheduled"]
+    assert [event.error.code for event in retried] == [
+        "TASK_LOST"
+    ]  # lost at once, made again by the retry policy
+    assert len({update["session"] for update in task_events(events)}) == 2  # the new task, in the new process
+    started = [entry["pid"] for entry in logged(wire) if entry["event"] == "started"]
+    assert started[0] == holding
+    assert len(started) == 2
+    assert started[1] != holding
