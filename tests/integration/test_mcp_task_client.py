@@ -20,9 +20,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from actors.calls.call import TaskHandle
+from actors.calls.mcp.task_state import TaskLost, TasksNotOffered
 from actors.calls.mcp.tasks import (
-    TaskLost,
-    TasksNotOffered,
     follow_task,
     open_task_session,
     session_of,

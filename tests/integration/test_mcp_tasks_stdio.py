@@ -160,17 +160,30 @@ async def test_a_stdio_server_killed_mid_task_loses_the_task_and_the_read_is_mad
 
 
 @pytest.fixture
+def wire(tmp_path: Path) -> Path:
+    """Where the stdio server's wire is logged (by the tap, or by the server itself)."""
+    return tmp_path / "wire.jsonl"
+
+
+@pytest.fixture
+def stdio_toolsets(wire: Path) -> Toolsets:
+    """What ``stdio_api`` serves: server-everything over stdio, behind the tap (a module overrides it to serve
+    another stdio server)."""
+    return everything_stdio(wire)
+
+
+@pytest.fixture
 def stdio_api(
     ray_cluster: None,
     scratch_dsn: str,
     tool_server: RunningToolServer,
     token_key: bytes,
     serve_api: Any,  # noqa: F811
-    tmp_path: Path,
+    wire: Path,
+    stdio_toolsets: Toolsets,
 ) -> tuple[str, Path]:
-    """An API of the test's own over server-everything over stdio: its URL, and the server's wire log."""
-    wire = tmp_path / "wire.jsonl"
-    config = api_config(scratch_dsn, tool_server.url, token_key, toolsets=everything_stdio(wire))
+    """An API of the test's own over a stdio server (``stdio_toolsets``): its URL, and the server's wire log."""
+    config = api_config(scratch_dsn, tool_server.url, token_key, toolsets=stdio_toolsets)
     return serve_api(config), wire
 
 

@@ -58,12 +58,11 @@ from actors.calls.mcp.session import (
 )
 from actors.calls.mcp.stateless_post import open_session, post_tool_call
 from actors.calls.mcp.stdio import ServerUnavailable, StdioServerProcess, StdioStatus
+from actors.calls.mcp.task_state import TaskLost, TasksNotOffered
 from actors.calls.mcp.tasks import (
     FOLLOW_S,
     NEGOTIATED,
     TASKS_PROTOCOL,
-    TaskLost,
-    TasksNotOffered,
     cancel_task,
     follow_task,
     open_task_session,

@@ -1,6 +1,8 @@
 """Tasks over stdio: a tool call run as an MCP task by a stdio server, started and followed over the one session
-raydag holds with that server's process (the 2025-11-25 form of Tasks, as ``actors.calls.mcp.tasks`` speaks it
-over HTTP).
+raydag holds with that server's process, in either form of Tasks: the 2025-11-25 one (as
+``actors.calls.mcp.tasks`` speaks it over HTTP) for a session of the handshake era, the 2026-07-28
+``io.modelcontextprotocol/tasks`` extension (``actors.calls.mcp.task_extension``, the same exchanges as over
+HTTP) for a session of that era whose ``server/discover`` advertises it.
 
 A stdio server's tasks live in its process's memory, and its process lives only as long as the caller that
 started it (``actors.calls.mcp.stdio``). So a task is tied to one *incarnation* of the process: its handle
@@ -9,19 +11,20 @@ server died and was restarted, or the caller that held it was replaced) is ``Tas
 the new process (which never knew it). Nothing of a stdio task can be resumed after a crash: what is durable is
 the record that it ran, and what the run does about its loss (a read made again, a write ``unknown``).
 
-A task's question arrives as the server's own ``elicitation/create`` request on the session, while a
-``tasks/result`` read is outstanding (the reference server asks only then). The SDK hands that request to the
-client's elicitation callback, which must answer it; so the callback (``StdioTasks.elicit``) holds the request
-open, and the follow that triggered it reports the question. A person's answer, brought by a later follow,
-is what the held request returns. The read and the held request belong to this object (one per incarnation),
-not to the exchange that started them: an exchange ends, the task and its question wait on.
+In the 2025-11-25 form a task's question arrives as the server's own ``elicitation/create`` request on the
+session, while a ``tasks/result`` read is outstanding (the reference server asks only then). The SDK hands that
+request to the client's elicitation callback, which must answer it; so the callback (``StdioTasks.elicit``)
+holds the request open, and the follow that triggered it reports the question. A person's answer, brought by a
+later follow, is what the held request returns. The read and the held request belong to this object (one per
+incarnation), not to the exchange that started them: an exchange ends, the task and its question wait on. In the
+extension's form nothing is held: the question is in ``tasks/get`` (``inputRequests``), the answer goes in
+``tasks/update``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -32,25 +35,16 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, ErrorData
 
-from actors.calls.call import STDIO_SESSION, TaskHandle
-from actors.calls.mcp.stateless_post import MalformedAnswer
-from actors.calls.mcp.tasks import (
-    ASK_WITHIN_S,
-    ELICIT,
-    RELATED_TASK,
-    TASK_TTL_MS,
-    TaskLost,
-    TasksNotOffered,
-    fit_id,
-    form_question,
-    report_now,
-    updated_handle,
-)
+from actors.calls.call import MODERN_PROTOCOL, STDIO_SESSION, TaskHandle
+from actors.calls.mcp import task_extension as extension
+from actors.calls.mcp import task_state as state
+from actors.calls.mcp.session import is_modern
+from actors.calls.mcp.tasks import ASK_WITHIN_S, RELATED_TASK, TASK_TTL_MS, start_as_task
 
 HOLD_S = TASK_TTL_MS / 1000
 """The longest a server's question is held open waiting for a person; the run's own deadline (which cancels
 the task and so declines the question) normally comes first."""
-DECLINE: Mapping[str, Any] = {"action": "decline"}
+DECLINE = extension.DECLINE
 
 
 @dataclass
@@ -72,29 +66,27 @@ class StdioTasks:
         self._asked: dict[str, _Asked] = {}
         self._question_came: dict[str, asyncio.Event] = {}
         self._results: dict[str, asyncio.Task[CallToolResult]] = {}
+        self._discovered: Mapping[str, Any] | None = None
 
     async def start(
         self, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
     ) -> TaskHandle | CallToolResult:
-        """Start ``tool`` as a task of this process: its handle, naming this incarnation."""
+        """Start ``tool`` as a task of this process, in the form of Tasks of its session's era: its handle,
+        naming this incarnation (or, in the 2026-07-28 form, the tool's result if the server answered at once)."""
         client = self._client()
+        handle = TaskHandle(server=self.server, task_id="", status="working", session=self.session)
+        if is_modern(client):
+            if not await self._offers_extension():
+                raise state.TasksNotOffered(
+                    f"the stdio server does not offer the {extension.EXTENSION} extension"
+                )
+            return await extension.start(self._request, handle, tool, arguments, meta)
         offered = client.server_capabilities.tasks
         if offered is None or offered.requests is None or offered.requests.tools is None:
-            raise TasksNotOffered("the stdio server does not offer tasks for tools/call")
+            raise state.TasksNotOffered("the stdio server does not offer tasks for tools/call")
         if offered.requests.tools.call is None:
-            raise TasksNotOffered("the stdio server does not offer tasks for tools/call")
-        params: dict[str, Any] = {"name": tool, "arguments": dict(arguments), "task": {"ttl": TASK_TTL_MS}}
-        if meta:
-            params["_meta"] = dict(meta)
-        result = await self._request("tools/call", params)
-        task = result.get("task")
-        task_id = task.get("taskId") if isinstance(task, dict) else None
-        if not isinstance(task, dict) or not fit_id(task_id):
-            raise MalformedAnswer(
-                "MALFORMED_ANSWER", f"{tool} was called as a task, and the server answered no task"
-            )
-        handle = TaskHandle(server=self.server, task_id=str(task_id), status="working", session=self.session)
-        return updated_handle(handle, task, protocol="2025-11-25")
+            raise state.TasksNotOffered("the stdio server does not offer tasks for tools/call")
+        return await start_as_task(self._request, handle, tool, arguments, meta, protocol="2025-11-25")
 
     async def follow(
         self, handle: TaskHandle, *, within_s: float, reply: Mapping[str, Any] | None = None
@@ -102,42 +94,45 @@ class StdioTasks:
         """As ``actors.calls.mcp.tasks.follow_task``: the result once the task ended, or its handle once its
         status, message or question changed (or ``within_s`` passed); ``reply`` answers its question first."""
         self._owns(handle)
+        if handle.protocol == MODERN_PROTOCOL:
+            if handle.question is not None and reply is not None:
+                await extension.answer(self._request, handle, reply)
+                handle = replace(handle, question=None)
+            return await extension.follow(self._request, handle, within_s=within_s)
         if handle.question is not None and reply is not None:
             self._answer(handle.task_id, reply)
             handle = replace(handle, question=None)
-        give_up = time.monotonic() + within_s
-        current = handle
-        while True:
-            reported = await self._task_request("tasks/get", handle.task_id)
-            current = updated_handle(current, reported)
-            if current.status != "input_required":
-                current = replace(current, question=None)
+
+        async def poll(current: TaskHandle) -> TaskHandle:
+            polled = state.observed(current, await self._task_request("tasks/get", handle.task_id))
+            if polled.status != "input_required":
                 self._answer(handle.task_id, DECLINE)  # a question still held was withdrawn: let it go
-            elif current.question is not None:  # its question waits for a person: so does the server
-                if handle.task_id in self._asked:
-                    return current
-                current = replace(current, question=None)  # the server went on without the answer
-            else:
-                asks = await self._question_of(current.task_id)
-                if isinstance(asks, CallToolResult):
-                    return asks
-                if asks is not None:
-                    return replace(current, question=asks)
-            if current.ended:
-                if current.status == "cancelled":
-                    return current
-                return await self._result(handle.task_id)
-            if report_now(handle, current, give_up):
-                return current
-            await asyncio.sleep(current.poll_s)
+            elif polled.question is not None and handle.task_id not in self._asked:
+                polled = replace(polled, question=None)  # the server went on without the answer
+            return polled
+
+        async def find(current: TaskHandle) -> TaskHandle | CallToolResult | None:
+            asks = await self._question_of(current.task_id)
+            return replace(current, question=asks) if isinstance(asks, dict) else asks
+
+        async def read(current: TaskHandle) -> CallToolResult:
+            return await self._result(current.task_id)
+
+        return await state.follow(handle, within_s=within_s, poll=poll, find=find, read=read)
 
     async def cancel(self, handle: TaskHandle, reply: Mapping[str, Any] | None = None) -> None:
         """Stop the task: its held question answered (``reply``, or declined), then ``tasks/cancel``. A task
         of another incarnation needs no stopping: it is gone."""
         if handle.session != self.session:
             return
+        if handle.protocol == MODERN_PROTOCOL:
+            if reply is not None:
+                with contextlib.suppress(MCPError, state.TaskLost):
+                    await extension.answer(self._request, handle, reply)
+            await extension.cancel(self._request, handle)
+            return
         self._answer(handle.task_id, reply if reply is not None else DECLINE)
-        with contextlib.suppress(MCPError, TaskLost):
+        with contextlib.suppress(MCPError, state.TaskLost):
             await self._task_request("tasks/cancel", handle.task_id)
         reading = self._results.pop(handle.task_id, None)
         if reading is not None:
@@ -152,10 +147,10 @@ class StdioTasks:
         task_id = _related_task(context)
         message = {
             "id": context.request_id,
-            "method": ELICIT,
+            "method": state.ELICIT,
             "params": params.model_dump(by_alias=True, mode="json", exclude_none=True),
         }
-        question = form_question(message) if task_id is not None else None
+        question = state.form_question(message) if task_id is not None else None
         if task_id is None or question is None or task_id in self._asked:
             return ElicitResult(action="decline")
         asked = self._asked[task_id] = _Asked(question)
@@ -183,7 +178,7 @@ class StdioTasks:
 
     def _owns(self, handle: TaskHandle) -> None:
         if handle.session != self.session:
-            raise TaskLost(
+            raise state.TaskLost(
                 f"task {handle.task_id} lived in a process of stdio server {self.server} that has ended"
             )
 
@@ -236,19 +231,37 @@ class StdioTasks:
         try:
             return await self._request(method, {"taskId": task_id})
         except MCPError as exc:  # the server answers, but not for this task; or the process is gone
-            raise TaskLost(
+            raise state.TaskLost(
                 f"stdio server {self.server} no longer knows task {task_id}: {exc.error.message}"
             ) from None
 
     async def _request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """One request over the process's session, its raw result: the SDK's typed ``tools/call`` refuses the
-        task a server answers with (the task started, its id lost), so the session's dispatcher is asked."""
-        raw: dict[str, Any] = await self._client().session._dispatcher.send_raw_request(method, params, {})
+        task a server answers with (the task started, its id lost), so the session's dispatcher is asked. In the
+        2026-07-28 era the request carries the ``_meta`` envelope (the extension declared) the SDK would add."""
+        client = self._client()
+        if is_modern(client):
+            params = extension.with_envelope(params)
+        raw: dict[str, Any] = await client.session._dispatcher.send_raw_request(method, params, {})
         return raw
+
+    async def _offers_extension(self) -> bool:
+        """Whether the process's ``server/discover`` advertises the extension: the result its session
+        negotiated with (``auto``) if that says so, else (a session pinned to 2026-07-28 starts from a
+        result made up by the SDK, saying nothing) the server's answer, asked once per incarnation."""
+        if self._discovered is None:
+            client = self._client()
+            known = client.session.discover_result
+            negotiated = known.model_dump(by_alias=True, mode="json", exclude_none=True) if known else {}
+            if extension.offers_tasks(negotiated):
+                self._discovered = negotiated
+            else:
+                self._discovered = await client.session.send_discover(client.protocol_version)
+        return extension.offers_tasks(self._discovered)
 
     def _client(self) -> Client:
         if self.client is None:
-            raise TaskLost(f"the process of stdio server {self.server} has ended")
+            raise state.TaskLost(f"the process of stdio server {self.server} has ended")
         return self.client
 
 

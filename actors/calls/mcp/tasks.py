@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,8 +38,16 @@ from actors.calls.call import MODERN_PROTOCOL, TaskHandle
 from actors.calls.mcp import task_extension as extension
 from actors.calls.mcp.session import CLIENT_INFO
 from actors.calls.mcp.stateless_post import MalformedAnswer, Refused, rpc_answer
-from dag.storable import storable_text, unfit_values
-from dag.tool_questions import MAX_SCHEMA_BYTES, MAX_SERVER_MESSAGE_CHARS
+from actors.calls.mcp.task_state import (
+    ELICIT,
+    TaskLost,
+    TasksNotOffered,
+    fit_id,
+    follow,
+    form_question,
+    observed,
+    updated_handle,
+)
 
 TASKS_PROTOCOL = "2025-11-25"
 """The protocol version a task session is opened in: the era whose Tasks servers speak today."""
@@ -55,21 +62,10 @@ or message changes, or it ends."""
 ASK_WITHIN_S = 5.0
 """How long a task that turned ``input_required`` is given to deliver its question on ``tasks/result``."""
 CLIENT_CAPABILITIES: Mapping[str, Any] = {"elicitation": {"form": {}}}
-ELICIT = "elicitation/create"
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 METHOD_NOT_FOUND = -32601
-MAX_ID_CHARS = 200
 _ids = itertools.count(1)
 _CLIENT_INFO = CLIENT_INFO.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-class TaskLost(Exception):
-    """The server no longer knows the task (it restarted, or dropped the session): its result will never
-    come, and the call is made again where that is safe."""
-
-
-class TasksNotOffered(Exception):
-    """The server lists a tool as running as a task, but does not offer tasks for ``tools/call``."""
 
 
 @dataclass(frozen=True)
@@ -163,28 +159,36 @@ async def start_task(
 ) -> TaskHandle | CallToolResult:
     """Start ``tool`` as a task: its handle, as the server created it (or, in the 2026-07-28 era, where the
     server decides, the tool's result if it answered at once)."""
-    params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
-    if not session.modern:
-        params["task"] = {"ttl": TASK_TTL_MS}
+    handle = TaskHandle(server=server, task_id="", status="working", session=session.session)
+    if session.modern:
+        return await extension.start(_requester(session, max_bytes), handle, tool, arguments, meta)
+    return await start_as_task(
+        _requester(session, max_bytes), handle, tool, arguments, meta, protocol=session.protocol
+    )
+
+
+async def start_as_task(
+    request: extension.Requester,
+    handle: TaskHandle,
+    tool: str,
+    arguments: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    *,
+    protocol: str,
+) -> TaskHandle:
+    """``tool`` called with a ``task`` parameter (the 2025-11-25 form), over whatever carries the request (a
+    task's HTTP session, a stdio server's): the task it created, as ``handle`` updated with it."""
+    params: dict[str, Any] = {"name": tool, "arguments": dict(arguments), "task": {"ttl": TASK_TTL_MS}}
     if meta:
         params["_meta"] = dict(meta)
-    result = await session.request("tools/call", params, max_bytes=max_bytes)
-    if session.modern:
-        created = extension.created_task(result)
-        if created is None:
-            return CallToolResult.model_validate(result)
-        result = {"task": created}
+    result = await request("tools/call", params)
     task = result.get("task")
     task_id = task.get("taskId") if isinstance(task, dict) else None
     if not isinstance(task, dict) or not fit_id(task_id):
         raise MalformedAnswer(
             "MALFORMED_ANSWER", f"{tool} was called as a task, and the server answered no task"
         )
-    return updated_handle(
-        TaskHandle(server=server, task_id=task["taskId"], status="working", session=session.session),
-        task,
-        protocol=session.protocol,
-    )
+    return updated_handle(replace(handle, task_id=str(task_id)), task, protocol=protocol)
 
 
 async def follow_task(
@@ -206,33 +210,24 @@ async def follow_task(
         await send_reply(session, handle, reply, max_bytes=max_bytes)
         handle = replace(handle, question=None)
     if session.modern:
-        return await _follow_extension(session, handle, within_s=within_s, max_bytes=max_bytes)
-    give_up = time.monotonic() + within_s
-    current = handle
-    while True:
+        return await extension.follow(_requester(session, max_bytes), handle, within_s=within_s)
+
+    async def poll(current: TaskHandle) -> TaskHandle:
         try:
             reported = await session.request("tasks/get", {"taskId": handle.task_id}, max_bytes=max_bytes)
         except MCPError as exc:  # the server answers, but not for this task: it forgot it
             raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
-        current = updated_handle(current, reported)
-        if current.status != "input_required":
-            current = replace(current, question=None)
-        elif current.question is not None:  # its question waits for a person: the server still waits too
-            return current
-        else:
-            asks = await _question_of(session, current, within_s=ASK_WITHIN_S, max_bytes=max_bytes)
-            if isinstance(asks, CallToolResult):
-                return asks
-            if asks is not None:
-                return replace(current, question=asks)
-        if current.ended:
-            if current.status == "cancelled":
-                return current
-            answer = await session.request("tasks/result", {"taskId": handle.task_id}, max_bytes=max_bytes)
-            return CallToolResult.model_validate(answer)
-        if report_now(handle, current, give_up):
-            return current
-        await anyio.sleep(current.poll_s)
+        return observed(current, reported)
+
+    async def find(current: TaskHandle) -> TaskHandle | CallToolResult | None:
+        asks = await _question_of(session, current, within_s=ASK_WITHIN_S, max_bytes=max_bytes)
+        return replace(current, question=asks) if isinstance(asks, dict) else asks
+
+    async def read(current: TaskHandle) -> CallToolResult:
+        answer = await session.request("tasks/result", {"taskId": handle.task_id}, max_bytes=max_bytes)
+        return CallToolResult.model_validate(answer)
+
+    return await follow(handle, within_s=within_s, poll=poll, find=find, read=read)
 
 
 async def send_reply(
@@ -245,59 +240,16 @@ async def send_reply(
     if not session.modern:
         await answer_request(session, handle.question["id"], result=reply, max_bytes=max_bytes)
         return
-    key = str(handle.question["id"])
-    try:
-        await session.request(
-            "tasks/update", extension.update_params(handle.task_id, key, reply), max_bytes=max_bytes
-        )
-    except MCPError as exc:
-        raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
+    await extension.answer(_requester(session, max_bytes), handle, reply)
 
 
-async def _follow_extension(
-    session: TaskSession, handle: TaskHandle, *, within_s: float, max_bytes: int
-) -> TaskHandle | CallToolResult:
-    """``follow_task`` over the 2026-07-28 extension: ``tasks/get`` carries the result, the error or the
-    question itself. A question raydag puts to nobody (not a form elicitation) is declined at once when it
-    is an elicitation; any other kind stops the task (``tasks/update`` has no "method not found")."""
-    give_up = time.monotonic() + within_s
-    current = handle
-    while True:
-        try:
-            task = await session.request("tasks/get", {"taskId": handle.task_id}, max_bytes=max_bytes)
-        except MCPError as exc:  # -32602: the server does not know the task (expired, or never its)
-            raise TaskLost(f"the server no longer knows task {handle.task_id}: {exc.error.message}") from None
-        current = updated_handle(current, extension.task_fields(task))
-        payload = extension.reported(task)
-        if payload.result is not None:
-            return CallToolResult.model_validate(payload.result)
-        if payload.error is not None:
-            code, said = payload.error.get("code"), payload.error.get("message")
-            raise MCPError(
-                code if isinstance(code, int) else -32603, str(said or "")[:MAX_SERVER_MESSAGE_CHARS]
-            )
-        if current.status != "input_required":
-            current = replace(current, question=None)
-        elif current.question is None and payload.questions:
-            asked = extension.first_question(payload.questions)
-            question = form_question(asked[1]) if asked is not None else None
-            if question is not None:
-                return replace(current, question=question)
-            if asked is not None and asked[1].get("method") == ELICIT:
-                declined = extension.update_params(handle.task_id, asked[0], {"action": "decline"})
-                await session.request("tasks/update", declined, max_bytes=max_bytes)
-            elif asked is not None:
-                await cancel_task(session, current, max_bytes=max_bytes)
-                raise MalformedAnswer(
-                    "TASK_INPUT_UNSUPPORTED", f"task {handle.task_id} asks for {asked[1].get('method')!s:.80}"
-                )
-        elif current.question is not None:
-            return current
-        if current.ended:  # ended with neither result nor error: cancelled
-            return current
-        if report_now(handle, current, give_up):
-            return current
-        await anyio.sleep(current.poll_s)
+def _requester(session: TaskSession, max_bytes: int) -> extension.Requester:
+    """The session's requests as the extension's exchanges make them."""
+
+    async def request(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        return await session.request(method, params, max_bytes=max_bytes)
+
+    return request
 
 
 async def _question_of(
@@ -367,41 +319,6 @@ def _about(message: Mapping[str, Any], task_id: str) -> bool:
     return not isinstance(related, dict) or related.get("taskId") == task_id
 
 
-def fit_id(value: Any) -> bool:
-    """Whether ``value`` is an id of the server's that a record can hold and a person can quote."""
-    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and storable_text(value) == value
-
-
-def form_question(message: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A form elicitation as the question recorded with the task: the request's id, the server's message and
-    the schema it asks an answer to (``unfit``: why that schema cannot be put to a person, and is declined);
-    ``None`` for any other request, or one whose id no record should hold.
-
-    Everything here is the server's and goes into the run's log: the message is cut to what a person reads
-    and made storable, and a schema too large or holding what no record can hold is not kept."""
-    params = message.get("params")
-    request_id = message.get("id")
-    if message.get("method") != ELICIT or not isinstance(params, dict):
-        return None
-    if not (isinstance(request_id, int) or fit_id(request_id)):
-        return None
-    if params.get("mode", "form") != "form" or not isinstance(params.get("requestedSchema"), dict):
-        return None
-    text = params.get("message")
-    schema: dict[str, Any] = params["requestedSchema"]
-    unfit = None
-    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
-        unfit = f"the requested schema is larger than {MAX_SCHEMA_BYTES:,} bytes"
-    elif next(unfit_values(schema), None) is not None:
-        unfit = "the requested schema holds text no record can hold (a NUL, a lone surrogate)"
-    question = {
-        "id": request_id,
-        "message": storable_text(text)[:MAX_SERVER_MESSAGE_CHARS] if isinstance(text, str) else "",
-        "schema": {} if unfit else schema,
-    }
-    return {**question, "unfit": unfit} if unfit else question
-
-
 async def _refuse(session: TaskSession, message: Mapping[str, Any], *, max_bytes: int) -> None:
     """Refuse a server's request raydag puts to nobody: a URL elicitation declined, anything else unknown."""
     if message.get("method") == ELICIT:
@@ -445,28 +362,6 @@ async def cancel_task(session: TaskSession, handle: TaskHandle, *, max_bytes: in
 def session_of(http: httpx2.AsyncClient, url: str, handle: TaskHandle) -> TaskSession:
     """The session ``handle``'s task lives in, as a request from any process carries it."""
     return TaskSession(http, url, handle.session, handle.protocol)
-
-
-def report_now(handle: TaskHandle, current: TaskHandle, give_up: float) -> bool:
-    """Whether a follow that started at ``handle`` reports ``current`` back now: its status or message
-    changed, or waiting another poll interval would pass ``give_up`` (a ``time.monotonic()``)."""
-    if (current.status, current.message) != (handle.status, handle.message):
-        return True
-    return time.monotonic() + current.poll_s > give_up
-
-
-def updated_handle(handle: TaskHandle, task: Mapping[str, Any], *, protocol: str | None = None) -> TaskHandle:
-    status = task.get("status")
-    said = task.get("statusMessage")
-    message = storable_text(said)[:MAX_SERVER_MESSAGE_CHARS] if isinstance(said, str) else None
-    interval = task.get("pollInterval")
-    return replace(
-        handle,
-        status=storable_text(status)[:40] if isinstance(status, str) else handle.status,
-        message=message if isinstance(message, str) else handle.message,
-        poll_s=min(max(interval / 1000, 0.1), 30.0) if isinstance(interval, int | float) else handle.poll_s,
-        protocol=protocol or handle.protocol,
-    )
 
 
 async def _exchange(
