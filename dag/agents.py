@@ -175,7 +175,8 @@ AGENT_DECISION = Decision(
 @dataclass(frozen=True)
 class StartAgent:
     """Start the agent node's child run: ``ready`` holds its resolved inputs; ``budgets`` were carved from the
-    parent's, ``tools`` narrowed from the parent's, ``depth`` is the child's."""
+    parent's, ``tools`` narrowed from the parent's, ``depth`` is the child's; ``continues``, the child run of the
+    identical node in a run the parent continues that did not complete: the new child continues it if it may."""
 
     ready: Ready
     agent: AgentSpec
@@ -183,6 +184,7 @@ class StartAgent:
     tools: frozenset[str]
     depth: int
     decision: Decision = AGENT_DECISION
+    continues: str | None = None
 
     @property
     def reserved(self) -> tuple[int, float]:
@@ -223,7 +225,8 @@ def start_agent(
 ) -> StartAgent | AwaitSiblings | NodeError:
     """The child run an agent node of ``state`` may start at ``at``, or why it may not (its node fails so):
     its tools at most ``offered`` (the parent's own), its depth within ``depth_limit``, its budgets carved from
-    what the parent has left, and its inline plan calling none but its tools.
+    what the parent has left, and its inline plan calling none but its tools. Should the identical node's child
+    in a run ``state``'s continues not have completed, the child is to continue it (``StartAgent.continues``).
 
     Tokens and cost are never promised twice: what the children in flight were carved (and ``held``, what
     siblings decided in the same step were) is not left; a child that may ask a model takes a ``share``-th of
@@ -249,7 +252,9 @@ def start_agent(
         return exc.node_error()
     if budgets is None:
         return AwaitSiblings(ready.node_id)
-    return StartAgent(ready, agent, budgets, tools, depth)
+    earlier = state.carried_children.get(ready.fingerprint)
+    continues = earlier.child_run_id if earlier is not None else None
+    return StartAgent(ready, agent, budgets, tools, depth, continues=continues)
 
 
 def _carved(budgets: Budgets, spent: Spent, agent: AgentSpec, share: int) -> Budgets | None:

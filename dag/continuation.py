@@ -4,8 +4,9 @@ A continuation is a run of its own over the earlier run's tenant, principal, res
 pinned tool definitions; only its goal, an answer and its budgets (within the limits) may be new. It carries
 over, in its ``run_continued`` event, the reads that succeeded in the earlier runs of the chain (reused by
 the fingerprint gate, never called again), the agent nodes whose child runs completed (their outcome reused,
-no child run started again) and the writes it takes over by id (a succeeded one is never executed again, an
-unknown one is reconciled first). The earlier run's record is not touched.
+no child run started again), those whose child runs did not (their child is continued in turn, not started
+anew) and the writes it takes over by id (a succeeded one is never executed again, an unknown one is
+reconciled first). The earlier run's record is not touched.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from dag.budget import BudgetRequest, Budgets
-from dag.events import CarriedAnswer, CarriedOperation, CarriedOutput
+from dag.events import CarriedAnswer, CarriedChild, CarriedOperation, CarriedOutput
 from dag.operations import OperationState
 from dag.run_state import RunState
 from dag.states import NodeStatus, RunStatus, StopReason
@@ -71,6 +72,36 @@ def carried_outputs(state: RunState, is_read: Callable[[str], bool]) -> tuple[Ca
                 node_id=node_id,
             )
     return tuple(carried.values())
+
+
+def unfinished_children(state: RunState) -> tuple[CarriedChild, ...]:
+    """Every agent node of ``state``'s run, or of the runs it continues, whose child run did not complete, once
+    per fingerprint (the newest: a child continued in a later run of the chain holds what the earlier one
+    did, and more): a continuation's identical agent node continues that child rather than start a new one.
+    Whether the child may be continued (it stopped; it failed, or was cancelled) is read when it is needed
+    (``continues_child``): a child its parent's stop is stopping may not have ended yet."""
+    children = dict(state.carried_children)
+    for node_id in state.order:
+        node = state.nodes[node_id]
+        if (
+            node.child_run_id is not None
+            and node.fingerprint is not None
+            and node.status is not NodeStatus.SUCCEEDED
+        ):
+            children[node.fingerprint] = CarriedChild(
+                fingerprint=node.fingerprint,
+                child_run_id=node.child_run_id,
+                run_id=state.run_id,
+                node_id=node_id,
+            )
+    return tuple(children.values())
+
+
+def continues_child(status: RunStatus, *, continued: bool, pruned: bool) -> bool:
+    """Whether an agent node's earlier child run, which ended ``status``, is continued by its continued parent's
+    identical node (else a new child starts): it may be continued as any run may (``continue_refusal``), its
+    history was kept, and no other run continues it already (a run has one continuation)."""
+    return continue_refusal(status) is None and not continued and not pruned
 
 
 @dataclass(frozen=True)

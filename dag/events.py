@@ -385,6 +385,20 @@ class CarriedOutput(BaseModel):
     node_id: str
 
 
+class CarriedChild(BaseModel):
+    """An agent node whose child run did not complete in an earlier run of a continued chain: the continuation's
+    identical agent node (the same ``fingerprint``) starts its child as a continuation of ``child_run_id``, if
+    that run may be continued, so that nothing its child's earlier runs read is read again."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fingerprint: str
+    child_run_id: str
+    run_id: str
+    """The earlier parent run the child ran for."""
+    node_id: str
+
+
 class CarriedOperation(BaseModel):
     """A write of an earlier run of the chain that the continuation takes over by id: proposed again with
     these exact arguments, it is that operation (a succeeded one is never executed again; an unknown one is
@@ -419,6 +433,8 @@ class RunContinued(_Event):
     outputs: tuple[CarriedOutput, ...] = ()
     operations: tuple[CarriedOperation, ...] = ()
     answers: tuple[CarriedAnswer, ...] = ()
+    children: tuple[CarriedChild, ...] = ()
+    """The agent nodes whose child runs did not complete: their children are continued, not started anew."""
 
 
 class RunResumed(_Event):

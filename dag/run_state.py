@@ -16,6 +16,7 @@ from dag.errors import EventRefused, IllegalTransition
 from dag.events import (
     AgentEnded,
     AgentStarted,
+    CarriedChild,
     CarriedOutput,
     GroupSettled,
     JoinStarted,
@@ -118,10 +119,12 @@ class Continuation:
     by: str
     outputs: Mapping[str, CarriedOutput]
     operations: Mapping[tuple[str, str], str]
+    children: Mapping[str, CarriedChild]
 
 
 _NOTHING_CARRIED: Mapping[str, CarriedOutput] = {}
 _NO_OPERATIONS: Mapping[tuple[str, str], str] = {}
+_NO_CHILDREN: Mapping[str, CarriedChild] = {}
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,12 @@ class RunState:
         """The reads that succeeded in the earlier runs of the chain, by fingerprint: reused, never called
         again."""
         return self.continuation.outputs if self.continuation is not None else _NOTHING_CARRIED
+
+    @property
+    def carried_children(self) -> Mapping[str, CarriedChild]:
+        """The agent nodes whose child runs did not complete in the earlier runs of the chain, by fingerprint:
+        the identical agent node's child continues that child run."""
+        return self.continuation.children if self.continuation is not None else _NO_CHILDREN
 
     @property
     def carried_operations(self) -> Mapping[tuple[str, str], str]:
@@ -380,6 +389,7 @@ def apply(state: RunState | None, event: RunEvent) -> RunState:
                 by=event.by,
                 outputs={output.fingerprint: output for output in event.outputs},
                 operations={(op.tool, op.args_hash): op.operation_id for op in event.operations},
+                children={child.fingerprint: child for child in event.children},
             )
             return _evolve(
                 state,

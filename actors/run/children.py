@@ -2,9 +2,12 @@
 any run by this supervisor's service, waited on, and read back as the parent node's outcome and spend.
 
 What a child may be (its tools, depth, budgets) was decided by ``dag.agents`` before its parent named it; its
-admission (``Intake.new_child``) weighs it as any run's. Nothing of its result is ever more than data to its
-parent: bounded (``dag.agents.bounded_result``), never observed as values the parent may name, never read
-as a plan, a policy or a scope.
+admission (``Intake.new_child``) weighs it as any run's. A continued parent's node whose identical node's child
+did not complete (``StartAgent.continues``) starts its child as a continuation of that child, once it has ended,
+if it may be continued (``dag.continuation.continues_child``): what it read is carried, not read again.
+
+Nothing of a child's result is ever more than data to its parent: bounded (``dag.agents.bounded_result``),
+never observed as values the parent may name, never read as a plan, a policy or a scope.
 """
 
 from __future__ import annotations
@@ -12,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.calls.call import ToolOutcome
 from actors.run.context import Interruption
+from actors.run.continuation import Continuations
 from actors.run.intake import Intake, NewRun
 from actors.run.recorder import now
 from actors.run.submission import Cancellation, Submission, SubmitResult
 from actors.store.runs import RunStore
 from dag.agents import AgentRefusal, AgentRefused, StartAgent, bounded_result
-from dag.events import AgentEnded, ErrorKind, NodeError, ParentLink
+from dag.continuation import continues_child
+from dag.events import AgentEnded, ErrorKind, NodeError, ParentLink, RunContinued
 from dag.run_state import RunState, fold
 from dag.states import RunStatus
 
@@ -50,12 +55,14 @@ class ChildRuns:
         self,
         *,
         intake: Intake,
+        continuations: Continuations,
         store: RunStore,
         create: Callable[[NewRun], Awaitable[SubmitResult]],
         wait: Callable[[str, float, bool], Awaitable[bool]],
         cancel: Callable[..., Awaitable[Cancellation]],
     ) -> None:
         self._intake = intake
+        self._continuations = continuations
         self._store = store
         self._create = create
         self._wait = wait
@@ -83,14 +90,7 @@ class ChildRuns:
                 return ChildEnd(
                     ToolOutcome(output=None, error=refused, started_at=started, finished_at=now()), None
                 )
-        while True:
-            await self._wait(child_run_id, WAIT_STEP_S, True)
-            standing = await self._store.run_standing(child_run_id)
-            if standing is not None and RunStatus(standing[0]).terminal:
-                break
-            parked(standing is not None and standing[1])
-            # not ended (parked, handed over, lost): followed in the database until its parent parks too
-            await asyncio.sleep(0.1)
+        await self._ended(child_run_id, parked)
         child = fold(stored.event for stored in await self._store.events(child_run_id))
         ended = AgentEnded(
             at=now(),
@@ -113,6 +113,17 @@ class ChildRuns:
             message=f"child run {child_run_id} ended {child.status.value}: {(child.detail or reason)[:500]}",
         )
         return ChildEnd(ToolOutcome(None, error, started, finished), ended)
+
+    async def _ended(self, child_run_id: str, parked: Callable[[bool], None]) -> None:
+        """Return once the child run has ended; ``parked`` is told whether it is parked each time it is read."""
+        while True:
+            await self._wait(child_run_id, WAIT_STEP_S, True)
+            standing = await self._store.run_standing(child_run_id)
+            if standing is not None and RunStatus(standing[0]).terminal:
+                return
+            parked(standing is not None and standing[1])
+            # not ended (parked, handed over, lost): followed in the database until its parent parks too
+            await asyncio.sleep(0.1)
 
     def cancel_soon(self, child_run_id: str, parent_run_id: str, stopped: Interruption) -> None:
         """Stop the child run in the background, for the reason its parent stopped (cancelled, out of time or
@@ -158,6 +169,10 @@ class ChildRuns:
         unaffordable = self._intake.first_call_refusal(admitted)
         if unaffordable is not None:  # refused before the child exists, so before its planner is asked
             return unaffordable
+        if start.continues is not None:
+            continued = await self._continuation(parent, start.continues, admitted)
+            if continued is not None:
+                admitted = replace(admitted, continued=continued)
         created = await self._create(admitted)
         if created.outcome is not Submission.CREATED or created.run_id != child_run_id:
             return NodeError(
@@ -166,6 +181,25 @@ class ChildRuns:
                 message=f"the child run could not be created: {created.outcome.value}",
             )
         return None
+
+    async def _continuation(self, parent: RunState, earlier_id: str, child: NewRun) -> RunContinued | None:
+        """What ``child`` carries as the continuation of ``earlier_id``, the child run of the identical node in
+        a run ``parent`` continues, once that run has ended (its parent's stop may still be stopping it); or
+        ``None``: it may not be continued (it failed, was cancelled, was pruned or continued already), and
+        ``child`` starts anew. Its budgets stay those carved for ``child``."""
+        await self._ended(earlier_id, lambda _parked: None)
+        row = await self._store.run_row(parent.principal, earlier_id)
+        by = parent.continued_by
+        if row is None or by is None:
+            return None
+        if not continues_child(
+            RunStatus(row["status"]),
+            continued=row["continued_by"] is not None,
+            pruned=row["pruned_at"] is not None,
+        ):
+            return None
+        earlier = fold(stored.event for stored in await self._store.events(earlier_id))
+        return await self._continuations.carried(earlier, at=child.created.at, by=by)
 
 
 def _refusal(result: SubmitResult) -> NodeError:

@@ -1,7 +1,11 @@
 """A stopped run continued (``Continuations``): a new run over the earlier run's principal, resource, stage,
-planner and pinned tools, carrying over what succeeded in it (``dag.continuation`` decides what carries)."""
+planner and pinned tools, carrying over what succeeded in it (``dag.continuation`` decides what carries). An
+agent node's child run that did not complete is continued the same way (``Continuations.carried``) when its
+continued parent's identical node starts its child."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from actors.run.approvals import Person
 from actors.run.deps import RunDeps
@@ -19,6 +23,7 @@ from dag.continuation import (
     continue_refusal,
     continued_answers,
     continued_budgets,
+    unfinished_children,
 )
 from dag.contracts import Risk
 from dag.events import RunContinued
@@ -85,20 +90,28 @@ class Continuations:
             trace=request.trace,
             tool_pins=earlier.tool_pins,
         )
-        continued = RunContinued(
-            at=created.at,
-            continues=earlier.run_id,
-            by=by,
-            outputs=carried_outputs(earlier, self._is_read),
-            operations=carried_operations(await self._ledgered(earlier)),
-            answers=continued_answers(earlier, request.answer, by),
-        )
+        continued = await self.carried(earlier, at=created.at, by=by, answer=request.answer)
         return NewRun(
             created,
             continued=continued,
             request_hash=request.fingerprint(),
             tools=row["tools"],
             checked_plan=admitted.admission.plan,
+        )
+
+    async def carried(
+        self, earlier: RunState, *, at: datetime, by: str, answer: str | None = None
+    ) -> RunContinued:
+        """The second event of a run that continues ``earlier``, continued by ``by`` (with ``answer``): what it
+        carries over of ``earlier`` and of the runs ``earlier`` continues, as ``dag.continuation`` decides."""
+        return RunContinued(
+            at=at,
+            continues=earlier.run_id,
+            by=by,
+            outputs=carried_outputs(earlier, self._is_read),
+            operations=carried_operations(await self._ledgered(earlier)),
+            answers=continued_answers(earlier, answer, by),
+            children=unfinished_children(earlier),
         )
 
     def _is_read(self, tool: str) -> bool:

@@ -108,17 +108,18 @@ class RunService:
             unavailable_planners=unavailable_planners,
             toolset_planner=toolset_planner,
         )
+        self._continuations = Continuations(
+            deps, intake=self._intake, store=self.store, operations=operations
+        )
         self._driver.children = ChildRuns(
             intake=self._intake,
+            continuations=self._continuations,
             store=self.store,
             create=self._create,
             wait=lambda run_id, timeout_s, until_parked: self.wait(
                 run_id, timeout_s, until_parked=until_parked
             ),
             cancel=self.cancel,
-        )
-        self._continuations = Continuations(
-            deps, intake=self._intake, store=self.store, operations=operations
         )
         self._ownership = Ownership(
             self._driver,

@@ -391,6 +391,120 @@ async def test_a_continued_parent_reuses_the_child_run_that_completed_and_calls_
     assert research.output["result"] == (await row(store, child_id))["result"]
 
 
+async def test_a_continued_parent_continues_its_stopped_child_and_reads_nothing_it_read_again(
+    supervisor: Any, tool_server: RunningToolServer, store: RunStore
+) -> None:
+    # The child is carved the three nodes its parent's four leave: its policy read succeeds, then its fan-out
+    # over the policy's three documents is past them. The child stops; its parent's node has no output.
+    fanned = {**read("each", DOCUMENTS), "for_each": {"$ref": "policy", "pointer": "/required_documents"}}
+    plan = {"nodes": [agent("research", "read the policy's documents", read("policy", POLICY), fanned)]}
+    first = await submitted_run(supervisor, plan, budgets=BudgetRequest(max_nodes=4))
+    await until(store, first, finished)
+    needs = await row(store, first)
+    assert (needs["status"], needs["stop_reason"]) == ("needs_human", "EVIDENCE_INCOMPLETE"), needs["detail"]
+    [stopped_child] = [str(child) for child in needs["children"]]
+    await until(store, stopped_child, finished)
+    stopped = await row(store, stopped_child)
+    assert (stopped["status"], stopped["stop_reason"]) == ("stopped", "NODE_BUDGET_EXHAUSTED")
+    assert answered(tool_server, stopped_child) == {"policy": 1}
+    policy_calls = tool_server.server.calls.get(POLICY, 0)
+
+    continued = await supervisor.continue_run.remote(
+        ContinueRequest(principal=PRINCIPAL, run_id=first, budgets=BudgetRequest(max_nodes=64))
+    )
+    assert continued.outcome is Submission.CREATED, continued
+    second = str(continued.run_id)
+    await until(store, second, finished)
+
+    done = await row(store, second)
+    assert done["status"] == "completed", done["detail"]
+    [child_id] = [str(child) for child in done["children"]]
+    child = await row(store, child_id)
+    assert child["status"] == "completed", child["detail"]
+    assert tool_server.server.calls.get(POLICY, 0) == policy_calls  # its succeeded read was not made again
+    assert str(child["continues"]) == stopped_child  # the new child is the stopped child's continuation
+    assert str((await row(store, stopped_child))["continued_by"]) == child_id
+    calls = answered(tool_server, child_id)
+    assert "policy" not in calls
+    assert calls  # the documents it had not read are read now
+    assert set(calls) <= {"each", "each[0]", "each[1]", "each[2]"}, calls
+    state = await load_state(store, child_id)
+    assert (state.nodes["policy"].status.value, state.nodes["policy"].reused_from_run) == (
+        "reused",
+        stopped_child,
+    )
+    first_event = (await store.events(child_id))[0].event
+    assert first_event.budgets.max_nodes == 63  # carved anew from its continued parent's 64, less its node
+    assert done["result"]["outputs"]["research"]["run_id"] == child_id
+
+
+async def test_a_parent_continued_after_its_own_stop_stopped_its_child_continues_that_child(
+    ray_cluster: None, dsn: str, start_tool_server: Any, token_key: bytes, store: RunStore
+) -> None:
+    import ray
+
+    # Each call takes a second. The parent's own two reads in turn, then a fan-out of three past its
+    # max_fanout of two, stop it while its child, four reads deep, is still reading: the parent's stop stops
+    # the child. The parent is continued at once, before its child has even ended.
+    server: RunningToolServer = start_tool_server(latency_ms=1000)
+    supervisor = supervisor_for(dsn, server, token_key, unique("agents-continue-stopped"))
+    try:
+        resolve = {
+            "id": "resolve",
+            "tool": RESOLVE,
+            "for_each": {"$ref": "docs", "pointer": "/documents"},
+            "args": {"case_id": CASE_ID, "document_id": {"$item": "/document_id"}},
+        }
+        inner = [
+            read("case", CASE),
+            read("policy", POLICY, after=["case"]),
+            read("docs", DOCUMENTS, after=["policy"]),
+            resolve,
+        ]
+        fanned = {
+            **read("each", DOCUMENTS),
+            "for_each": {"$ref": "own_policy", "pointer": "/required_documents"},
+            "after": ["own_case"],
+        }
+        plan = {
+            "nodes": [
+                agent("research", "read in turn", *inner),
+                read("own_policy", POLICY),
+                read("own_case", CASE, after=["own_policy"]),
+                fanned,
+            ]
+        }
+        first = await submitted_run(supervisor, plan, budgets=BudgetRequest(max_fanout=2))
+        await until(store, first, finished, timeout_s=90)
+        stopped = await row(store, first)
+        assert (stopped["status"], stopped["stop_reason"]) == ("stopped", "FANOUT_LIMIT"), stopped["detail"]
+        [stopped_child] = [str(child) for child in stopped["children"]]
+
+        continued = await supervisor.continue_run.remote(
+            ContinueRequest(principal=PRINCIPAL, run_id=first, budgets=BudgetRequest(max_fanout=8))
+        )
+        assert continued.outcome is Submission.CREATED, continued
+        second = str(continued.run_id)
+        await until(store, second, finished, timeout_s=90)
+    finally:
+        ray.kill(supervisor)
+    earlier = await row(store, stopped_child)
+    assert (earlier["status"], earlier["stop_reason"]) == ("stopped", "FANOUT_LIMIT")
+    read_before = {
+        event.node_id
+        for event in of_kind([stored.event for stored in await store.events(stopped_child)], "node_succeeded")
+    }
+    assert "case" in read_before  # its first read had landed when its parent stopped it
+    done = await row(store, second)
+    assert done["status"] == "completed", done["detail"]
+    [child_id] = [str(child) for child in done["children"]]
+    calls = answered(server, child_id)
+    assert not read_before & set(calls), calls  # nothing the stopped child read is read again
+    assert {"case", "policy", "docs"} - read_before <= set(calls)  # what it had not read is read now
+    child = await row(store, child_id)
+    assert (child["status"], str(child["continues"])) == ("completed", stopped_child)
+
+
 async def test_an_instruction_in_a_childs_result_is_data_and_changes_no_gate_of_its_parent(
     supervisor: Any, tool_server: RunningToolServer, store: RunStore
 ) -> None:

@@ -35,6 +35,7 @@ from dag.events import (
     ParentLink,
     PlanAccepted,
     PlanningStarted,
+    RunContinued,
     RunEvent,
 )
 from dag.fingerprint import action_fingerprint
@@ -110,12 +111,15 @@ def test_a_replan_past_max_replans_stops_the_run_on_the_replan_limit() -> None:
     )
 
 
-def looping(max_steps: int, rounds: int, budgets: Budgets | None = None) -> RunState:
-    """A loop agent's child run of ``max_steps`` steps joining its ``rounds``-th, each round a new read."""
+def looping(
+    max_steps: int, rounds: int, budgets: Budgets | None = None, continued: RunContinued | None = None
+) -> RunState:
+    """A loop agent's child run of ``max_steps`` steps joining its ``rounds``-th, each round a new read (and
+    ``continued``: the continuation of an earlier child)."""
     created = run_created(budgets=budgets).model_copy(
         update={"parent": ParentLink(run_id="run-0", node_id="research", depth=1, max_steps=max_steps)}
     )
-    events: list[RunEvent] = [created]
+    events: list[RunEvent] = [created, *([continued] if continued is not None else [])]
     for number in range(1, rounds + 1):
         node = {"id": "case", "tool": CASE_TOOL, "args": {"case_id": CASE_ID, "note": number}}
         node_id = "case" if number == 1 else f"r{number}.case"
@@ -138,6 +142,17 @@ def test_a_loop_asking_for_another_step_after_its_last_stops_on_the_step_limit()
         "one more: the loop took its 3 steps without a final answer",
     )
     assert conclude(looping(3, 3), CITED) == Finish(RunStatus.COMPLETED, result=ANSWER)
+
+
+def test_a_loop_child_continued_after_its_step_limit_has_its_steps_again() -> None:
+    # The earlier child took its 2 steps and stopped STEP_LIMIT; its continuation counts its own from 1.
+    continued = RunContinued(at=AT, continues="run-earlier-child", by="person:tenant-a/adjuster-7")
+    resumed = looping(2, 1, continued=continued)
+    assert resumed.continues == "run-earlier-child"
+    assert conclude(resumed, Replan("one more")) == NextRound("one more")
+    assert (
+        conclude(looping(2, 2, continued=continued), Replan("one more")).stop_reason is StopReason.STEP_LIMIT
+    )  # type: ignore[union-attr]
 
 
 def test_a_loops_steps_bound_its_rounds_in_place_of_max_replans() -> None:

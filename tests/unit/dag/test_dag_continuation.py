@@ -20,13 +20,16 @@ from dag.continuation import (
     continue_refusal,
     continued_answers,
     continued_budgets,
+    continues_child,
     stopped_on,
+    unfinished_children,
 )
 from dag.dispatch import ReuseOutput
 from dag.errors import EventRefused
 from dag.events import (
     AgentStarted,
     CarriedAnswer,
+    CarriedChild,
     CarriedOutput,
     NodeDispatched,
     NodeReused,
@@ -85,9 +88,16 @@ def carried_case(run_id: str = EARLIER, node_id: str = "case") -> CarriedOutput:
     )
 
 
-def continued(*outputs: CarriedOutput, answers: tuple[CarriedAnswer, ...] = ()) -> RunContinued:
+def continued(
+    *outputs: CarriedOutput, answers: tuple[CarriedAnswer, ...] = (), children: tuple[CarriedChild, ...] = ()
+) -> RunContinued:
     return RunContinued(
-        at=AT, continues=EARLIER, by="person:tenant-demo/alice", outputs=outputs, answers=answers
+        at=AT,
+        continues=EARLIER,
+        by="person:tenant-demo/alice",
+        outputs=outputs,
+        answers=answers,
+        children=children,
     )
 
 
@@ -338,13 +348,18 @@ def with_agent(*more: RunEvent, first: RunEvent | None = None) -> RunState:
     return fold([*events, PlanAccepted(at=AT, round=1, plan={"nodes": [RESEARCH]}), *more])
 
 
-def agent_ran(child_succeeded: bool) -> tuple[RunState, str]:
-    """A run whose agent node ran its child run to success (or failure); and the node's fingerprint."""
+def agent_ran(
+    child_succeeded: bool | None, first: RunEvent | None = None, child: str = CHILD
+) -> tuple[RunState, str]:
+    """A run whose agent node ran its child run to success (or failure, or was stopped with its child in flight:
+    ``None``); and the node's fingerprint."""
     (start,) = steps(with_agent())
     assert isinstance(start, StartAgent)
     ready = start.ready
-    outcome: RunEvent = (
-        succeeded("research", CHILD_OUTPUT) if child_succeeded else failed("research", "STOPPED")
+    outcome: list[RunEvent] = (
+        []
+        if child_succeeded is None
+        else [succeeded("research", CHILD_OUTPUT) if child_succeeded else failed("research", "STOPPED")]
     )
     state = with_agent(
         NodeDispatched(
@@ -356,9 +371,10 @@ def agent_ran(child_succeeded: bool) -> tuple[RunState, str]:
             attempt=1,
             decision=start.decision,
         ),
-        AgentStarted(at=AT, node_id="research", child_run_id=CHILD),
-        outcome,
+        AgentStarted(at=AT, node_id="research", child_run_id=child),
+        *outcome,
         finished(),
+        first=first,
     )
     return state, ready.fingerprint
 
@@ -382,3 +398,64 @@ def test_a_continuation_reuses_the_carried_agent_node_instead_of_starting_a_chil
         "research",
         state.run_id,
     )
+
+
+@pytest.mark.parametrize("child_succeeded", [False, None])
+def test_an_agent_node_whose_child_did_not_complete_is_carried_as_a_child_to_continue(
+    child_succeeded: bool | None,
+) -> None:
+    state, fingerprint = agent_ran(child_succeeded)
+    assert unfinished_children(state) == (
+        CarriedChild(fingerprint=fingerprint, child_run_id=CHILD, run_id=state.run_id, node_id="research"),
+    )
+    completed, _ = agent_ran(child_succeeded=True)
+    assert unfinished_children(completed) == ()  # its output is carried instead
+
+
+def test_a_continuations_own_child_replaces_the_one_it_carried_for_the_same_node() -> None:
+    earlier, fingerprint = agent_ran(child_succeeded=False)
+    again = "33333333-3333-3333-3333-333333333333"
+    later, _ = agent_ran(False, first=continued(children=unfinished_children(earlier)), child=again)
+    ((_, child),) = later.carried_children.items()
+    assert child.child_run_id == CHILD  # what it carried, kept in its state
+    (newest,) = unfinished_children(later)
+    assert (newest.fingerprint, newest.child_run_id, newest.run_id) == (fingerprint, again, later.run_id)
+    not_reached = with_agent(finished(), first=continued(children=unfinished_children(earlier)))
+    assert unfinished_children(not_reached) == unfinished_children(earlier)  # carried on down the chain
+
+
+def test_the_continued_agent_node_starts_its_child_as_a_continuation_of_the_earlier_child() -> None:
+    state, _ = agent_ran(child_succeeded=False)
+    (step,) = steps(with_agent(first=continued(children=unfinished_children(state))))
+    assert isinstance(step, StartAgent)
+    assert step.continues == CHILD
+    (fresh,) = steps(with_agent())
+    assert isinstance(fresh, StartAgent)
+    assert fresh.continues is None
+
+
+def test_a_changed_agent_node_starts_a_new_child() -> None:
+    state, _ = agent_ran(child_succeeded=False)
+    changed = {**RESEARCH, "agent": {**RESEARCH["agent"], "goal": "read the case again"}}  # type: ignore[dict-item]
+    events = [run_created(), continued(children=unfinished_children(state)), PlanningStarted(at=AT, round=1)]
+    (step,) = steps(fold([*events, PlanAccepted(at=AT, round=1, plan={"nodes": [changed]})]))
+    assert isinstance(step, StartAgent)
+    assert step.continues is None
+
+
+@pytest.mark.parametrize(
+    ("status", "continued_already", "pruned", "continues"),
+    [
+        (RunStatus.STOPPED, False, False, True),
+        (RunStatus.NEEDS_HUMAN, False, False, True),
+        (RunStatus.FAILED, False, False, False),
+        (RunStatus.CANCELLED, False, False, False),
+        (RunStatus.RUNNING, False, False, False),
+        (RunStatus.STOPPED, True, False, False),
+        (RunStatus.STOPPED, False, True, False),
+    ],
+)
+def test_an_earlier_child_is_continued_only_if_any_run_so_ended_could_be(
+    status: RunStatus, continued_already: bool, pruned: bool, continues: bool
+) -> None:
+    assert continues_child(status, continued=continued_already, pruned=pruned) is continues
