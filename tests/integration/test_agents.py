@@ -443,9 +443,10 @@ async def test_a_parent_continued_after_its_own_stop_stopped_its_child_continues
 ) -> None:
     import ray
 
-    # Each call takes a second. The parent's own two reads in turn, then a fan-out of three past its
-    # max_fanout of two, stop it while its child, four reads deep, is still reading: the parent's stop stops
-    # the child. The parent is continued at once, before its child has even ended.
+    # Each call takes a second. The parent's own three reads in turn, then a fan-out of three past its
+    # max_fanout of two, stop it (at ~3 s) while its child, six reads deep (~6 s), is still reading: the
+    # parent's stop stops the child. Its first read landed at ~1 s: seconds of margin either side, on a loaded
+    # machine too. The parent is continued at once, before its child has even ended.
     server: RunningToolServer = start_tool_server(latency_ms=1000)
     supervisor = supervisor_for(dsn, server, token_key, unique("agents-continue-stopped"))
     try:
@@ -460,17 +461,20 @@ async def test_a_parent_continued_after_its_own_stop_stopped_its_child_continues
             read("policy", POLICY, after=["case"]),
             read("docs", DOCUMENTS, after=["policy"]),
             resolve,
+            read("again", CASE, after=["resolve"]),
+            read("last", POLICY, after=["again"]),
         ]
         fanned = {
             **read("each", DOCUMENTS),
             "for_each": {"$ref": "own_policy", "pointer": "/required_documents"},
-            "after": ["own_case"],
+            "after": ["own_again"],
         }
         plan = {
             "nodes": [
                 agent("research", "read in turn", *inner),
                 read("own_policy", POLICY),
                 read("own_case", CASE, after=["own_policy"]),
+                read("own_again", CASE, after=["own_case"]),
                 fanned,
             ]
         }
