@@ -15,10 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
+from actors.calls.call import HELD_SESSION
+from actors.run.submission import RunRequest, Submission
+from actors.store.runs import RunStore
+from actors.supervisor import NAMESPACE
 from actors.toolsets.config import Toolsets, parse_toolsets
-from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth
+from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
-from tests.integration.test_mcp_tasks import CountingProxy, everything_proxied
+from tests.integration.test_durability import until
+from tests.integration.test_mcp_tasks import PRINCIPAL, CountingProxy, everything_proxied, name  # noqa: F401
 from tests.integration.test_mcp_tasks_stdio import everything_stdio, wire_of
 from tests.integration.test_operations import finished, problem, wait_for
 from tests.integration.test_tool_questions import APPROVER_KEY, asked, events_of
@@ -215,3 +220,57 @@ def test_a_stdio_servers_question_in_a_plain_call_is_answered_through_the_api(
     assert [entry["answer"] for entry in seen if "answer" in entry] == [
         {"action": "accept", "content": {"name": "Grace Hopper"}}
     ]
+
+
+def asking(events: list[Any]) -> list[dict[str, Any]]:
+    """Each handle of a held call recorded while its question waited."""
+    return [
+        event.task
+        for event in events
+        if event.kind == "node_task_updated" and event.task["question"] is not None
+    ]
+
+
+async def test_a_caller_killed_while_its_calls_question_waits_loses_the_call_and_the_read_is_made_again(
+    ray_cluster: None,
+    dsn: str,
+    tool_server: RunningToolServer,
+    token_key: bytes,
+    store: RunStore,
+    name: str,  # noqa: F811
+    proxied: tuple[str, CountingProxy],
+) -> None:
+    """A held call lives in the caller that made it: killed, the call is lost with it (``TASK_LOST``), and the
+    read is made again under the retry policy, which asks again."""
+    import ray
+
+    url, proxy = proxied
+    supervisor = supervisor_for(dsn, tool_server, token_key, name, toolsets=over_http(url), tool_callers=1)
+    try:
+        before = proxy.tools[ASK]
+        created = await supervisor.submit.remote(
+            RunRequest(
+                principal=PRINCIPAL,
+                resource={},
+                plan={"nodes": [{"id": "ask", "tool": ASK, "args": {}}]},
+                planner="outputs",
+                stage="investigate",
+            )
+        )
+        assert created.outcome is Submission.CREATED, created
+        run_id = str(created.run_id)
+        await until(store, run_id, lambda events: len(asking(events)) >= 1)
+        ray.kill(ray.get_actor(f"{name}-tool-caller-0", namespace=NAMESPACE), no_restart=False)
+        events = await until(
+            store, run_id, lambda events: len({task["task_id"] for task in asking(events)}) >= 2, timeout_s=90
+        )
+    finally:
+        ray.kill(supervisor)
+
+    first, again = asking(events)[0], asking(events)[-1]
+    assert first["session"].startswith(HELD_SESSION)
+    assert first["question"]["schema"]["required"] == ["name"]
+    assert again["session"] != first["session"]  # asked again, by the call made in the restarted caller
+    retried = [event.error.code for event in events if event.kind == "node_retry_scheduled"]
+    assert retried == ["TASK_LOST"]
+    assert proxy.tools[ASK] == before + 2  # the read was made again, once, at the server
