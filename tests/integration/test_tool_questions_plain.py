@@ -7,6 +7,7 @@ answered ``cancel``. Over Streamable HTTP (a proxy in front of the server record
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,13 +21,14 @@ from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from actors.supervisor import NAMESPACE
 from actors.toolsets.config import Toolsets, parse_toolsets
-from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, supervisor_for
+from tests.integration.conftest import DEMO_KEY, RunningToolServer, auth, raydag_cli, supervisor_for
 from tests.integration.test_api_supervisor_restart import api_config, serve_api  # noqa: F401 - a fixture
 from tests.integration.test_durability import until
 from tests.integration.test_mcp_tasks import PRINCIPAL, CountingProxy, everything_proxied, name  # noqa: F401
 from tests.integration.test_mcp_tasks_stdio import everything_stdio, wire_of
 from tests.integration.test_operations import finished, problem, wait_for
 from tests.integration.test_tool_questions import APPROVER_KEY, asked, events_of
+from tests.integration.toolset_servers import toy_toolsets
 
 ASK = "trigger-elicitation-request"
 TOOLS = f"""\
@@ -274,3 +276,75 @@ async def test_a_caller_killed_while_its_calls_question_waits_loses_the_call_and
     retried = [event.error.code for event in events if event.kind == "node_retry_scheduled"]
     assert retried == ["TASK_LOST"]
     assert proxy.tools[ASK] == before + 2  # the read was made again, once, at the server
+
+
+def over_toy_stdio() -> Toolsets:
+    """The tests' toy server over stdio, in the 2025-11-25 era: its ``confirm`` fails ``NOT_CONFIRMED`` unless
+    its client confirmed, its ``open_link`` asks its client to open a link."""
+    asking_tools = """\
+      confirm: {scope: demo:read, risk: read_only}
+      open_link: {scope: demo:read, risk: read_only}
+"""
+    return toy_toolsets("2025-11-25", extra_tools=asking_tools, call_s=60)
+
+
+def one_node_run(client: httpx.Client, tool: str, args: dict[str, Any]) -> str:
+    plan = {"nodes": [{"id": "ask", "tool": tool, "args": args}]}
+    created = client.post("/runs", json={"plan": plan, "stage": "investigate"}, headers=auth(DEMO_KEY))
+    assert created.status_code == 201, created.text
+    return str(created.json()["run_id"])
+
+
+def failure_of(client: httpx.Client, run_id: str) -> dict[str, Any]:
+    [failed] = [event for event in events_of(client, run_id) if event["kind"] == "node_failed"]
+    return dict(failed["error"])
+
+
+def test_a_question_answered_from_the_cli_and_one_declined_reach_the_tool_which_fails_its_node_on_the_decline(
+    start: Callable[[Toolsets], str],
+) -> None:
+    base = start(over_toy_stdio())
+    with httpx.Client(base_url=base, timeout=30) as client:
+        sealed = one_node_run(client, "confirm", {"bundle": "bundle-1"})
+        item = asked(client, sealed)
+        assert (item["server"], item["tool"], item["message"]) == ("toy", "confirm", "Seal bundle-1?")
+        answered = raydag_cli(
+            "questions",
+            "answer-tool",
+            sealed,
+            item["question_id"],
+            "--content",
+            json.dumps({"seal": True}),
+            url=base,
+            key=APPROVER_KEY,
+        )
+        assert answered.returncode == 0, answered.stderr
+        declined_run = one_node_run(client, "confirm", {"bundle": "bundle-2"})
+        declined = asked(client, declined_run)
+        refused = client.post(
+            f"/runs/{declined_run}/tool-questions/{declined['question_id']}/decline",
+            headers=auth(APPROVER_KEY),
+        )
+        assert refused.status_code == 200, refused.text
+        wait_for(client, sealed, finished, within_s=90)
+        wait_for(client, declined_run, finished, within_s=90)
+        text = output_of(client, sealed)
+        failure = failure_of(client, declined_run)
+
+    assert "sealed bundle-1" in text  # the tool's own result: it was answered seal: true
+    assert (failure["kind"], failure["code"]) == ("business", "NOT_CONFIRMED")
+    assert "answered decline" in failure["message"]  # what the tool says it was answered
+
+
+def test_a_url_elicitation_in_a_plain_call_is_declined_at_once_and_never_reaches_the_inbox(
+    start: Callable[[Toolsets], str],
+) -> None:
+    base = start(over_toy_stdio())
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id = one_node_run(client, "open_link", {"url": "https://example.com/consent"})
+        wait_for(client, run_id, finished, within_s=90)
+        failure = failure_of(client, run_id)
+        listed = questions_of(client, run_id)
+
+    assert (failure["code"], failure["message"]) == ("LINK_NOT_OPENED", "the client answered decline")
+    assert listed == []
