@@ -40,6 +40,9 @@ long to go on with the answer before the call times out."""
 ATTRIBUTE_WITHIN_S = 5.0
 """How long a stdio server's question waits for the other plain calls in flight to that server to end, so that
 the one left is known to be the call that asks."""
+KEEP_ENDED_S = 600.0
+"""How long a held call that ended is kept for a follow to collect its result: one its run let go (handed over,
+its lease lost) is never followed here again, and must not be kept for the life of the process."""
 DECLINE: Mapping[str, Any] = {"action": "decline"}
 CANCEL: Mapping[str, Any] = {"action": "cancel"}
 
@@ -134,6 +137,9 @@ class HeldCalls:
             held.work = asyncio.ensure_future(_bounded(send, held.deadline))
         finally:
             current_hold.reset(reset)
+        held.work.add_done_callback(
+            lambda _: loop.call_later(KEEP_ENDED_S, self._held.pop, held.call_id, None)
+        )
         if stdio:
             calls = self._open.setdefault(server, set())
             calls.add(held)
