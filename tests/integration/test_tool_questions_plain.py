@@ -27,7 +27,13 @@ from tests.integration.test_durability import until
 from tests.integration.test_mcp_tasks import PRINCIPAL, CountingProxy, everything_proxied, name  # noqa: F401
 from tests.integration.test_mcp_tasks_stdio import everything_stdio, wire_of
 from tests.integration.test_operations import finished, problem, wait_for
-from tests.integration.test_tool_questions import APPROVER_KEY, asked, events_of
+from tests.integration.test_tool_questions import (
+    APPROVER_KEY,
+    answered_on_card,
+    asked,
+    events_of,
+    question_card,
+)
 from tests.integration.toolset_servers import toy_toolsets
 
 ASK = "trigger-elicitation-request"
@@ -348,3 +354,26 @@ def test_a_url_elicitation_in_a_plain_call_is_declined_at_once_and_never_reaches
 
     assert (failure["code"], failure["message"]) == ("LINK_NOT_OPENED", "the client answered decline")
     assert listed == []
+
+
+def test_a_plain_calls_question_is_answered_from_the_run_viewer_and_the_tool_goes_on_with_it(
+    start: Callable[[Toolsets], str], tmp_path: Path
+) -> None:
+    """In Debian's headless Chromium: the card of the toy's question shows the server's words as text and a
+    box for its yes/no, and posts what the box says as the answer's content, with the approver's key."""
+    base = start(over_toy_stdio())
+    with httpx.Client(base_url=base, timeout=30) as client:
+        run_id = one_node_run(client, "confirm", {"bundle": "<b>bundle-3</b>"})
+        item = asked(client, run_id)
+        assert item["message"] == "Seal <b>bundle-3</b>?"  # the server's words, shown as text on the card
+        with question_card(base, run_id, item, tmp_path) as (browser, pending, selector):
+            box = f"{selector} input[data-field=seal]"
+            assert answered_on_card(browser, pending, box, "checked = true") == "200"
+        run = wait_for(client, run_id, finished, within_s=90)
+        text = output_of(client, run_id)
+        listed = questions_of(client, run_id)
+
+    assert run["status"] == "completed", run
+    assert "sealed <b>bundle-3</b>" in text  # the tool's own result: it was answered seal: true
+    assert listed[0]["content"] == {"seal": True}
+    assert listed[0]["decided_by"] == "person:tenant-demo/dev-approver"
