@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.calls.call import HELD_SESSION
+from actors.calls.call import HELD_SESSION, ExecutorKind
 from actors.run.submission import RunRequest, Submission
 from actors.store.runs import RunStore
 from actors.supervisor import NAMESPACE
@@ -70,21 +70,24 @@ def start(
     tool_server: RunningToolServer,
     token_key: bytes,
     serve_api: Any,  # noqa: F811
-) -> Callable[[Toolsets], str]:
-    """Start an API of the test's own over ``toolsets``: its URL."""
+) -> Callable[..., str]:
+    """Start an API of the test's own over ``toolsets`` (``supervisor``: its supervisor's settings): its URL."""
 
-    def started(toolsets: Toolsets) -> str:
-        return str(serve_api(api_config(scratch_dsn, tool_server.url, token_key, toolsets=toolsets)))
+    def started(toolsets: Toolsets, **supervisor: Any) -> str:
+        config = api_config(scratch_dsn, tool_server.url, token_key, toolsets=toolsets, **supervisor)
+        return str(serve_api(config))
 
     return started
 
 
-@pytest.fixture
+@pytest.fixture(params=[ExecutorKind.CALLERS, ExecutorKind.SUPERVISOR])
 def http_api(
-    start: Callable[[Toolsets], str], proxied: tuple[str, CountingProxy]
+    request: pytest.FixtureRequest, start: Callable[..., str], proxied: tuple[str, CountingProxy]
 ) -> tuple[str, CountingProxy]:
+    """An API over server-everything, its calls made by a caller or by the supervisor's own loop (either holds
+    a plain call its server asks in)."""
     url, proxy = proxied
-    return start(over_http(url)), proxy
+    return start(over_http(url), tool_executor=request.param), proxy
 
 
 def asking_run(client: httpx.Client) -> str:
@@ -179,7 +182,7 @@ def test_a_declined_plain_calls_question_reaches_the_server_as_a_decline(
 
 
 def test_a_question_nobody_answers_before_the_calls_deadline_is_cancelled_at_the_server(
-    start: Callable[[Toolsets], str], proxied: tuple[str, CountingProxy]
+    start: Callable[..., str], proxied: tuple[str, CountingProxy]
 ) -> None:
     url, proxy = proxied
     base = start(over_http(url, call_s=6))
@@ -204,7 +207,7 @@ def test_a_question_nobody_answers_before_the_calls_deadline_is_cancelled_at_the
 
 
 def test_a_stdio_servers_question_in_a_plain_call_is_answered_through_the_api(
-    start: Callable[[Toolsets], str], tmp_path: Path
+    start: Callable[..., str], tmp_path: Path
 ) -> None:
     wire = tmp_path / "wire.jsonl"
     base = start(everything_stdio(wire, TOOLS, read_only=ASK))
@@ -307,7 +310,7 @@ def failure_of(client: httpx.Client, run_id: str) -> dict[str, Any]:
 
 
 def test_a_question_answered_from_the_cli_and_one_declined_reach_the_tool_which_fails_its_node_on_the_decline(
-    start: Callable[[Toolsets], str],
+    start: Callable[..., str],
 ) -> None:
     base = start(over_toy_stdio())
     with httpx.Client(base_url=base, timeout=30) as client:
@@ -343,7 +346,7 @@ def test_a_question_answered_from_the_cli_and_one_declined_reach_the_tool_which_
 
 
 def test_a_url_elicitation_in_a_plain_call_is_declined_at_once_and_never_reaches_the_inbox(
-    start: Callable[[Toolsets], str],
+    start: Callable[..., str],
 ) -> None:
     base = start(over_toy_stdio())
     with httpx.Client(base_url=base, timeout=30) as client:
@@ -357,7 +360,7 @@ def test_a_url_elicitation_in_a_plain_call_is_declined_at_once_and_never_reaches
 
 
 def test_a_plain_calls_question_is_answered_from_the_run_viewer_and_the_tool_goes_on_with_it(
-    start: Callable[[Toolsets], str], tmp_path: Path
+    start: Callable[..., str], tmp_path: Path
 ) -> None:
     """In Debian's headless Chromium: the card of the toy's question shows the server's words as text and a
     box for its yes/no, and posts what the box says as the answer's content, with the approver's key."""
