@@ -137,9 +137,7 @@ class HeldCalls:
             held.work = asyncio.ensure_future(_bounded(send, held.deadline))
         finally:
             current_hold.reset(reset)
-        held.work.add_done_callback(
-            lambda _: loop.call_later(KEEP_ENDED_S, self._held.pop, held.call_id, None)
-        )
+        held.work.add_done_callback(lambda _: self._ended(held))
         if stdio:
             calls = self._open.setdefault(server, set())
             calls.add(held)
@@ -223,6 +221,12 @@ class HeldCalls:
             return held.work.result()
         self._held[held.call_id] = held
         return held.handle(self.session)
+
+    def _ended(self, held: HeldCall) -> None:
+        """A call that ended while held (a run handed on may never follow it here again) is kept a while for a
+        follow to collect; one that never asked was never held, and costs nothing more."""
+        if self._held.get(held.call_id) is held:
+            asyncio.get_running_loop().call_later(KEEP_ENDED_S, self._held.pop, held.call_id, None)
 
     def _drop(self, held: HeldCall) -> None:
         self._held.pop(held.call_id, None)
