@@ -18,6 +18,9 @@ MODERN_PROTOCOL = "2026-07-28"
 
 STDIO_SESSION = "stdio:"
 """How a stdio server's task names the process incarnation it lives in (``TaskHandle.session``)."""
+HELD_SESSION = "call:"
+"""How a plain call a server's question holds open names the process holding it (``TaskHandle.session``,
+``actors.calls.mcp.held_calls``): it is followed like a task, and lives and dies with that process."""
 TASK_ENDED = frozenset({"completed", "failed", "cancelled"})
 """A task's terminal statuses: its result (or its failure) can be read, and nothing more happens to it."""
 
@@ -29,7 +32,9 @@ class TaskHandle:
     Recorded in the run's log before anything waits on it (``NodeTaskUpdated``), so that a run resumed by
     another supervisor or caller polls this task instead of calling the tool again. ``session`` is the
     Streamable HTTP session the task lives in (tasks are per session); for a stdio server, the incarnation of
-    its process the task lives and dies with (``stdio:<id>``, ``actors.calls.mcp.stdio_tasks``).
+    its process the task lives and dies with (``stdio:<id>``, ``actors.calls.mcp.stdio_tasks``). A plain call
+    whose server asked a question mid-call is followed through a handle too: ``task_id`` is the call's own id
+    and ``session`` the process holding the call (``call:<id>``, ``actors.calls.mcp.held_calls``).
     """
 
     server: str

@@ -89,7 +89,7 @@ class ToolCaller:
 
     def _open(self) -> McpConnections:
         if self._connections is None:  # built inside the actor's event loop, which it serves
-            self._connections = McpConnections(list(self._servers.values()))
+            self._connections = McpConnections(list(self._servers.values()), hold_questions=True)
             self._connections.start()
             self._gate = asyncio.Semaphore(self._calls_at_once)
         return self._connections

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, assert_never
 
-from actors.calls.call import STDIO_SESSION, ExecutorKind, ToolCall, ToolExecutor, ToolOutcome
+from actors.calls.call import HELD_SESSION, STDIO_SESSION, ExecutorKind, ToolCall, ToolExecutor, ToolOutcome
 from actors.calls.exchange import (
     DEFAULT_CALLERS,
     EXCHANGES_PER_CALLER,
@@ -263,8 +263,13 @@ class CallerPoolExecutor:
         name = holder if holder in self._lanes else self._pick()
         outcome = await self._run_on(name, call)
         task = outcome.task
-        if task is not None and task.session is not None and task.session.startswith(STDIO_SESSION):
-            # A stdio server's task lives in this caller's child process: only this caller can follow it.
+        if (
+            task is not None
+            and task.session is not None
+            and task.session.startswith((STDIO_SESSION, HELD_SESSION))
+        ):
+            # A stdio server's task lives in this caller's child process, and a plain call its server's question
+            # holds open in this caller: only this caller can follow it.
             outcome = replace(outcome, task=replace(task, holder=name))
         return outcome
 
@@ -459,7 +464,7 @@ class InlineExecutor:
         from actors.calls.mcp import McpConnections
 
         self._catalogue = catalogue
-        self._connections = McpConnections(servers)
+        self._connections = McpConnections(servers, hold_questions=True)
 
     def start(self) -> None:
         """Start the stdio servers now, in the background, rather than on their first call."""

@@ -1,4 +1,5 @@
-"""A tool's question: a task that asks for input mid-call waits for a person's answer, on its branch alone.
+"""A tool's question: a task (or a plain call, held open: ``actors.calls.mcp.held_calls``) that asks for input
+mid-call waits for a person's answer, on its branch alone.
 
 The task's question was recorded with its handle (``NodeTaskUpdated``) before it reaches here; here it becomes a
 row of ``tool_questions`` (the run's inbox lists it) before anything waits on it. While it waits, the round's
@@ -15,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from actors.calls.call import TaskHandle, ToolCall, ToolOutcome
@@ -81,7 +82,7 @@ class ToolQuestionGate:
             tool=call.tool,
             message=str(asked.get("message") or "").replace("\x00", "")[:MAX_SERVER_MESSAGE_CHARS],
             schema=schema if isinstance(schema, dict) else {},
-            expires_at=now() + timedelta(seconds=state.budgets.question_wait_s),
+            expires_at=_due(asked, now() + timedelta(seconds=state.budgets.question_wait_s)),
         )
         if unfit is not None and question.state is ToolQuestionState.AWAITING:
             log.warning("declining %s's question in run %s: %s", call.node_id, state.run_id, unfit)
@@ -136,6 +137,19 @@ class ToolQuestionGate:
         background = asyncio.get_running_loop().create_task(abandon())
         _abandoning.add(background)
         background.add_done_callback(_abandoning.discard)
+
+
+def _due(asked: Mapping[str, Any], latest: datetime) -> datetime:
+    """When a person's answer is due: ``latest`` (the run's wait for a question), or sooner if the call that
+    asks must end sooner (a plain call's deadline, ``answer_by``)."""
+    answer_by = asked.get("answer_by")
+    if not isinstance(answer_by, str):
+        return latest
+    try:
+        due = datetime.fromisoformat(answer_by)
+    except ValueError:
+        return latest
+    return min(latest, due) if due.tzinfo is not None else latest
 
 
 def _still_asks(outcome: ToolOutcome, task: TaskHandle) -> bool:

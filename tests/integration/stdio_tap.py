@@ -1,6 +1,7 @@
 """A tap on a stdio MCP server's wire, for the tests: ``python stdio_tap.py LOG COMMAND [ARGS...]`` runs
 COMMAND with its stdin and stdout relayed line by line, and appends to LOG (JSON lines) the server's pid as it
-starts and each request the client sent (its method, the tool of a ``tools/call``, the server's pid). The
+starts and each request the client sent (its method, the tool of a ``tools/call``, the server's pid), and
+each answer it gave a request of the server's (an elicitation's result). The
 tests count what reached the server there, never in raydag's records. ``STDIO_TAP_READ_ONLY`` names a tool
 the server's listing is made to call read-only (server-everything says its research task writes: see
 ``test_mcp_tasks._read_only``). Standard library only."""
@@ -31,6 +32,8 @@ def relay_requests(server: subprocess.Popen[bytes], log: IO[str]) -> None:
             params = message.get("params") or {}
             entry = {"method": message["method"], "tool": params.get("name"), "task": "task" in params}
             note(log, {**entry, "server": server.pid})
+        elif isinstance(message, dict) and isinstance(message.get("result"), dict):
+            note(log, {"answer": message["result"], "server": server.pid})  # to a request of the server's
         try:
             server.stdin.write(line)
             server.stdin.flush()

@@ -52,7 +52,8 @@ EXPECTED_SKIPS = {
 }
 """Checks the suite skips for raydag's client, each with why it does not apply."""
 _DECLINED = (
-    "raydag declines every elicitation: a run is unattended, and no answer may be made up for a person"
+    "raydag declines an elicitation nobody can answer (this adapter's connections hold no call for a person, as a "
+    "Ray task's worker's do not), and no answer may be made up for a person"
 )
 EXPECTED_FAILURES = {
     ("auth/client-credentials-jwt", "client-credentials-jwt-verified"): (

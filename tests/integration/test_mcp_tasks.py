@@ -10,7 +10,9 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -57,12 +59,18 @@ class CountingProxy:
     upstream: str
     methods: Counter[str] = field(default_factory=Counter)
     tools: Counter[str] = field(default_factory=Counter)
+    read_only: tuple[str, ...] = (RESEARCH,)
+    """The tools whose listing is made to say they only read (``_read_only``)."""
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    """Each answer the client sent to a request of the server's (an elicitation's result), as it arrived."""
 
     async def handle(self, request: Request) -> Response:
         body = await request.body()
         if body:
             message = json.loads(body)
             self.methods[message.get("method")] += 1
+            if "method" not in message and isinstance(message.get("result"), dict):
+                self.answers.append(message["result"])
             if message.get("method") == "tools/call":
                 self.tools[message["params"]["name"]] += 1
         headers = {name: value for name, value in request.headers.items() if name in FORWARDED}
@@ -70,7 +78,9 @@ class CountingProxy:
             async with httpx.AsyncClient(timeout=60) as http:
                 answer = await http.post(self.upstream, content=body, headers=headers)
             kept = {name: value for name, value in answer.headers.items() if name in FORWARDED}
-            return Response(_read_only(answer.content), status_code=answer.status_code, headers=kept)
+            return Response(
+                _read_only(answer.content, self.read_only), status_code=answer.status_code, headers=kept
+            )
         http = httpx.AsyncClient(timeout=None)
         upstream = http.build_request(request.method, self.upstream, content=body, headers=headers)
         answer = await http.send(upstream, stream=True)
@@ -89,7 +99,7 @@ class CountingProxy:
         return StreamingResponse(relayed(), status_code=answer.status_code, headers=kept)
 
 
-def _read_only(body: bytes) -> bytes:
+def _read_only(body: bytes, read_only: tuple[str, ...] = (RESEARCH,)) -> bytes:
     """``body`` with the research task listed as read-only: server-everything marks it ``readOnlyHint:
     false``, and raydag believes a server that says its tool writes (a write runs through the operation
     ledger, which does not call tasks yet). What the task does is a simulation that writes nothing."""
@@ -100,23 +110,32 @@ def _read_only(body: bytes) -> bytes:
         tools = ((message or {}).get("result") or {}).get("tools")
         if isinstance(tools, list):
             for tool in tools:
-                if tool.get("name") == RESEARCH:
+                if tool.get("name") in read_only:
                     tool.setdefault("annotations", {})["readOnlyHint"] = True
             line = ("data: " if line.startswith("data:") else "") + json.dumps(message)
         lines.append(line)
     return ("\n".join(lines) + "\n").encode()
 
 
-@pytest.fixture(scope="module")
-def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, CountingProxy]]:
-    with everything_server(tmp_path_factory.mktemp("everything") / "server.log") as server:
-        proxy = CountingProxy(server.url)
+@contextmanager
+def everything_proxied(
+    log: Path, read_only: tuple[str, ...] = (RESEARCH,)
+) -> Iterator[tuple[str, CountingProxy]]:
+    """server-everything over Streamable HTTP behind a ``CountingProxy``: the proxy's URL, and the proxy."""
+    with everything_server(log) as server:
+        proxy = CountingProxy(server.url, read_only=read_only)
         app = Starlette(routes=[Route("/mcp", proxy.handle, methods=["GET", "POST", "DELETE"])])
         http = BackgroundServer(host="127.0.0.1").start(app)
         try:
             yield http.url + "/mcp", proxy
         finally:
             http.stop()
+
+
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, CountingProxy]]:
+    with everything_proxied(tmp_path_factory.mktemp("everything") / "server.log") as served:
+        yield served
 
 
 @pytest.fixture

@@ -42,15 +42,16 @@ from tests.integration.toolset_servers import EVERYTHING, NODE
 TAP = Path(__file__).with_name("stdio_tap.py")
 
 
-def everything_stdio(wire: Path, tools: str = TASK_TOOLS) -> Toolsets:
-    """server-everything over stdio, behind the tap that logs its wire to ``wire``."""
+def everything_stdio(wire: Path, tools: str = TASK_TOOLS, read_only: str = RESEARCH) -> Toolsets:
+    """server-everything over stdio, behind the tap that logs its wire to ``wire`` (and lists ``read_only`` as
+    a tool that only reads)."""
     text = f"""\
 servers:
   - name: everything
     transport: stdio
     command: {sys.executable}
     args: ["{TAP}", "{wire}", "{NODE}", "{EVERYTHING}", "stdio"]
-    env: {{STDIO_TAP_READ_ONLY: {RESEARCH}}}
+    env: {{STDIO_TAP_READ_ONLY: {read_only}}}
     timeouts: {{connect_s: 30, call_s: 30}}
     tools:
 {tools}"""

@@ -10,6 +10,8 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -380,6 +382,33 @@ def events_of(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:
     return events
 
 
+@contextmanager
+def question_card(
+    base: str, run_id: str, item: dict[str, Any], tmp_path: Path
+) -> Iterator[tuple[Any, str, str]]:
+    """The run viewer in headless Chromium, open at the card of the tool's question ``item``, whose message is
+    checked to be the server's words, shown as text (markup in them never parsed): the browser, the card's
+    pending id and its selector."""
+    pending = f"tool_question:{item['question_id']}"
+    selector = f'[data-pending="{pending}"]'
+    with Chromium(tmp_path / "chromium") as browser:
+        open_at(browser, view_url(base, run_id, DEMO_KEY), pending)
+        assert text_of(browser, f"{selector} blockquote.tool-says") == item["message"]
+        assert not shown(browser, f"{selector} blockquote.tool-says b")
+        yield browser, pending, selector
+
+
+def answered_on_card(browser: Any, pending: str, field: str, setting: str) -> str:
+    """Decide as the approver, set the card's ``field`` (a selector) with ``setting`` (``value = ...``,
+    ``checked = true``) as a person would, and press Answer: the status the API answered the page."""
+    decide_with(browser, APPROVER_KEY)
+    browser.evaluate(
+        f"(() => {{ const f = document.querySelector('{field}'); f.{setting};"
+        " f.dispatchEvent(new Event('change')); })()"
+    )
+    return str(press(browser, pending, "answer", decisions=1))
+
+
 def test_a_tools_question_is_answered_from_the_run_viewer_through_a_form_built_from_its_schema(
     api: tuple[str, CountingProxy], tmp_path: Path
 ) -> None:
@@ -390,23 +419,14 @@ def test_a_tools_question_is_answered_from_the_run_viewer_through_a_form_built_f
     with httpx.Client(base_url=base, timeout=30) as client:
         run_id = ambiguous_run(client, topic)
         item = asked(client, run_id)
-        pending = f"tool_question:{item['question_id']}"
-        selector = f'[data-pending="{pending}"]'
-        with Chromium(tmp_path / "chromium") as browser:
-            open_at(browser, view_url(base, run_id, DEMO_KEY), pending)
-            assert text_of(browser, f"{selector} blockquote.tool-says") == item["message"]
-            assert not shown(browser, f"{selector} blockquote.tool-says b")  # never parsed as markup
+        with question_card(base, run_id, item, tmp_path) as (browser, pending, selector):
             choices = browser.evaluate(
                 f"[...document.querySelectorAll('{selector} select[data-field=interpretation] option')]"
                 ".map((o) => o.value)"
             )
             assert choices == ["", "technical", "historical", "current"]
-            decide_with(browser, APPROVER_KEY)
-            browser.evaluate(
-                f"(() => {{ const s = document.querySelector('{selector} select[data-field=interpretation]');"
-                " s.value = 'historical'; s.dispatchEvent(new Event('change')); })()"
-            )
-            assert press(browser, pending, "answer", decisions=1) == "200"
+            chosen = f"{selector} select[data-field=interpretation]"
+            assert answered_on_card(browser, pending, chosen, "value = 'historical'") == "200"
         run = wait_for(client, run_id, finished, within_s=90)
         text = report(client, run_id)
         listed = client.get(f"/runs/{run_id}/tool-questions", headers=auth(DEMO_KEY)).json()

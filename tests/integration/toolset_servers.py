@@ -48,7 +48,11 @@ def filesystem(root: Path) -> StdioServer:
 
 
 def toy_toolsets(
-    protocol: str = "auto", echo_description: str | None = None, extra_tools: str = "", env: str = ""
+    protocol: str = "auto",
+    echo_description: str | None = None,
+    extra_tools: str = "",
+    env: str = "",
+    call_s: float = 10,
 ) -> Toolsets:
     """The toy stdio server; ``env`` adds ``NAME: value`` pairs to its environment, ``extra_tools`` overlay
     lines."""
@@ -62,7 +66,7 @@ servers:
     command: {sys.executable}
     args: ["{TOY}"]
 {environment}    protocol: {protocol}
-    timeouts: {{connect_s: 30, call_s: 10}}
+    timeouts: {{connect_s: 30, call_s: {call_s:g}}}
     tools:
       echo: {{scope: toy:read, risk: read_only}}
       sleep: {{scope: toy:read, risk: read_only}}

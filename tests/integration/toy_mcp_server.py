@@ -1,12 +1,14 @@
 """A small MCP server of the tests' own, over stdio (``python tests/integration/toy_mcp_server.py``) or as an
 ASGI app behind a bearer check (``bearer_app``): a slow tool to die under, one that waits for a file, an
 echo, and its pid; an answer and a failure holding NUL; an answer nested as deep as asked; a list of as many
-items as asked (for a ``for_each``).
+items as asked (for a ``for_each``); a tool that asks its client to confirm mid-call (a form elicitation) and
+fails ``NOT_CONFIRMED`` unless it did, and one that asks its client to open a link (a URL elicitation).
 ``TOY_ECHO_DESCRIPTION`` changes the echo tool's description (a server changing a tool under a run)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 
@@ -49,6 +52,20 @@ class Noted(BaseModel):
 
 class Found(BaseModel):
     found: bool
+
+
+class Seal(BaseModel):
+    seal: bool
+
+
+def _answered(text: str, *, code: str | None = None) -> CallToolResult:
+    """A tool's result; with ``code``, its refusal, the code where raydag reads one (``{"error": {...}}``)."""
+    if code is None:
+        return CallToolResult(content=[TextContent(type="text", text=text)])
+    error = {"error": {"code": code, "message": text}}
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(error))], structured_content=error, is_error=True
+    )
 
 
 def _reshaped() -> bool:
@@ -125,6 +142,21 @@ def build() -> MCPServer[Any]:
         notes = Path(os.environ["TOY_NOTES"])
         lines = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
         return Found(found=any(line.startswith(f"{key}\t") for line in lines))
+
+    @server.tool(description="Ask the client to confirm sealing `bundle` (mid-call), then seal it.")
+    async def confirm(bundle: str, ctx: Context[Any, Any]) -> CallToolResult:
+        answer = await ctx.elicit(f"Seal {bundle}?", Seal)
+        if answer.action != "accept" or not answer.data.seal:
+            said = f"{bundle} was not sealed: the client answered {answer.action}"
+            return _answered(said, code="NOT_CONFIRMED")
+        return _answered(f"sealed {bundle}")
+
+    @server.tool(description="Ask the client to open a link (mid-call), then say what it answered.")
+    async def open_link(url: str, ctx: Context[Any, Any]) -> CallToolResult:
+        answer = await ctx.elicit_url("Open this link to go on", url, f"link-{os.getpid()}")
+        if answer.action != "accept":
+            return _answered(f"the client answered {answer.action}", code="LINK_NOT_OPENED")
+        return _answered("opened")
 
     return server
 

@@ -13,6 +13,7 @@
   uses it, read by raydag's own bounded transport;
 - ``stdio_tasks``: a stdio server's tasks in either form, tied to the process that runs them, and the questions
   they hold open (2025-11-25);
+- ``held_calls``: a plain call its server's question holds open in the process that made it, followed like a task;
 - ``answers``: what one line a stdio server wrote is (a message, or a fault failing its request);
 - ``watch``: what the transport saw of a call (refusals, lost connections, answers over their bound);
 - ``redaction``: the secrets a server was sent, out of everything it sends back.

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import ssl
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from types import TracebackType
@@ -40,7 +41,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
-from actors.calls.call import MODERN_PROTOCOL, TaskHandle, ToolCall, ToolOutcome
+from actors.calls.call import HELD_SESSION, MODERN_PROTOCOL, TaskHandle, ToolCall, ToolOutcome
+from actors.calls.mcp.held_calls import HeldCalls
 from actors.calls.mcp.outcomes import (
     ConnectionLost,
     classify_failure,
@@ -140,10 +142,19 @@ class McpConnections:
     without one opens and closes a set for a single call. ``servers`` are the toolset servers calls may
     name; ``start`` starts the stdio ones now rather than on their first call."""
 
-    def __init__(self, servers: Sequence[HttpServer | StdioServer] = (), *, sdk_calls: bool = False) -> None:
+    def __init__(
+        self,
+        servers: Sequence[HttpServer | StdioServer] = (),
+        *,
+        sdk_calls: bool = False,
+        hold_questions: bool = False,
+    ) -> None:
         """``sdk_calls``: make 2026-07-28 calls to ``mcp_url`` through the SDK client rather than as one POST
-        each (``actors.calls.mcp.stateless_post``); the benchmark compares the two."""
+        each (``actors.calls.mcp.stateless_post``); the benchmark compares the two. ``hold_questions``: a
+        server's question within a plain call is held for a person (``actors.calls.mcp.held_calls``), which
+        only a long-lived process can do (a caller, the supervisor's loop); without it, it is declined."""
         quiet_sdk_logs()
+        self._held = HeldCalls() if hold_questions else None
         self._sdk_calls = sdk_calls
         self._http = _http_client(_PerCallBearer(), 30.0)
         self._posts: aiohttp.ClientSession | None = None
@@ -216,6 +227,8 @@ class McpConnections:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._held is not None:
+            self._held.close()
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             await session.close()
@@ -297,16 +310,23 @@ class McpConnections:
 
     async def _send(self, call: ToolCall, contract: ToolContract | None) -> CallToolResult | TaskHandle:
         spec = self._servers.get(call.server) if call.server is not None else None
+        if (
+            call.task is not None
+            and call.task.session is not None
+            and call.task.session.startswith(HELD_SESSION)
+        ):
+            return await self._follow_held(call)
         if spec is not None:
             remote = spec.server_name(call.tool)
             if remote != call.tool:  # offered under a name of the operator's: the server knows its own
                 call = dataclasses.replace(call, tool=remote)
             if call.task is not None:  # following a task holds none of the server's call slots
                 return await self._follow(spec, call.task, call.timeout_s, call.reply, stop=call.stop)
-            async with self._limits[spec.name]:
-                if call.as_task:
+            if call.as_task:
+                async with self._limits[spec.name]:
                     return await self._start_task(spec, call)
-                if isinstance(spec, HttpServer) and self._posts_directly(spec, contract):
+            if isinstance(spec, HttpServer) and self._posts_directly(spec, contract):
+                async with self._limits[spec.name]:
                     return await post_tool_call(
                         self._post_session(),
                         spec.url,
@@ -316,16 +336,54 @@ class McpConnections:
                         _read_at_most(),
                         meta=call.meta,
                     )
-                return await self._send_to(spec, call)
+            server, sent = spec, call
+
+            async def limited() -> CallToolResult:
+                async with self._limits[server.name]:
+                    return await self._send_to(server, sent)
+
+            return await self._held_open(call, spec.name, limited, stdio=isinstance(spec, StdioServer))
         if call.protocol != MODERN_PROTOCOL:
-            transport = streamable_http_client(call.mcp_url, http_client=self._http, max_sse_event_size=None)
-            return await _call_once(transport, call.protocol, call)
+
+            async def once() -> CallToolResult:
+                transport = streamable_http_client(
+                    call.mcp_url, http_client=self._http, max_sse_event_size=None
+                )
+                return await _call_once(transport, call.protocol, call)
+
+            return await self._held_open(call, call.mcp_url, once)
         url = call.mcp_url
         if not self._sdk_calls:
             return await post_tool_call(
                 self._post_session(), url, call.token, call.tool, call.args, _read_at_most(), meta=call.meta
             )
         return await self._call_shared(url, lambda link: self._modern_client(url, link), call)
+
+    async def _held_open(
+        self,
+        call: ToolCall,
+        server: str,
+        send: Callable[[], Awaitable[CallToolResult]],
+        *,
+        stdio: bool = False,
+    ) -> CallToolResult | TaskHandle:
+        """A plain call, which its server's question holds open where this process can hold it: its result, or
+        its handle once the server asks (``actors.calls.mcp.held_calls``)."""
+        if self._held is None:
+            return await send()
+        return await self._held.call(server, call.tool, send, timeout_s=call.timeout_s, stdio=stdio)
+
+    async def _follow_held(self, call: ToolCall) -> CallToolResult | TaskHandle:
+        """A held plain call followed on: only the process holding it knows it (else ``TaskLost``)."""
+        assert call.task is not None
+        if self._held is None:
+            raise TaskLost(
+                f"call {call.task.task_id} of {call.task.server} was held by a process that has ended"
+            )
+        within_s = min(FOLLOW_S, call.timeout_s / 2)
+        return await self._held.follow(
+            call.task, call.reply, within_s=within_s, stop=call.stop, token=call.token or None
+        )
 
     async def _start_task(
         self, spec: HttpServer | StdioServer, call: ToolCall
@@ -481,7 +539,8 @@ class McpConnections:
     def _stdio_process(self, spec: StdioServer) -> StdioServerProcess:
         process = self._stdio.get(spec.name)
         if process is None:
-            process = self._stdio[spec.name] = StdioServerProcess(spec)
+            plain = functools.partial(self._held.ask_sole, spec.name) if self._held is not None else None
+            process = self._stdio[spec.name] = StdioServerProcess(spec, plain=plain)
         return process
 
     async def _shared(

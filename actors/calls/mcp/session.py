@@ -2,13 +2,16 @@
 
 anyio requires the task that enters a client's task group to leave it, and calls come from many tasks, so
 an ``OwnedSession`` enters its client in a task of its own and keeps it until closed or until its transport
-ends. Every client raydag builds answers a server's request for user input by declining it: raydag runs
-unattended, and no tool call of a run may wait on a person or be given an answer nobody gave.
+ends. A server's request for user input is put to a person only where a call can wait for one: a task's
+(``actors.calls.mcp.tasks``, ``stdio_tasks``) or a plain call's held open by the process that made it
+(``actors.calls.mcp.held_calls``, found through ``current_hold``). Every other one is declined: no tool call of a
+run may be given an answer nobody gave.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +22,7 @@ from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp_types import ElicitRequestParams, ElicitResult, Implementation
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from actors.calls.mcp.watch import Link
+from actors.calls.mcp.watch import Link, current_hold
 from actors.toolsets.config import ProtocolEra
 from actors.toolsets.listing import ServerListing, ToolDefinition
 
@@ -33,6 +36,15 @@ async def decline_elicitation(context: ClientRequestContext, params: ElicitReque
     return ElicitResult(action="decline")
 
 
+async def elicit_for_call(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+    """The question of the plain call whose request it arrived on, held for a person where that call can wait
+    (``current_hold``); declined where it cannot, or where it belongs to no call."""
+    held = current_hold.get()
+    if held is None:
+        return await decline_elicitation(context, params)
+    return await held.ask(context.request_id, params)
+
+
 def client_mode(era: ProtocolEra | str) -> str:
     """The SDK's ``mode`` for a toolset era: ``auto``, a modern version pinned, or ``legacy``."""
     if era == "auto" or era in MODERN_PROTOCOL_VERSIONS:
@@ -41,14 +53,15 @@ def client_mode(era: ProtocolEra | str) -> str:
 
 
 def make_client(transport: Transport, mode: str, elicitation: ElicitationFnT | None = None) -> Client:
-    """An SDK client as raydag uses one: no response cache (each call is fresh), elicitation declined unless
-    ``elicitation`` takes it (a stdio server's tasks, ``actors.calls.mcp.stdio_tasks``)."""
+    """An SDK client as raydag uses one: no response cache (each call is fresh), a server's question held for
+    the plain call it belongs to (``elicit_for_call``) unless ``elicitation`` takes it (a stdio server's tasks,
+    ``actors.calls.mcp.stdio_tasks``)."""
     return Client(
         transport,
         mode=mode,
         cache=None,
         client_info=CLIENT_INFO,
-        elicitation_callback=elicitation or decline_elicitation,
+        elicitation_callback=elicitation or elicit_for_call,
     )
 
 
@@ -92,7 +105,10 @@ class OwnedSession:
         return self.client is not None and not self.closed and not self.link.lost
 
     async def start(self) -> Client:
-        self._task = asyncio.create_task(self._run(), name=f"mcp-session:{self._name}")
+        # The session outlives the call that opens it: a question on its own streams belongs to no call.
+        context = contextvars.copy_context()
+        context.run(current_hold.set, None)
+        self._task = asyncio.create_task(self._run(), name=f"mcp-session:{self._name}", context=context)
         await self._ready.wait()
         if self.client is None:
             await self._task  # re-raises why it could not start

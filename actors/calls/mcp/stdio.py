@@ -30,7 +30,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from actors.calls.mcp.redaction import Redactor, server_secrets
 from actors.calls.mcp.session import OwnedSession, client_mode, describe, make_client
-from actors.calls.mcp.stdio_tasks import StdioTasks
+from actors.calls.mcp.stdio_tasks import PlainQuestion, StdioTasks
 from actors.calls.mcp.stdio_transport import LineFramer, Oversized, stdio_transport
 from actors.calls.mcp.watch import Link
 from actors.toolsets.config import FromEnv, StdioServer
@@ -85,8 +85,12 @@ def server_parameters(spec: StdioServer) -> StdioServerParameters:
 class StdioServerProcess:
     """One stdio server, its session and its restarts, in the event loop of the process that owns it."""
 
-    def __init__(self, spec: StdioServer, *, tail_lines: int = 50) -> None:
+    def __init__(
+        self, spec: StdioServer, *, tail_lines: int = 50, plain: PlainQuestion | None = None
+    ) -> None:
+        """``plain``: where the server's question within a plain call goes (``actors.calls.mcp.held_calls``)."""
         self.spec = spec
+        self._plain = plain
         self._session: OwnedSession | None = None
         self._tasks: StdioTasks | None = None
         """The tasks of the running incarnation (``actors.calls.mcp.stdio_tasks``): they end with it."""
@@ -172,7 +176,7 @@ class StdioServerProcess:
         errlog = os.fdopen(write_fd, "w")
         reader: asyncio.Task[None] | None = None
         redactor = Redactor(server_secrets(self.spec))
-        tasks = StdioTasks(self.spec.name)
+        tasks = StdioTasks(self.spec.name, self._plain)
         try:
             parameters = server_parameters(self.spec)
             mode = client_mode(self.spec.protocol)

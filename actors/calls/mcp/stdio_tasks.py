@@ -26,14 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, ErrorData
+from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, ErrorData, RequestId
 
 from actors.calls.call import MODERN_PROTOCOL, STDIO_SESSION, TaskHandle
 from actors.calls.mcp import task_extension as extension
@@ -41,6 +41,8 @@ from actors.calls.mcp import task_state as state
 from actors.calls.mcp.session import is_modern
 from actors.calls.mcp.tasks import ASK_WITHIN_S, RELATED_TASK, TASK_TTL_MS, start_as_task
 
+PlainQuestion = Callable[[RequestId, ElicitRequestParams], Awaitable[ElicitResult]]
+"""Where a stdio server's question that names no task goes: the plain call in flight it belongs to."""
 HOLD_S = TASK_TTL_MS / 1000
 """The longest a server's question is held open waiting for a person; the run's own deadline (which cancels
 the task and so declines the question) normally comes first."""
@@ -59,8 +61,11 @@ class StdioTasks:
     """The tasks of one incarnation of a stdio server's process: their outstanding result reads and the
     questions they hold open. Built with the process's client; its ``elicit`` is that client's callback."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, plain: PlainQuestion | None = None) -> None:
+        """``plain``: where a question that names no task goes (a plain call's, ``actors.calls.mcp.held_calls``);
+        without it, such a question is declined."""
         self.server = server
+        self._plain = plain
         self.session = f"{STDIO_SESSION}{uuid.uuid4().hex}"
         self.client: Client | None = None
         self._asked: dict[str, _Asked] = {}
@@ -143,8 +148,11 @@ class StdioTasks:
     ) -> ElicitResult | ErrorData:
         """The client's elicitation callback: a form question of one of this process's tasks is held open
         until a person answers (a follow brings the answer) or the task is stopped; anything else is declined,
-        as raydag declines every question nobody can answer."""
+        as raydag declines every question nobody can answer. A question that names no task is a plain call's, and
+        goes to ``plain``."""
         task_id = _related_task(context)
+        if task_id is None and self._plain is not None:
+            return await self._plain(context.request_id, params)
         message = {
             "id": context.request_id,
             "method": state.ELICIT,

@@ -24,14 +24,14 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx2
 from mcp.client._transport import Transport, TransportStreams
 from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
-from mcp_types import RequestId
+from mcp_types import ElicitRequestParams, ElicitResult, RequestId
 
 DEFAULT_ANSWER_BYTES = 16 << 20
 """The bound on a response read outside a call (a listing, a session's own requests)."""
@@ -74,6 +74,19 @@ class CallWatch:
 
 
 current_call: ContextVar[CallWatch | None] = ContextVar("raydag_mcp_call", default=None)
+
+
+class QuestionHold(Protocol):
+    """A plain call that can wait for a person's answer to its server's question."""
+
+    async def ask(self, request_id: RequestId, params: ElicitRequestParams) -> ElicitResult: ...
+
+
+current_hold: ContextVar[QuestionHold | None] = ContextVar("raydag_mcp_question_hold", default=None)
+"""The plain call a server's question mid-call belongs to, where a person may answer it
+(``actors.calls.mcp.held_calls``): set in the call's context, which the SDK hands the elicitation callback of a
+request's own event stream. A session's own tasks start without it (``actors.calls.mcp.session``), so a
+question that arrives anywhere else belongs to no call."""
 
 
 class AnswerTooLarge(httpx2.StreamError):
