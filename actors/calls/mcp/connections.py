@@ -156,7 +156,7 @@ class McpConnections:
         quiet_sdk_logs()
         self._held = HeldCalls() if hold_questions else None
         self._sdk_calls = sdk_calls
-        self._http = _http_client(_PerCallBearer(), 30.0)
+        self._http = _http_client(_PerCallBearer(), _shared_timeout_s(servers))
         self._posts: aiohttp.ClientSession | None = None
         """One-POST calls' session (``stateless_post``), opened on the first such call, on its loop."""
         self._sessions: dict[str, OwnedSession] = {}
@@ -577,6 +577,19 @@ async def call_tool(
         return await connections.call(call, catalogue)
     async with McpConnections() as fresh:
         return await fresh.call(call, catalogue)
+
+
+def _shared_timeout_s(servers: Sequence[HttpServer | StdioServer]) -> float:
+    """The task-token client's timeout: at least 30 s, and as long as the longest ``call_s`` of the servers
+    it serves, as a server's own client is. A call's own deadline bounds it (``call_s``); the client must not
+    cut it sooner, as it would a plain call's response stream that says nothing while its question waits for
+    a person (``actors.calls.mcp.held_calls``)."""
+    calls = [
+        server.timeouts.call_s
+        for server in servers
+        if isinstance(server, HttpServer) and isinstance(server.auth, RaydagTokenAuth)
+    ]
+    return max([30.0, *calls])
 
 
 def _http_client(auth: httpx2.Auth, timeout_s: float) -> httpx2.AsyncClient:

@@ -31,7 +31,7 @@ from typing import Any
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, RequestId
 
 from actors.calls.call import HELD_SESSION, TaskHandle
-from actors.calls.mcp.tasks import ELICIT, TaskLost, form_question
+from actors.calls.mcp.task_state import ELICIT, TaskLost, form_question
 from actors.calls.mcp.watch import CallWatch, current_call, current_hold
 
 DECIDE_BEFORE_S = 1.0

@@ -84,3 +84,15 @@ def test_asking_for_the_sdk_path_takes_it_everywhere() -> None:
         assert not sdk._posts_directly(PINNED, with_input(PLAIN))
     finally:
         asyncio.run(sdk.aclose())
+
+
+def test_the_task_token_client_reads_as_long_as_its_longest_call_may_take() -> None:
+    # A plain call whose question waits for a person says nothing on its stream meanwhile: the shared client
+    # must not cut it before the call's own deadline, as a 30 s read timeout did.
+    patient = PINNED.model_copy(update={"timeouts": PINNED.timeouts.model_copy(update={"call_s": 600.0})})
+    for servers, read_s in (([PINNED], 30.0), ([PINNED, patient], 600.0), ([server_of_others()], 30.0)):
+        made = McpConnections(servers)
+        try:
+            assert made._http.timeout.read == read_s
+        finally:
+            asyncio.run(made.aclose())

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 from actors.calls.call import HELD_SESSION, TaskHandle
 from actors.calls.mcp.held_calls import HeldCalls
-from actors.calls.mcp.tasks import TaskLost
+from actors.calls.mcp.task_state import TaskLost
 from actors.calls.mcp.watch import current_hold
 
 PARAMS: TypeAdapter[ElicitRequestParams] = TypeAdapter(ElicitRequestParams)
