@@ -187,6 +187,8 @@ class RunStore:
             outcome = Creation.REPLAYED if existing["request_hash"] == request_hash else Creation.CONFLICT
             return outcome, str(existing["run_id"])
 
+        if parent is not None:  # a step of its parent run, which rides out an outage as its records do
+            return await retrying(attempt, window_s=RUN_WINDOW_S, what="child run creation")
         return await retrying(attempt, window_s=REQUEST_WINDOW_S, line=self._line, what="run creation")
 
     async def append(self, state: RunState, first_seq: int, events: Sequence[RunEvent]) -> None:

@@ -302,3 +302,39 @@ async def test_while_postgresql_does_not_answer_each_route_is_a_503_and_accepts_
         )
         assert accepted.status_code == 201, accepted.text
     assert await count_runs(scratch_dsn, key) == 1
+
+
+async def test_a_child_runs_creation_rides_out_an_outage_that_a_submission_gives_up_on(
+    partition: PartitionProxy,
+) -> None:
+    # A submission has a client waiting: it gives up within its request's window. A child run's creation is a
+    # step of its parent run, which rides out an outage as its other records do (a parent failed
+    # INTERNAL_ERROR when PostgreSQL took over a second to answer, under a loaded CI machine).
+    from actors.store.database import create_pool
+    from actors.store.resilience import DatabaseUnavailable
+    from actors.store.runs import Creation, RunStore
+    from dag.events import ParentLink
+    from tests.run_fakes import run_created
+
+    pool = await create_pool(partition.dsn, max_size=2)
+    try:
+        store = RunStore(pool)
+        parent = run_created(run_id=str(uuid.uuid4()))
+        assert (await store.create_run(parent, idempotency_key=None, request_hash="parent"))[
+            0
+        ] is Creation.CREATED
+        link = ParentLink(run_id=parent.run_id, node_id="research", depth=1)
+        child = run_created(run_id=str(uuid.uuid4())).model_copy(update={"parent": link})
+
+        partition.cut()
+        asyncio.get_running_loop().call_later(3.0, partition.restore)
+        with pytest.raises(DatabaseUnavailable):
+            await store.create_run(
+                run_created(run_id=str(uuid.uuid4())), idempotency_key=None, request_hash="s"
+            )
+        created = await store.create_run(child, idempotency_key=None, request_hash="child")
+    finally:
+        partition.restore()
+        await pool.close()
+
+    assert created == (Creation.CREATED, child.run_id)
