@@ -24,6 +24,7 @@ from actors.run.continuation import Continuations
 from actors.run.intake import Intake, NewRun
 from actors.run.recorder import now
 from actors.run.submission import Cancellation, Submission, SubmitResult
+from actors.store.resilience import RUN_WINDOW_S
 from actors.store.runs import RunStore
 from dag.agents import AgentRefusal, AgentRefused, StartAgent, bounded_result
 from dag.continuation import continues_child
@@ -84,14 +85,14 @@ class ChildRuns:
         child is parked (waits for people, driven by nobody) each time it is read so: a parent with nothing else
         to do parks too, and the child's end wakes it."""
         started = now()
-        if await self._store.run_status(child_run_id) is None:
+        if await self._store.run_status(child_run_id, window_s=RUN_WINDOW_S) is None:
             refused = await self._start(parent, node_id, child_run_id, start, trace)
             if refused is not None:
                 return ChildEnd(
                     ToolOutcome(output=None, error=refused, started_at=started, finished_at=now()), None
                 )
         await self._ended(child_run_id, parked)
-        child = fold(stored.event for stored in await self._store.events(child_run_id))
+        child = fold(stored.event for stored in await self._store.events(child_run_id, window_s=RUN_WINDOW_S))
         ended = AgentEnded(
             at=now(),
             node_id=node_id,
@@ -118,7 +119,7 @@ class ChildRuns:
         """Return once the child run has ended; ``parked`` is told whether it is parked each time it is read."""
         while True:
             await self._wait(child_run_id, WAIT_STEP_S, True)
-            standing = await self._store.run_standing(child_run_id)
+            standing = await self._store.run_standing(child_run_id, window_s=RUN_WINDOW_S)
             if standing is not None and RunStatus(standing[0]).terminal:
                 return
             parked(standing is not None and standing[1])
@@ -198,7 +199,7 @@ class ChildRuns:
             pruned=row["pruned_at"] is not None,
         ):
             return None
-        earlier = fold(stored.event for stored in await self._store.events(earlier_id))
+        earlier = fold(stored.event for stored in await self._store.events(earlier_id, window_s=RUN_WINDOW_S))
         return await self._continuations.carried(earlier, at=child.created.at, by=by)
 
 

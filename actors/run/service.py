@@ -40,7 +40,7 @@ from actors.store.operations import OperationStore
 from actors.store.outbox import LogSink, OutboxRelay, OutboxSink
 from actors.store.ownership import Leases
 from actors.store.questions import QuestionStore
-from actors.store.resilience import DatabaseUnavailable
+from actors.store.resilience import REQUEST_WINDOW_S, RUN_WINDOW_S, DatabaseUnavailable
 from actors.store.reviews import ReviewStore
 from actors.store.runs import Creation, RunStore
 from actors.store.tool_questions import ToolQuestionStore
@@ -117,7 +117,7 @@ class RunService:
             store=self.store,
             create=self._create,
             wait=lambda run_id, timeout_s, until_parked: self.wait(
-                run_id, timeout_s, until_parked=until_parked
+                run_id, timeout_s, until_parked=until_parked, window_s=RUN_WINDOW_S
             ),
             cancel=self.cancel,
         )
@@ -207,11 +207,18 @@ class RunService:
         return await self._ownership.adopt_orphans()
 
     async def wait(
-        self, run_id: str, timeout_s: float, *, until_waiting: bool = False, until_parked: bool = False
+        self,
+        run_id: str,
+        timeout_s: float,
+        *,
+        until_waiting: bool = False,
+        until_parked: bool = False,
+        window_s: float = REQUEST_WINDOW_S,
     ) -> bool:
         """Wait up to ``timeout_s`` for the run to reach a terminal state (``until_waiting``: or to wait for a
         person; ``until_parked``: or to be parked); ``True`` if it has. A run driven here is watched in memory;
-        one driven elsewhere (another supervisor, being recovered) or parked, in the database."""
+        one driven elsewhere (another supervisor, being recovered) or parked, in the database, riding out an
+        outage for ``window_s`` (a parent waiting on its child: ``RUN_WINDOW_S``)."""
         deadline = time.monotonic() + timeout_s
         while True:
             left = max(0.0, deadline - time.monotonic())
@@ -223,7 +230,7 @@ class RunService:
                 if task.cancelled() or not isinstance(task.exception(), Parked) or until_parked:
                     return True  # it ended here (finished, handed over, lost, parked): nothing more here
                 task = None  # parked: it waits for people, and its row says when it ends
-            standing = await self.store.run_standing(run_id)
+            standing = await self.store.run_standing(run_id, window_s=window_s)
             if standing is None or RunStatus(standing[0]).terminal:
                 return True
             status, parked = standing

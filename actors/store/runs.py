@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -43,6 +43,8 @@ MAX_SEQ = 2**31 - 1
 """The largest event sequence number: ``run_events.seq`` is a PostgreSQL ``integer``. A run records a few
 events per node and has at most 10,000 nodes, so a cursor past this names nothing: the API refuses it as input
 rather than widening the largest table's key."""
+
+_T = TypeVar("_T")
 
 
 SUMMARY_COLUMNS = """run_id, tenant_id, resource, case_id, goal, planner, status, stop_reason, detail,
@@ -247,7 +249,9 @@ class RunStore:
         owner = outcome.removeprefix("owner:") if outcome.startswith("owner:") else None
         raise LeaseLost(f"run {state.run_id} is owned by {owner!r}, not {self.owner!r}")
 
-    async def run_status(self, run_id: str) -> str | None:
+    async def run_status(self, run_id: str, *, window_s: float = REQUEST_WINDOW_S) -> str | None:
+        """The run's status; ``None``: no such run. ``window_s``: how long an outage is ridden out (a run's own
+        step passes ``RUN_WINDOW_S``; a request keeps the default)."""
         try:
             key = uuid.UUID(run_id)
         except ValueError:
@@ -257,11 +261,13 @@ class RunStore:
             status: str | None = await self._pool.fetchval("SELECT status FROM runs WHERE run_id = $1", key)
             return status
 
-        return await retrying(query, window_s=REQUEST_WINDOW_S, line=self._line, what="run status")
+        return await self._read(query, window_s, "run status")
 
-    async def run_standing(self, run_id: str) -> tuple[str, bool] | None:
+    async def run_standing(
+        self, run_id: str, *, window_s: float = REQUEST_WINDOW_S
+    ) -> tuple[str, bool] | None:
         """The run's status, and whether it is parked (waiting for people, driven by nobody); ``None``: no such
-        run."""
+        run. ``window_s`` as for ``run_status``."""
         try:
             key = uuid.UUID(run_id)
         except ValueError:
@@ -273,7 +279,13 @@ class RunStore:
             )
             return None if found is None else (str(found["status"]), bool(found["parked"]))
 
-        return await retrying(query, window_s=REQUEST_WINDOW_S, line=self._line, what="run standing")
+        return await self._read(query, window_s, "run standing")
+
+    async def _read(self, query: Callable[[], Awaitable[_T]], window_s: float, what: str) -> _T:
+        """``query`` retried within ``window_s``: a request's in the request line, a run's step outside it."""
+        if window_s > REQUEST_WINDOW_S:
+            return await retrying(query, window_s=window_s, what=what)
+        return await retrying(query, window_s=window_s, line=self._line, what=what)
 
     async def run_row(self, principal: Principal, run_id: str) -> dict[str, Any] | None:
         """The run's summary if ``principal`` may read it: same tenant, and at least the scopes the run held.
@@ -297,17 +309,19 @@ class RunStore:
         )
         return dict(row) if row is not None else None
 
-    async def events(self, run_id: str, after: int = 0) -> list[StoredEvent]:
-        """The run's events with ``seq > after``, in order (``after=0``: all of them)."""
-        rows = await retrying(
+    async def events(
+        self, run_id: str, after: int = 0, *, window_s: float = REQUEST_WINDOW_S
+    ) -> list[StoredEvent]:
+        """The run's events with ``seq > after``, in order (``after=0``: all of them); ``window_s`` as for
+        ``run_status``."""
+        rows = await self._read(
             lambda: self._pool.fetch(
                 "SELECT seq, data, recorded_at FROM run_events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
                 uuid.UUID(run_id),
                 after,
             ),
-            window_s=REQUEST_WINDOW_S,
-            line=self._line,
-            what="event read",
+            window_s,
+            "event read",
         )
         return [StoredEvent(row["seq"], event_from_json(row["data"]), row["recorded_at"]) for row in rows]
 
